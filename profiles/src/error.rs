@@ -1,0 +1,100 @@
+//! The error every loader in this crate returns for bad input: which file or flag, where in it
+//! (line and column, or a key), what is wrong, and the fix when one is known.
+
+use std::fmt;
+
+/// Where in an input the problem is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// 1-based line and column in a text file.
+    LineColumn { line: u64, column: u64 },
+    /// A key path such as `num_hidden_layers` or `devices[1].memory`.
+    Key(String),
+}
+
+/// Bad input: printed as `origin:line:column: problem` (or `origin: key \`k\`: problem`), then the
+/// fix on its own line. The command line maps it to exit code 2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputError {
+    /// The file, flag or built-in name the input came from.
+    pub origin: String,
+    pub location: Option<Location>,
+    /// What is wrong, including what was expected.
+    pub problem: String,
+    /// How to fix it, when known.
+    pub fix: Option<String>,
+}
+
+impl InputError {
+    pub fn new(origin: impl Into<String>, problem: impl Into<String>) -> Self {
+        InputError { origin: origin.into(), location: None, problem: problem.into(), fix: None }
+    }
+
+    /// The same error at a key path (`num_hidden_layers`, `devices[0].memory`).
+    pub fn at_key(mut self, key: impl Into<String>) -> Self {
+        self.location = Some(Location::Key(key.into()));
+        self
+    }
+
+    /// The same error at a 1-based line and column.
+    pub fn at_line(mut self, line: u64, column: u64) -> Self {
+        self.location = Some(Location::LineColumn { line, column });
+        self
+    }
+
+    pub fn with_fix(mut self, fix: impl Into<String>) -> Self {
+        self.fix = Some(fix.into());
+        self
+    }
+
+    /// An error reading a file from disk (missing, unreadable).
+    pub fn io(path: &std::path::Path, err: &std::io::Error) -> Self {
+        let problem = match err.kind() {
+            std::io::ErrorKind::NotFound => "no such file or folder".to_string(),
+            _ => format!("cannot read: {err}"),
+        };
+        InputError::new(path.display().to_string(), problem)
+    }
+
+    /// A JSON syntax or type error, located at serde_json's line and column.
+    pub fn json(origin: impl Into<String>, err: &serde_json::Error) -> Self {
+        let mut text = err.to_string();
+        // serde_json appends " at line L column C"; the location is printed separately.
+        if let Some(pos) = text.rfind(" at line ") {
+            text.truncate(pos);
+        }
+        let e = InputError::new(origin, format!("malformed JSON: {text}"));
+        if err.line() > 0 { e.at_line(err.line() as u64, err.column() as u64) } else { e }
+    }
+
+    /// A YAML syntax or schema error, located where serde-saphyr says.
+    pub fn yaml(origin: impl Into<String>, err: &serde_saphyr::Error) -> Self {
+        let e = InputError::new(origin, format!("malformed YAML: {}", first_line(&err.to_string())));
+        match err.location() {
+            Some(loc) if loc.line() > 0 => e.at_line(loc.line(), loc.column()),
+            _ => e,
+        }
+    }
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or(text)
+}
+
+impl fmt::Display for InputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.location {
+            Some(Location::LineColumn { line, column }) => {
+                write!(f, "{}:{}:{}: {}", self.origin, line, column, self.problem)?
+            }
+            Some(Location::Key(key)) => write!(f, "{}: key `{}`: {}", self.origin, key, self.problem)?,
+            None => write!(f, "{}: {}", self.origin, self.problem)?,
+        }
+        if let Some(fix) = &self.fix {
+            write!(f, "\n  fix: {fix}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for InputError {}

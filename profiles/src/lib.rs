@@ -1,0 +1,22 @@
+//! Hardware profiles, model descriptions and byte units: the inputs every other vramplan crate
+//! works from.
+//!
+//! - [`hardware`]: GPU profiles (a YAML schema and a built-in catalog), parsed from a name, a
+//!   short form such as `2xt4`, or a file.
+//! - [`model`]: one description of a model — a module tree with PyTorch/transformers names, every
+//!   tensor's shape and dtype, tied groups and the architectural facts — built from a HF
+//!   `config.json`, safetensors headers, a custom YAML file or the built-in catalog.
+//! - [`units`] and [`dtype`]: bytes (`u64` end to end, parsed with explicit units) and element
+//!   types.
+//! - [`InputError`]: the one error type for bad input: where, what was expected, and the fix.
+//!
+//! Nothing here knows about workloads or placement; that is `vramplan-sim` and `vramplan-solver`.
+
+pub mod dtype;
+mod error;
+pub mod hardware;
+pub mod model;
+pub mod units;
+
+pub use dtype::DType;
+pub use error::{InputError, Location};

@@ -1,0 +1,113 @@
+//! `GPTNeoXForCausalLM` (Pythia, GPT-NeoX-20B): parallel attention and MLP, fused QKV with bias,
+//! LayerNorms with bias, partial rotary embeddings, untied `embed_out`.
+//!
+//! Module names (transformers 4.4x/5.x, `modeling_gpt_neox.py`): `gpt_neox.embed_in`,
+//! `gpt_neox.layers.N.{input_layernorm, post_attention_layernorm, attention.query_key_value,
+//! attention.dense, mlp.dense_h_to_4h, mlp.dense_4h_to_h}`, `gpt_neox.final_layer_norm`,
+//! `gpt_neox.rotary_emb`, `embed_out`.
+
+use super::HfConfig;
+use crate::InputError;
+use crate::model::{
+    ArchFacts, AttentionKind, Builder, ImportOptions, LayerFacts, ModelDescription, NormKind, StackKind,
+};
+
+pub(crate) fn build(
+    config: &HfConfig,
+    arch: &str,
+    options: ImportOptions,
+) -> Result<ModelDescription, InputError> {
+    let layers = config.positive(&["num_hidden_layers"])?;
+    let hidden = config.positive(&["hidden_size"])?;
+    let heads = config.positive(&["num_attention_heads"])?;
+    let head_dim = config.head_dim(&[], hidden, heads, "num_attention_heads")?;
+    let intermediate = config.positive_or(&["intermediate_size"], 4 * hidden)?;
+    let vocab = config.positive(&["vocab_size"])?;
+    let max_positions = config.positive_or(&["max_position_embeddings"], 2048)?;
+    let rotary_pct = config.float_opt(&["rotary_pct", "partial_rotary_factor"])?.unwrap_or(0.25);
+    let bias = config.bool_or(&["attention_bias"], true)?;
+    let tie = config.bool_or(&["tie_word_embeddings"], false)?;
+    let dtype = config.dtype()?;
+    let b = Builder::new(dtype);
+
+    let base = "gpt_neox";
+    let list = "gpt_neox.layers";
+    let blocks = (0..layers)
+        .map(|i| {
+            let path = format!("{list}.{i}");
+            let attention = b
+                .container(&path, "attention", "GPTNeoXAttention")
+                .with_child(b.linear(
+                    &format!("{path}.attention"),
+                    "query_key_value",
+                    hidden,
+                    3 * hidden,
+                    bias,
+                ))
+                .with_child(b.linear(&format!("{path}.attention"), "dense", hidden, hidden, bias));
+            let mlp = b
+                .container(&path, "mlp", "GPTNeoXMLP")
+                .with_child(b.linear(&format!("{path}.mlp"), "dense_h_to_4h", hidden, intermediate, true))
+                .with_child(b.linear(&format!("{path}.mlp"), "dense_4h_to_h", intermediate, hidden, true));
+            b.block(list, &i.to_string(), "GPTNeoXLayer")
+                .with_child(b.norm(&path, "input_layernorm", "LayerNorm", hidden, true))
+                .with_child(b.norm(&path, "post_attention_layernorm", "LayerNorm", hidden, true))
+                .with_child(attention)
+                .with_child(mlp)
+        })
+        .collect();
+    let rotary_dim = (head_dim as f64 * rotary_pct) as u64;
+    let model = b
+        .container("", base, "GPTNeoXModel")
+        .with_child(b.embedding(base, "embed_in", vocab, hidden))
+        .with_child(b.module_list(base, "layers", blocks))
+        .with_child(b.norm(base, "final_layer_norm", "LayerNorm", hidden, true))
+        .with_child(b.rotary(base, "rotary_emb", "GPTNeoXRotaryEmbedding", rotary_dim));
+    let root = b.container("", "", arch).with_child(model).with_child(b.linear(
+        "",
+        "embed_out",
+        hidden,
+        vocab,
+        false,
+    ));
+
+    let facts = ArchFacts {
+        model_type: "gpt_neox".into(),
+        hidden_size: hidden,
+        num_attention_heads: heads,
+        num_kv_heads: heads,
+        head_dim,
+        intermediate_size: intermediate,
+        vocab_size: vocab,
+        max_positions,
+        attention: AttentionKind::Standard,
+        norm: NormKind::LayerNorm,
+        gated_mlp: false,
+        activation: config.string_opt(&["hidden_act"])?.unwrap_or_else(|| "gelu".into()),
+        moe: None,
+        tie_word_embeddings: tie,
+        layers: (0..layers)
+            .map(|i| LayerFacts {
+                path: format!("{list}.{i}"),
+                stack: StackKind::Decoder,
+                moe: false,
+                attention_window: None,
+                cross_attention: false,
+            })
+            .collect(),
+        no_split_classes: vec!["GPTNeoXLayer".into()],
+    };
+    let mut description = ModelDescription {
+        name: config.origin().to_string(),
+        architecture: arch.to_string(),
+        naming: options.naming,
+        dtype,
+        facts,
+        root,
+        notes: Vec::new(),
+    };
+    if tie {
+        description.tie("embed_out.weight", "gpt_neox.embed_in.weight")?;
+    }
+    Ok(description)
+}

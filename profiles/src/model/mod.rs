@@ -1,0 +1,267 @@
+//! Model descriptions: one internal form for every source.
+//!
+//! A [`ModelDescription`] is a tree of [`Module`]s whose paths are exactly the module names
+//! PyTorch/transformers gives (`model.layers.17.self_attn.q_proj`), each holding its own
+//! [`Tensor`]s (parameters, quantization constants and buffers, with shapes and dtypes), plus the
+//! architectural [`ArchFacts`] later stages need (layers, heads, experts, …).
+//!
+//! Sources, each in its own module:
+//! - [`hf`]: a HF `config.json`, one importer per architecture family;
+//! - [`safetensors`]: checkpoint headers (never the data), alone or overlaid on a config;
+//! - [`custom`]: a YAML description for models not on the list, optionally extending a config;
+//! - [`catalog`]: built-in models, embedded published configs.
+//!
+//! [`load`] picks the source from what the user typed.
+//!
+//! Invariants: paths are unique; a tensor's path is its module's path, a dot, and its name; a
+//! tied tensor (`tied_to`) names a tensor that exists and is not itself tied; parameter counts
+//! are logical (a packed int32 GPTQ word counts 8 parameters) and count each tied group once.
+
+mod build;
+pub mod catalog;
+pub mod custom;
+pub mod hf;
+pub mod safetensors;
+mod summary;
+mod tree;
+
+pub use build::Builder;
+pub use summary::{LayerKindSummary, ModuleSummary, PlacementUnit, Summary};
+pub use tree::{Module, ModuleKind, Tensor, TensorKind};
+
+use crate::{DType, InputError};
+use serde::Serialize;
+use std::path::Path;
+
+/// Module naming scheme: transformers 5.x (default; fused MoE experts `mlp.experts.gate_up_proj`)
+/// or 4.x (`block_sparse_moe.experts.3.w1`), which most checkpoints also use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Naming {
+    #[default]
+    V5,
+    V4,
+}
+
+/// Options for building a description.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ImportOptions {
+    pub naming: Naming,
+}
+
+/// How a layer's attention is computed, as far as memory is concerned.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum AttentionKind {
+    /// Multi-head, grouped-query or multi-query attention (see `num_kv_heads`).
+    Standard,
+    /// DeepSeek's multi-head latent attention: the KV cache holds the compressed latent and the
+    /// rotary key, `kv_lora_rank + qk_rope_head_dim` values per token and layer.
+    MultiLatent {
+        q_lora_rank: Option<u64>,
+        kv_lora_rank: u64,
+        qk_nope_head_dim: u64,
+        qk_rope_head_dim: u64,
+        v_head_dim: u64,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NormKind {
+    LayerNorm,
+    RmsNorm,
+}
+
+/// Which stack a block belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StackKind {
+    Encoder,
+    Decoder,
+}
+
+/// One transformer block of the model, in execution order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LayerFacts {
+    /// The block's module path (`model.layers.3`, `encoder.block.0`).
+    pub path: String,
+    pub stack: StackKind,
+    /// The MLP is a mixture of experts.
+    pub moe: bool,
+    /// Sliding-window attention span, `None` for full attention.
+    pub attention_window: Option<u64>,
+    /// The block also attends to the encoder's output (T5 decoder).
+    pub cross_attention: bool,
+}
+
+/// Mixture-of-experts facts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MoeFacts {
+    /// Routed experts per MoE layer.
+    pub experts: u32,
+    /// Experts each token is routed to.
+    pub top_k: u32,
+    /// Intermediate size of one routed expert.
+    pub expert_intermediate_size: u64,
+    /// Shared (always active) experts per MoE layer.
+    pub shared_experts: u32,
+    /// Intermediate size of all shared experts together (0 when none).
+    pub shared_intermediate_size: u64,
+}
+
+/// The architectural facts later stages need, beyond the tensors themselves.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ArchFacts {
+    /// HF `model_type` (`llama`, `mixtral`, …) or `custom`.
+    pub model_type: String,
+    pub hidden_size: u64,
+    pub num_attention_heads: u64,
+    pub num_kv_heads: u64,
+    pub head_dim: u64,
+    /// Intermediate size of the dense MLP (0 when every layer is MoE and no dense size is given).
+    pub intermediate_size: u64,
+    pub vocab_size: u64,
+    pub max_positions: u64,
+    pub attention: AttentionKind,
+    pub norm: NormKind,
+    /// Gated MLP (SwiGLU / GeGLU: gate, up, down) rather than two projections.
+    pub gated_mlp: bool,
+    pub activation: String,
+    pub moe: Option<MoeFacts>,
+    pub tie_word_embeddings: bool,
+    /// Every block, in execution order.
+    pub layers: Vec<LayerFacts>,
+    /// Module classes accelerate must not split across devices (`_no_split_modules`).
+    pub no_split_classes: Vec<String>,
+}
+
+/// A model: its module tree and facts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelDescription {
+    /// What the user named (`mixtral-8x7b`, a path).
+    pub name: String,
+    /// The top-level class (`MixtralForCausalLM`).
+    pub architecture: String,
+    pub naming: Naming,
+    /// The checkpoint's (or config's `torch_dtype`) dtype of floating-point parameters.
+    pub dtype: DType,
+    pub facts: ArchFacts,
+    /// The module tree; its root has the empty path.
+    pub root: Module,
+    /// Disagreements found while building (config vs checkpoint headers, unusual values).
+    pub notes: Vec<String>,
+}
+
+impl ModelDescription {
+    /// Logical parameter count, each tied group once.
+    pub fn params(&self) -> u64 {
+        self.root.params()
+    }
+
+    /// Bytes in memory as stored: every parameter, quantization constant and buffer, each tied
+    /// group once.
+    pub fn bytes(&self) -> u64 {
+        self.root.bytes()
+    }
+
+    /// Every tensor with its full path, in tree order.
+    pub fn tensors(&self) -> Vec<(String, &Tensor)> {
+        let mut out = Vec::new();
+        self.root.visit(&mut |module| {
+            for tensor in &module.tensors {
+                out.push((tree::join(&module.path, &tensor.name), tensor));
+            }
+        });
+        out
+    }
+
+    /// Groups of parameter paths that share one storage (the canonical path first), sorted.
+    pub fn tied_groups(&self) -> Vec<Vec<String>> {
+        let mut groups: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        for (path, tensor) in self.tensors() {
+            if let Some(target) = &tensor.tied_to {
+                groups.entry(target.clone()).or_default().push(path);
+            }
+        }
+        groups
+            .into_iter()
+            .map(|(canonical, mut others)| {
+                others.sort();
+                others.insert(0, canonical);
+                others
+            })
+            .collect()
+    }
+
+    /// The same model with every floating-point parameter cast to `dtype` (what `torch_dtype`
+    /// does on load). Quantized weights, quantization constants and buffers keep their types.
+    pub fn cast(&self, dtype: DType) -> ModelDescription {
+        let mut out = self.clone();
+        out.dtype = dtype;
+        out.root.visit_mut(&mut |module| {
+            for tensor in &mut module.tensors {
+                if tensor.kind == TensorKind::Parameter && tensor.dtype.is_float() {
+                    tensor.dtype = dtype;
+                }
+            }
+        });
+        out
+    }
+
+    /// Ties `tensor_path` to `canonical_path` (both full tensor paths). Fails if either is
+    /// missing, so an importer cannot tie a name it did not build.
+    pub fn tie(&mut self, tensor_path: &str, canonical_path: &str) -> Result<(), InputError> {
+        let exists = self.root.tensor(canonical_path).is_some();
+        let target = self.root.tensor_mut(tensor_path);
+        match (exists, target) {
+            (true, Some(tensor)) => {
+                tensor.tied_to = Some(canonical_path.to_string());
+                Ok(())
+            }
+            _ => Err(InputError::new(
+                &self.name,
+                format!("cannot tie `{tensor_path}` to `{canonical_path}`: no such tensor"),
+            )),
+        }
+    }
+
+    /// The summary `vramplan inspect` prints.
+    pub fn summary(&self) -> Summary {
+        Summary::of(self)
+    }
+}
+
+/// Loads a model from what the user typed: a built-in name, a `config.json`, a model folder
+/// (config and/or safetensors), or a custom-model YAML file.
+pub fn load(spec: &str, options: ImportOptions) -> Result<ModelDescription, InputError> {
+    if let Some(text) = catalog::builtin_config(spec) {
+        return hf::from_config_text(text, spec, options);
+    }
+    let path = Path::new(spec);
+    if path.is_dir() {
+        return safetensors::load_folder(path, options);
+    }
+    if path.is_file() {
+        let lower = spec.to_ascii_lowercase();
+        if lower.ends_with(".yaml") || lower.ends_with(".yml") {
+            return custom::load_file(path, options);
+        }
+        return hf::from_config_file(path, options);
+    }
+    let mut err = InputError::new(spec, "not a built-in model, a file or a folder");
+    let close: Vec<&str> = catalog::builtin_names()
+        .iter()
+        .copied()
+        .filter(|name| name.contains(spec) || spec.contains(name))
+        .collect();
+    err = if close.is_empty() {
+        err.with_fix(format!(
+            "give a config.json, a model folder, a custom YAML, or one of: {}",
+            catalog::builtin_names().join(", ")
+        ))
+    } else {
+        err.with_fix(format!("did you mean {}?", close.join(" or ")))
+    };
+    Err(err)
+}

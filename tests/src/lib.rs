@@ -1,0 +1,2 @@
+//! Helpers shared by the integration tests: where `../shared` is, and running the command line
+//! in-process.
