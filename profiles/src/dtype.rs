@@ -45,7 +45,8 @@ impl DType {
 
     /// Bytes taken by `elements` values, rounded up to whole bytes.
     pub fn bytes_for(self, elements: u64) -> u64 {
-        (elements * self.bits()).div_ceil(8)
+        let bytes = (u128::from(elements) * u128::from(self.bits())).div_ceil(8);
+        u64::try_from(bytes).unwrap_or(u64::MAX)
     }
 
     /// True for the floating-point types a `torch_dtype` cast applies to.

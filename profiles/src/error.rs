@@ -67,18 +67,18 @@ impl InputError {
         if err.line() > 0 { e.at_line(err.line() as u64, err.column() as u64) } else { e }
     }
 
-    /// A YAML syntax or schema error, located where serde-saphyr says.
+    /// A YAML syntax or schema error, located where serde-saphyr says; the problem is its
+    /// message without the location or source snippet (printed separately).
     pub fn yaml(origin: impl Into<String>, err: &serde_saphyr::Error) -> Self {
-        let e = InputError::new(origin, format!("malformed YAML: {}", first_line(&err.to_string())));
+        use serde_saphyr::MessageFormatter;
+        let message = serde_saphyr::DefaultMessageFormatter.format_message(err.without_snippet());
+        let message: String = message.chars().filter(|c| !c.is_control()).collect();
+        let e = InputError::new(origin, message);
         match err.location() {
             Some(loc) if loc.line() > 0 => e.at_line(loc.line(), loc.column()),
             _ => e,
         }
     }
-}
-
-fn first_line(text: &str) -> &str {
-    text.lines().next().unwrap_or(text)
 }
 
 impl fmt::Display for InputError {

@@ -71,7 +71,7 @@ pub fn format_bytes(bytes: u64) -> String {
 pub fn format_bytes_exact(bytes: u64) -> String {
     const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (name, size) in UNITS {
-        if bytes >= size && bytes % size == 0 {
+        if bytes >= size && bytes.is_multiple_of(size) {
             return format!("{}{name}", bytes / size);
         }
     }

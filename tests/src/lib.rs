@@ -1,2 +1,47 @@
-//! Helpers shared by the integration tests: where `../shared` is, and running the command line
-//! in-process.
+//! Helpers shared by the integration tests: running the command line in-process as a user would,
+//! and finding the reference data in `../shared` (beside the checkout).
+
+use std::path::PathBuf;
+
+/// What one run of the command line produced.
+#[derive(Debug)]
+pub struct Output {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Output {
+    /// Parses stdout as one JSON document (what `--json` promises).
+    pub fn json(&self) -> serde_json::Value {
+        match serde_json::from_str(&self.stdout) {
+            Ok(value) => value,
+            Err(e) => {
+                panic!("stdout is not one JSON document ({e}):\n{}\nstderr:\n{}", self.stdout, self.stderr)
+            }
+        }
+    }
+}
+
+/// Runs `vramplan ARGS…` in-process.
+pub fn vramplan(args: &[&str]) -> Output {
+    let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
+    let argv = std::iter::once("vramplan").chain(args.iter().copied());
+    let code = vramplan::run(argv, &mut stdout, &mut stderr);
+    Output {
+        code,
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    }
+}
+
+/// `../shared` beside the repository (the reference models and measurements).
+pub fn shared_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared")
+}
+
+/// A folder of `../shared/models`, as a string argument.
+pub fn shared_model(folder: &str) -> String {
+    shared_dir().join("models").join(folder).display().to_string()
+}

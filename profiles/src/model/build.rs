@@ -1,18 +1,20 @@
 //! Constructors for the modules every architecture is made of, so importers describe structure
 //! and not tensor bookkeeping. Shapes follow PyTorch: `nn.Linear(in, out)` has weight `[out, in]`.
 
+use super::Naming;
 use super::tree::{Module, ModuleKind, Tensor, join};
 use crate::DType;
 
-/// Builds modules whose parameters have one dtype (the checkpoint's).
+/// Builds modules whose parameters have one dtype (the checkpoint's), in one naming scheme.
 #[derive(Debug, Clone, Copy)]
 pub struct Builder {
     pub dtype: DType,
+    pub naming: Naming,
 }
 
 impl Builder {
-    pub fn new(dtype: DType) -> Builder {
-        Builder { dtype }
+    pub fn new(dtype: DType, naming: Naming) -> Builder {
+        Builder { dtype, naming }
     }
 
     /// `nn.Linear(in_features, out_features, bias)` at `parent.name`.
@@ -78,14 +80,20 @@ impl Builder {
     }
 
     /// A rotary embedding module: its `inv_freq` is a non-persistent fp32 buffer of
-    /// `rotary_dim / 2` values (transformers computes it in float32 whatever the model dtype).
+    /// `rotary_dim / 2` values (transformers computes it in float32 whatever the model dtype);
+    /// 5.x keeps a copy, `original_inv_freq`, for dynamic rope scaling.
     pub fn rotary(&self, parent: &str, name: &str, class: &str, rotary_dim: u64) -> Module {
-        Module::new(join(parent, name), class, ModuleKind::Other).with_tensor(Tensor::buffer(
+        let frequencies = [rotary_dim / 2];
+        let mut m = Module::new(join(parent, name), class, ModuleKind::Other).with_tensor(Tensor::buffer(
             "inv_freq",
-            &[rotary_dim / 2],
+            &frequencies,
             DType::F32,
             false,
-        ))
+        ));
+        if self.naming == Naming::V5 {
+            m = m.with_tensor(Tensor::buffer("original_inv_freq", &frequencies, DType::F32, false));
+        }
+        m
     }
 
     /// Fused routed experts (transformers 5.x): one module holding 3-D tensors whose first

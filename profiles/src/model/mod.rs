@@ -194,8 +194,10 @@ impl ModelDescription {
             .collect()
     }
 
-    /// The same model with every floating-point parameter cast to `dtype` (what `torch_dtype`
-    /// does on load). Quantized weights, quantization constants and buffers keep their types.
+    /// The same model with every floating-point parameter held in `dtype`: what the weights
+    /// weigh at that precision. fp8 weights are dequantized, so their scales go with them;
+    /// packed integer weights (GPTQ, AWQ, bitsandbytes) keep their storage and constants, and
+    /// buffers keep their types.
     pub fn cast(&self, dtype: DType) -> ModelDescription {
         let mut out = self.clone();
         out.dtype = dtype;
@@ -204,6 +206,10 @@ impl ModelDescription {
                 if tensor.kind == TensorKind::Parameter && tensor.dtype.is_float() {
                     tensor.dtype = dtype;
                 }
+            }
+            let packed = module.tensors.iter().any(|t| matches!(t.kind, TensorKind::PackedParameter { .. }));
+            if !packed {
+                module.tensors.retain(|t| t.kind != TensorKind::QuantConstant);
             }
         });
         out

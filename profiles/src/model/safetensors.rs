@@ -1,10 +1,250 @@
-//! safetensors checkpoints: being written.
+//! Model folders: `config.json` and/or safetensors checkpoints, of which only the headers are
+//! read (tensor names, dtypes and shapes), never the tensor data.
+//!
+//! - With a `config.json`, the description is built from the config (in the checkpoint's module
+//!   naming: MoE checkpoints mostly use transformers 4.x names) and the checkpoint is laid over
+//!   it: each tensor's stored dtype and shape, quantized weights (GPTQ/AWQ `qweight`,
+//!   bitsandbytes 4/8-bit, fp8 with `weight_scale_inv`) and their constants. Names only one side
+//!   has are summarised in the notes.
+//! - With only an index file (`model.safetensors.index.json`, no shards), its `weight_map` names
+//!   are compared with the tree and its `metadata.total_size` with the description's bytes.
+//! - Without a `config.json`, a tree is built from the tensor names alone; the architectural
+//!   facts it cannot know are marked as such in the notes.
+//!
+//! Submodules: [`header`] reads one file's header, [`index`] the index file, [`names`] handles
+//! dotted tensor names, [`overlay`] lays a checkpoint over a config's tree, [`from_names`]
+//! builds a tree without a config, [`quant`] knows quantized checkpoints' tensors.
+
+mod from_names;
+mod header;
+mod index;
+mod names;
+mod overlay;
+mod quant;
 
 use super::{ImportOptions, ModelDescription};
-use crate::InputError;
-use std::path::Path;
+use crate::{DType, InputError};
+use header::ShardHeader;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
-/// Loads a model folder.
-pub fn load_folder(path: &Path, _options: ImportOptions) -> Result<ModelDescription, InputError> {
-    Err(InputError::new(path.display().to_string(), "model folders are not read yet"))
+/// Loads a model folder: `config.json`, `model.safetensors.index.json` and `*.safetensors`
+/// shards, any of which may be missing as long as there is a config or a checkpoint.
+pub fn load_folder(path: &Path, options: ImportOptions) -> Result<ModelDescription, InputError> {
+    let origin = path.display().to_string();
+    let folder = Folder::scan(path)?;
+    let checkpoint = Checkpoint::read(&folder)?;
+    match &folder.config {
+        Some(config) => overlay::build(config, checkpoint, options, &origin),
+        None => from_names::build(checkpoint, &origin),
+    }
+}
+
+/// What a folder holds.
+#[derive(Debug)]
+struct Folder {
+    path: PathBuf,
+    config: Option<PathBuf>,
+    index: Option<PathBuf>,
+    /// `*.safetensors` files, sorted by name.
+    shards: Vec<PathBuf>,
+    notes: Vec<String>,
+}
+
+impl Folder {
+    fn scan(path: &Path) -> Result<Folder, InputError> {
+        let entries = std::fs::read_dir(path).map_err(|e| InputError::io(path, &e))?;
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| InputError::io(path, &e))?;
+            if let Some(name) = entry.file_name().to_str() {
+                names.push(name.to_string());
+            }
+        }
+        names.sort();
+        let mut folder = Folder {
+            path: path.to_path_buf(),
+            config: None,
+            index: None,
+            shards: Vec::new(),
+            notes: Vec::new(),
+        };
+        if names.iter().any(|n| n == "config.json") {
+            folder.config = Some(path.join("config.json"));
+        }
+        let indexes: Vec<&String> = names.iter().filter(|n| n.ends_with(".safetensors.index.json")).collect();
+        let chosen = indexes
+            .iter()
+            .find(|n| n.as_str() == "model.safetensors.index.json")
+            .or_else(|| indexes.first())
+            .copied();
+        if let Some(index) = chosen {
+            folder.index = Some(path.join(index));
+            if indexes.len() > 1 {
+                folder.notes.push(format!(
+                    "{} index files in the folder; read `{index}` and ignored the others",
+                    indexes.len()
+                ));
+            }
+        }
+        folder.shards = names.iter().filter(|n| n.ends_with(".safetensors")).map(|n| path.join(n)).collect();
+        if folder.config.is_none() && folder.index.is_none() && folder.shards.is_empty() {
+            return Err(InputError::new(
+                path.display().to_string(),
+                "the folder has no config.json, no model.safetensors.index.json and no *.safetensors files",
+            )
+            .with_fix("give a folder holding a model's config.json and/or its safetensors checkpoint"));
+        }
+        Ok(folder)
+    }
+}
+
+/// A tensor as the checkpoint stores it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StoredTensor {
+    pub dtype: DType,
+    pub shape: Vec<u64>,
+}
+
+impl StoredTensor {
+    pub fn numel(&self) -> u64 {
+        self.shape.iter().product()
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.dtype.bytes_for(self.numel())
+    }
+}
+
+/// Everything the folder's checkpoint files say.
+#[derive(Debug, Default)]
+pub(crate) struct Checkpoint {
+    /// Every tensor name, with its header entry where its shard was read (`None`: named by the
+    /// index only).
+    pub tensors: BTreeMap<String, Option<StoredTensor>>,
+    /// The index's `metadata.total_size`.
+    pub total_size: Option<u64>,
+    /// The index file's path, when there is one.
+    pub index_path: Option<String>,
+    /// Shards whose headers were read.
+    pub shards_read: usize,
+    pub notes: Vec<String>,
+}
+
+impl Checkpoint {
+    /// True when no tensor has header information (an index without shards, or no checkpoint).
+    pub fn names_only(&self) -> bool {
+        self.tensors.values().all(Option::is_none)
+    }
+
+    /// Bytes of the tensors whose headers were read.
+    pub fn header_bytes(&self) -> u64 {
+        self.tensors.values().flatten().map(StoredTensor::bytes).sum()
+    }
+
+    fn read(folder: &Folder) -> Result<Checkpoint, InputError> {
+        let mut checkpoint = Checkpoint { notes: folder.notes.clone(), ..Checkpoint::default() };
+        match &folder.index {
+            Some(index_path) => checkpoint.read_indexed(folder, index_path)?,
+            None => {
+                for shard in &folder.shards {
+                    let header = header::read_header(shard)?;
+                    checkpoint.add_shard(shard, header, None);
+                }
+            }
+        }
+        Ok(checkpoint)
+    }
+
+    fn read_indexed(&mut self, folder: &Folder, index_path: &Path) -> Result<(), InputError> {
+        let index = index::read_index(index_path)?;
+        self.total_size = index.total_size;
+        self.index_path = Some(index_path.display().to_string());
+        let mut by_shard: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for (name, file) in &index.weight_map {
+            by_shard.entry(file.as_str()).or_default().push(name.as_str());
+        }
+        let mut absent = Vec::new();
+        for (file, listed) in &by_shard {
+            let shard = folder.path.join(file);
+            if !shard.is_file() {
+                absent.push(*file);
+                for name in listed {
+                    self.tensors.entry((*name).to_string()).or_insert(None);
+                }
+                continue;
+            }
+            let header = header::read_header(&shard)?;
+            let in_header: std::collections::HashSet<&str> =
+                header.tensors.iter().map(|t| t.name.as_str()).collect();
+            let lacking: Vec<&str> = listed.iter().copied().filter(|n| !in_header.contains(n)).collect();
+            if !lacking.is_empty() {
+                self.notes.push(format!(
+                    "the index places {} tensors in `{file}` that its header does not have: {}",
+                    lacking.len(),
+                    names::summarize(lacking.iter().copied(), 6)
+                ));
+            }
+            self.add_shard(&shard, header, Some((&index.weight_map, file)));
+        }
+        let unlisted: Vec<String> = folder
+            .shards
+            .iter()
+            .filter_map(|s| s.file_name().and_then(|n| n.to_str()))
+            .filter(|n| !by_shard.contains_key(n))
+            .map(|n| format!("`{n}`"))
+            .collect();
+        if !unlisted.is_empty() {
+            self.notes
+                .push(format!("ignored safetensors files the index does not list: {}", unlisted.join(", ")));
+        }
+        if self.shards_read > 0 && !absent.is_empty() {
+            self.notes.push(format!(
+                "{} of {} shard files the index lists are not in the folder; their tensors are compared \
+                 by name only",
+                absent.len(),
+                by_shard.len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Adds a shard's tensors; with an index, tensors it places in another file are noted.
+    fn add_shard(
+        &mut self,
+        shard: &Path,
+        header: ShardHeader,
+        index: Option<(&BTreeMap<String, String>, &str)>,
+    ) {
+        self.shards_read += 1;
+        let file = shard.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string();
+        let mut misplaced = Vec::new();
+        let mut duplicates = Vec::new();
+        for tensor in header.tensors {
+            if let Some((map, this_file)) = index
+                && map.get(&tensor.name).is_some_and(|f| f != this_file)
+            {
+                misplaced.push(tensor.name);
+                continue;
+            }
+            let stored = StoredTensor { dtype: tensor.dtype, shape: tensor.shape };
+            if let Some(Some(_)) = self.tensors.insert(tensor.name.clone(), Some(stored)) {
+                duplicates.push(tensor.name);
+            }
+        }
+        if !misplaced.is_empty() {
+            self.notes.push(format!(
+                "`{file}` also holds {} tensors the index places in other files (ignored): {}",
+                misplaced.len(),
+                names::summarize(misplaced.iter().map(String::as_str), 6)
+            ));
+        }
+        if !duplicates.is_empty() {
+            self.notes.push(format!(
+                "`{file}` repeats {} tensors of an earlier shard (the later one counts): {}",
+                duplicates.len(),
+                names::summarize(duplicates.iter().map(String::as_str), 6)
+            ));
+        }
+    }
 }

@@ -189,7 +189,7 @@ pub(crate) fn validate(model: &ModelDescription, origin: &str) -> Result<(), Inp
             "check hidden_size, num_attention_heads and num_key_value_heads",
         );
     }
-    if f.attention == AttentionKind::Standard && f.num_attention_heads % f.num_kv_heads != 0 {
+    if f.attention == AttentionKind::Standard && !f.num_attention_heads.is_multiple_of(f.num_kv_heads) {
         return fail(
             "num_key_value_heads",
             format!(

@@ -71,14 +71,16 @@ impl Tensor {
 
     /// Elements stored.
     pub fn numel(&self) -> u64 {
-        self.shape.iter().product()
+        self.shape.iter().fold(1u64, |n, &d| n.saturating_mul(d))
     }
 
     /// Logical parameters (0 for buffers and quantization constants).
     pub fn params(&self) -> u64 {
         match self.kind {
             TensorKind::Parameter => self.numel(),
-            TensorKind::PackedParameter { per_element } => self.numel() * u64::from(per_element),
+            TensorKind::PackedParameter { per_element } => {
+                self.numel().saturating_mul(u64::from(per_element))
+            }
             TensorKind::QuantConstant | TensorKind::Buffer { .. } => 0,
         }
     }
@@ -139,8 +141,8 @@ impl Module {
 
     /// Bytes in this module and below, tied tensors excluded.
     pub fn bytes(&self) -> u64 {
-        let own: u64 = self.tensors.iter().filter(|t| t.tied_to.is_none()).map(Tensor::bytes).sum();
-        own + self.children.iter().map(Module::bytes).sum::<u64>()
+        let own = self.tensors.iter().filter(|t| t.tied_to.is_none()).map(Tensor::bytes);
+        own.chain(self.children.iter().map(Module::bytes)).fold(0, u64::saturating_add)
     }
 
     /// Bytes of buffers in this module and below.

@@ -5,6 +5,10 @@
 use crate::{DType, InputError};
 use serde_json::{Map, Value};
 
+/// The largest dimension or count a config may give (2³²): no real model comes near it, and
+/// products of a few such values still fit the byte arithmetic.
+const MAX_CONFIG_INTEGER: u64 = 1 << 32;
+
 /// A `config.json` object and the name of the file it came from.
 #[derive(Debug, Clone)]
 pub struct HfConfig {
@@ -69,6 +73,16 @@ impl HfConfig {
     }
 
     fn integer(&self, key: &str, value: &Value, what: &str) -> Result<u64, InputError> {
+        let v = self.plain_integer(key, value, what)?;
+        if v > MAX_CONFIG_INTEGER {
+            return Err(self
+                .error(key, format!("{v} is implausibly large for a model dimension or count"))
+                .with_fix(format!("sizes and counts in a config are below {MAX_CONFIG_INTEGER}")));
+        }
+        Ok(v)
+    }
+
+    fn plain_integer(&self, key: &str, value: &Value, what: &str) -> Result<u64, InputError> {
         match value {
             Value::Number(n) => {
                 if let Some(v) = n.as_u64() {
@@ -185,7 +199,7 @@ impl HfConfig {
         if let Some(dim) = self.opt_positive(explicit)? {
             return Ok(dim);
         }
-        if hidden % heads != 0 {
+        if !hidden.is_multiple_of(heads) {
             return Err(self
                 .error(heads_key, format!("{heads} attention heads do not divide the hidden size {hidden}"))
                 .with_fix("the hidden size must be a multiple of the head count (or give `head_dim`)"));

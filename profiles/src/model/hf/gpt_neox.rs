@@ -28,7 +28,7 @@ pub(crate) fn build(
     let bias = config.bool_or(&["attention_bias"], true)?;
     let tie = config.bool_or(&["tie_word_embeddings"], false)?;
     let dtype = config.dtype()?;
-    let b = Builder::new(dtype);
+    let b = Builder::new(dtype, options.naming);
 
     let base = "gpt_neox";
     let list = "gpt_neox.layers";

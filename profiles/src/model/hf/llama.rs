@@ -1,13 +1,531 @@
-//! Importer for this family: being written.
+//! The Llama-style decoders: `LlamaForCausalLM` and the architectures transformers builds the same
+//! way — Mistral, Mixtral, Qwen2, Qwen2-MoE, Qwen3, Qwen3-MoE, Gemma, Gemma 2, Phi-3, OLMoE and
+//! gpt-oss — with the module and parameter names transformers gives them.
+//!
+//! Every one of them is `model.embed_tokens`, `model.layers.N.{self_attn, mlp, input_layernorm,
+//! post_attention_layernorm}`, `model.norm`, `model.rotary_emb` (one model-level rotary module in
+//! current transformers) and `lm_head`. What differs is described by a [`Family`]: projection
+//! biases (Qwen2 q/k/v, gpt-oss all four), per-head q/k norms (Qwen3) or whole-projection ones
+//! (OLMoE), fused `qkv_proj` / `gate_up_proj` (Phi-3), the four norms of a Gemma 2 layer,
+//! attention sinks (gpt-oss), sliding windows, tied embeddings by default (Gemma), and the
+//! mixture-of-experts block, whose 4.x and 5.x layouts live in [`moe`]. The FP8 block
+//! quantization of a `quantization_config` is applied by [`fp8`], for this family and DeepSeek.
+
+mod fp8;
+mod moe;
 
 use super::HfConfig;
 use crate::InputError;
-use crate::model::{ImportOptions, ModelDescription};
+use crate::model::{
+    ArchFacts, AttentionKind, Builder, ImportOptions, LayerFacts, ModelDescription, Module, MoeFacts,
+    NormKind, StackKind, Tensor,
+};
+use moe::MoeStyle;
+
+pub(super) use fp8::apply_quantization;
+
+/// Which of the q/k/v/o projections carry a bias, and which config key decides it.
+#[derive(Debug, Clone, Copy)]
+enum AttentionBias {
+    /// No projection has a bias (Mistral, Mixtral, Phi-3).
+    None,
+    /// `attention_bias` (with this default) applies to all four projections.
+    AllFromKey(bool),
+    /// q/k/v always have a bias, o never (Qwen2).
+    QkvAlways,
+    /// `qkv_bias` (default true) applies to q/k/v, o never has one (Qwen2-MoE).
+    QkvFromKey,
+}
+
+/// Normalization of queries and keys before the rotary embedding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum QkNorm {
+    None,
+    /// `q_norm` / `k_norm` of width `head_dim`, applied per head (Qwen3).
+    PerHead,
+    /// `q_norm` over the whole query projection (`hidden_size`) and `k_norm` over the whole key
+    /// projection (OLMoE).
+    WholeProjection,
+}
+
+/// Which layers use sliding-window attention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WindowRule {
+    /// Always full attention.
+    None,
+    /// `sliding_window`, when set, for every layer (Mistral, Mixtral, Phi-3).
+    EveryLayer,
+    /// `layer_types` when given, else `sliding_window` for layers from `max_window_layers` on
+    /// when `use_sliding_window` is true (Qwen2, Qwen3 and their MoE variants).
+    Qwen,
+    /// `layer_types` when given, else sliding on even layers and full on odd ones, with this
+    /// default window (Gemma 2, gpt-oss).
+    Alternating(u64),
+}
+
+/// How one architecture of the family differs from Llama.
+#[derive(Debug, Clone, Copy)]
+struct Family {
+    /// The class-name prefix (`Qwen2Moe` gives `Qwen2MoeDecoderLayer`, `Qwen2MoeRMSNorm`, …).
+    prefix: &'static str,
+    model_type: &'static str,
+    attention_bias: AttentionBias,
+    /// `mlp_bias` is read (Llama only).
+    mlp_bias_key: bool,
+    qk_norm: QkNorm,
+    /// Phi-3: `self_attn.qkv_proj` and `mlp.gate_up_proj`.
+    fused_projections: bool,
+    /// Gemma 2: `pre_feedforward_layernorm` and `post_feedforward_layernorm` as well.
+    sandwich_norms: bool,
+    /// gpt-oss: a learned `self_attn.sinks` logit per head.
+    attention_sinks: bool,
+    moe: Option<MoeStyle>,
+    window: WindowRule,
+    tie_default: bool,
+    max_positions_default: u64,
+    activation_default: &'static str,
+}
+
+const LLAMA: Family = Family {
+    prefix: "Llama",
+    model_type: "llama",
+    attention_bias: AttentionBias::AllFromKey(false),
+    mlp_bias_key: true,
+    qk_norm: QkNorm::None,
+    fused_projections: false,
+    sandwich_norms: false,
+    attention_sinks: false,
+    moe: None,
+    window: WindowRule::None,
+    tie_default: false,
+    max_positions_default: 2048,
+    activation_default: "silu",
+};
+
+fn family(arch: &str) -> Option<Family> {
+    Some(match arch {
+        "LlamaForCausalLM" => LLAMA,
+        "MistralForCausalLM" => Family {
+            prefix: "Mistral",
+            model_type: "mistral",
+            attention_bias: AttentionBias::None,
+            mlp_bias_key: false,
+            window: WindowRule::EveryLayer,
+            max_positions_default: 131072,
+            ..LLAMA
+        },
+        "MixtralForCausalLM" => Family {
+            prefix: "Mixtral",
+            model_type: "mixtral",
+            attention_bias: AttentionBias::None,
+            mlp_bias_key: false,
+            moe: Some(MoeStyle::Mixtral),
+            window: WindowRule::EveryLayer,
+            max_positions_default: 131072,
+            ..LLAMA
+        },
+        "Qwen2ForCausalLM" => Family {
+            prefix: "Qwen2",
+            model_type: "qwen2",
+            attention_bias: AttentionBias::QkvAlways,
+            mlp_bias_key: false,
+            window: WindowRule::Qwen,
+            max_positions_default: 32768,
+            ..LLAMA
+        },
+        "Qwen2MoeForCausalLM" => Family {
+            prefix: "Qwen2Moe",
+            model_type: "qwen2_moe",
+            attention_bias: AttentionBias::QkvFromKey,
+            mlp_bias_key: false,
+            moe: Some(MoeStyle::Qwen2Moe),
+            window: WindowRule::Qwen,
+            max_positions_default: 32768,
+            ..LLAMA
+        },
+        "Qwen3ForCausalLM" => Family {
+            prefix: "Qwen3",
+            model_type: "qwen3",
+            mlp_bias_key: false,
+            qk_norm: QkNorm::PerHead,
+            window: WindowRule::Qwen,
+            max_positions_default: 32768,
+            ..LLAMA
+        },
+        "Qwen3MoeForCausalLM" => Family {
+            prefix: "Qwen3Moe",
+            model_type: "qwen3_moe",
+            mlp_bias_key: false,
+            qk_norm: QkNorm::PerHead,
+            moe: Some(MoeStyle::Qwen3Moe),
+            window: WindowRule::Qwen,
+            max_positions_default: 32768,
+            ..LLAMA
+        },
+        "GemmaForCausalLM" => Family {
+            prefix: "Gemma",
+            model_type: "gemma",
+            mlp_bias_key: false,
+            tie_default: true,
+            max_positions_default: 8192,
+            activation_default: "gelu_pytorch_tanh",
+            ..LLAMA
+        },
+        "Gemma2ForCausalLM" => Family {
+            prefix: "Gemma2",
+            model_type: "gemma2",
+            mlp_bias_key: false,
+            sandwich_norms: true,
+            window: WindowRule::Alternating(4096),
+            tie_default: true,
+            max_positions_default: 8192,
+            activation_default: "gelu_pytorch_tanh",
+            ..LLAMA
+        },
+        "Phi3ForCausalLM" => Family {
+            prefix: "Phi3",
+            model_type: "phi3",
+            attention_bias: AttentionBias::None,
+            mlp_bias_key: false,
+            fused_projections: true,
+            window: WindowRule::EveryLayer,
+            max_positions_default: 4096,
+            ..LLAMA
+        },
+        "OlmoeForCausalLM" => Family {
+            prefix: "Olmoe",
+            model_type: "olmoe",
+            mlp_bias_key: false,
+            qk_norm: QkNorm::WholeProjection,
+            moe: Some(MoeStyle::Olmoe),
+            max_positions_default: 4096,
+            ..LLAMA
+        },
+        "GptOssForCausalLM" => Family {
+            prefix: "GptOss",
+            model_type: "gpt_oss",
+            attention_bias: AttentionBias::AllFromKey(true),
+            mlp_bias_key: false,
+            attention_sinks: true,
+            moe: Some(MoeStyle::GptOss),
+            window: WindowRule::Alternating(128),
+            max_positions_default: 131072,
+            ..LLAMA
+        },
+        _ => return None,
+    })
+}
+
+/// The attention sizes of one decoder.
+#[derive(Debug, Clone, Copy)]
+struct Dims {
+    hidden: u64,
+    heads: u64,
+    kv_heads: u64,
+    head_dim: u64,
+}
 
 pub(crate) fn build(
     config: &HfConfig,
     arch: &str,
-    _options: ImportOptions,
+    options: ImportOptions,
 ) -> Result<ModelDescription, InputError> {
-    Err(InputError::new(config.origin(), format!("`{arch}` is not built yet")))
+    let family = family(arch).ok_or_else(|| {
+        InputError::new(config.origin(), format!("`{arch}` is not a Llama-style decoder"))
+            .at_key("architectures")
+    })?;
+    let prefix = family.prefix;
+    let layers = config.positive(&["num_hidden_layers"])?;
+    let hidden = config.positive(&["hidden_size"])?;
+    let heads = config.positive(&["num_attention_heads"])?;
+    let head_dim = config.head_dim(&["head_dim"], hidden, heads, "num_attention_heads")?;
+    let kv_heads = config.positive_or(&["num_key_value_heads"], heads)?;
+    if !heads.is_multiple_of(kv_heads) {
+        return Err(InputError::new(
+            config.origin(),
+            format!("{kv_heads} key/value heads do not divide {heads} attention heads"),
+        )
+        .at_key("num_key_value_heads")
+        .with_fix("grouped-query attention needs the head count to be a multiple of the key/value heads"));
+    }
+    let vocab = config.positive(&["vocab_size"])?;
+    let max_positions = config.positive_or(&["max_position_embeddings"], family.max_positions_default)?;
+    let tie = config.bool_or(&["tie_word_embeddings"], family.tie_default)?;
+    let partial_rotary = config.float_opt(&["partial_rotary_factor"])?.unwrap_or(1.0);
+    let activation = config
+        .string_opt(&["hidden_activation", "hidden_act"])?
+        .unwrap_or_else(|| family.activation_default.to_string());
+    let (qkv_bias, o_bias) = match family.attention_bias {
+        AttentionBias::None => (false, false),
+        AttentionBias::AllFromKey(default) => {
+            let bias = config.bool_or(&["attention_bias"], default)?;
+            (bias, bias)
+        }
+        AttentionBias::QkvAlways => (true, false),
+        AttentionBias::QkvFromKey => (config.bool_or(&["qkv_bias"], true)?, false),
+    };
+    let mlp_bias = family.mlp_bias_key && config.bool_or(&["mlp_bias"], false)?;
+    let dtype = config.dtype()?;
+    let b = Builder::new(dtype, options.naming);
+    let dims = Dims { hidden, heads, kv_heads, head_dim };
+
+    let windows = attention_windows(config, family.window, layers)?;
+    let (moe_shape, sparse) = match family.moe {
+        Some(style) => {
+            let (shape, sparse) = moe::read_shape(config, style, layers)?;
+            (Some((style, shape)), sparse)
+        }
+        None => (None, vec![false; layers as usize]),
+    };
+    let all_sparse = !sparse.is_empty() && sparse.iter().all(|s| *s);
+    // Dense MLP width: the config's `intermediate_size`, except where it is the expert width
+    // (Mixtral, OLMoE, gpt-oss) and every layer is MoE.
+    let dense_intermediate = match moe_shape {
+        Some((style, _)) if style.intermediate_is_expert_size() && all_sparse => 0,
+        _ if all_sparse => config.uint_or(&["intermediate_size"], 0)?,
+        _ => config.positive(&["intermediate_size"])?,
+    };
+
+    let list = "model.layers";
+    let norm_class = format!("{prefix}RMSNorm");
+    let mut blocks = Vec::with_capacity(layers as usize);
+    for (i, is_sparse) in sparse.iter().enumerate() {
+        let path = format!("{list}.{i}");
+        let attention = attention(&b, &family, dims, &path, qkv_bias, o_bias);
+        let mlp = match (&moe_shape, is_sparse) {
+            (Some((style, shape)), true) => {
+                moe::sparse_block(&b, *style, options.naming, &path, hidden, shape)
+            }
+            _ if family.fused_projections => fused_mlp(&b, &path, prefix, hidden, dense_intermediate),
+            _ => gated_mlp(&b, &path, "mlp", &format!("{prefix}MLP"), hidden, dense_intermediate, mlp_bias),
+        };
+        let mut block = b
+            .block(list, &i.to_string(), &format!("{prefix}DecoderLayer"))
+            .with_child(attention)
+            .with_child(mlp)
+            .with_child(b.norm(&path, "input_layernorm", &norm_class, hidden, false))
+            .with_child(b.norm(&path, "post_attention_layernorm", &norm_class, hidden, false));
+        if family.sandwich_norms {
+            block = block
+                .with_child(b.norm(&path, "pre_feedforward_layernorm", &norm_class, hidden, false))
+                .with_child(b.norm(&path, "post_feedforward_layernorm", &norm_class, hidden, false));
+        }
+        blocks.push(block);
+    }
+    let rotary_dim = (head_dim as f64 * partial_rotary) as u64;
+    let root = causal_lm(&b, arch, prefix, hidden, vocab, blocks, rotary_dim);
+
+    let moe_facts = moe_shape.as_ref().filter(|_| sparse.iter().any(|s| *s)).map(|(_, shape)| MoeFacts {
+        experts: shape.experts,
+        top_k: shape.top_k,
+        expert_intermediate_size: shape.expert_intermediate,
+        shared_experts: u32::from(shape.shared_intermediate > 0),
+        shared_intermediate_size: shape.shared_intermediate,
+    });
+    let facts = ArchFacts {
+        model_type: family.model_type.into(),
+        hidden_size: hidden,
+        num_attention_heads: heads,
+        num_kv_heads: kv_heads,
+        head_dim,
+        intermediate_size: dense_intermediate,
+        vocab_size: vocab,
+        max_positions,
+        attention: AttentionKind::Standard,
+        norm: NormKind::RmsNorm,
+        gated_mlp: true,
+        activation,
+        moe: moe_facts,
+        tie_word_embeddings: tie,
+        layers: layer_facts(list, &sparse, &windows),
+        no_split_classes: vec![format!("{prefix}DecoderLayer")],
+    };
+    let description = ModelDescription {
+        name: config.origin().to_string(),
+        architecture: arch.to_string(),
+        naming: options.naming,
+        dtype,
+        facts,
+        root,
+        notes: Vec::new(),
+    };
+    finish(config, description)
+}
+
+/// The sliding window of each layer (`None`: full attention).
+fn attention_windows(
+    config: &HfConfig,
+    rule: WindowRule,
+    layers: u64,
+) -> Result<Vec<Option<u64>>, InputError> {
+    let count = layers as usize;
+    let window = config.opt_positive(&["sliding_window"])?;
+    let from_types = |default: u64| -> Result<Option<Vec<Option<u64>>>, InputError> {
+        let Some(types) = config.string_list(&["layer_types"])? else { return Ok(None) };
+        if types.len() != count {
+            return Err(InputError::new(
+                config.origin(),
+                format!("expected one entry per layer ({layers}), found {}", types.len()),
+            )
+            .at_key("layer_types")
+            .with_fix("give `layer_types` exactly `num_hidden_layers` entries"));
+        }
+        types
+            .iter()
+            .map(|t| match t.as_str() {
+                "sliding_attention" => Ok(Some(window.unwrap_or(default))),
+                "full_attention" => Ok(None),
+                other => Err(InputError::new(
+                    config.origin(),
+                    format!("expected \"sliding_attention\" or \"full_attention\", found \"{other}\""),
+                )
+                .at_key("layer_types")),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    };
+    Ok(match rule {
+        WindowRule::None => vec![None; count],
+        WindowRule::EveryLayer => vec![window; count],
+        WindowRule::Qwen => match from_types(4096)? {
+            Some(windows) => windows,
+            None => {
+                let enabled = config.bool_or(&["use_sliding_window"], false)?;
+                let first = config.uint_or(&["max_window_layers"], 0)? as usize;
+                (0..count).map(|i| window.filter(|_| enabled && i >= first)).collect()
+            }
+        },
+        WindowRule::Alternating(default) => match from_types(default)? {
+            Some(windows) => windows,
+            None => (0..count).map(|i| (i % 2 == 0).then_some(window.unwrap_or(default))).collect(),
+        },
+    })
+}
+
+/// `self_attn` of one layer.
+fn attention(b: &Builder, family: &Family, d: Dims, layer: &str, qkv_bias: bool, o_bias: bool) -> Module {
+    let attn = b.container(layer, "self_attn", &format!("{}Attention", family.prefix));
+    let p = attn.path.clone();
+    let q_out = d.heads * d.head_dim;
+    let kv_out = d.kv_heads * d.head_dim;
+    if family.fused_projections {
+        // Phi3Attention creates `o_proj` before `qkv_proj`.
+        return attn.with_child(b.linear(&p, "o_proj", q_out, d.hidden, o_bias)).with_child(b.linear(
+            &p,
+            "qkv_proj",
+            d.hidden,
+            q_out + 2 * kv_out,
+            qkv_bias,
+        ));
+    }
+    let mut attn = attn
+        .with_child(b.linear(&p, "q_proj", d.hidden, q_out, qkv_bias))
+        .with_child(b.linear(&p, "k_proj", d.hidden, kv_out, qkv_bias))
+        .with_child(b.linear(&p, "v_proj", d.hidden, kv_out, qkv_bias))
+        .with_child(b.linear(&p, "o_proj", q_out, d.hidden, o_bias));
+    let norm_class = format!("{}RMSNorm", family.prefix);
+    match family.qk_norm {
+        QkNorm::None => {}
+        QkNorm::PerHead => {
+            attn = attn.with_child(b.norm(&p, "q_norm", &norm_class, d.head_dim, false)).with_child(b.norm(
+                &p,
+                "k_norm",
+                &norm_class,
+                d.head_dim,
+                false,
+            ));
+        }
+        QkNorm::WholeProjection => {
+            // OlmoeAttention: q_norm over `hidden_size`, k_norm over `hidden / heads * kv_heads`.
+            attn = attn.with_child(b.norm(&p, "q_norm", &norm_class, d.hidden, false)).with_child(b.norm(
+                &p,
+                "k_norm",
+                &norm_class,
+                d.hidden / d.heads * d.kv_heads,
+                false,
+            ));
+        }
+    }
+    if family.attention_sinks {
+        attn = attn.with_tensor(Tensor::parameter("sinks", &[d.heads], b.dtype));
+    }
+    attn
+}
+
+/// A gated MLP (`gate_proj`, `up_proj`, `down_proj`) at `parent.name`.
+pub(super) fn gated_mlp(
+    b: &Builder,
+    parent: &str,
+    name: &str,
+    class: &str,
+    hidden: u64,
+    intermediate: u64,
+    bias: bool,
+) -> Module {
+    let mlp = b.container(parent, name, class);
+    let p = mlp.path.clone();
+    mlp.with_child(b.linear(&p, "gate_proj", hidden, intermediate, bias))
+        .with_child(b.linear(&p, "up_proj", hidden, intermediate, bias))
+        .with_child(b.linear(&p, "down_proj", intermediate, hidden, bias))
+}
+
+/// Phi-3's MLP: `gate_up_proj` (both halves in one weight) and `down_proj`.
+fn fused_mlp(b: &Builder, layer: &str, prefix: &str, hidden: u64, intermediate: u64) -> Module {
+    let mlp = b.container(layer, "mlp", &format!("{prefix}MLP"));
+    let p = mlp.path.clone();
+    mlp.with_child(b.linear(&p, "gate_up_proj", hidden, 2 * intermediate, false)).with_child(b.linear(
+        &p,
+        "down_proj",
+        intermediate,
+        hidden,
+        false,
+    ))
+}
+
+/// The `…ForCausalLM` root: `model.{embed_tokens, layers, norm, rotary_emb}` and `lm_head`.
+pub(super) fn causal_lm(
+    b: &Builder,
+    arch: &str,
+    prefix: &str,
+    hidden: u64,
+    vocab: u64,
+    blocks: Vec<Module>,
+    rotary_dim: u64,
+) -> Module {
+    let base = "model";
+    let model = b
+        .container("", base, &format!("{prefix}Model"))
+        .with_child(b.embedding(base, "embed_tokens", vocab, hidden))
+        .with_child(b.module_list(base, "layers", blocks))
+        .with_child(b.norm(base, "norm", &format!("{prefix}RMSNorm"), hidden, false))
+        .with_child(b.rotary(base, "rotary_emb", &format!("{prefix}RotaryEmbedding"), rotary_dim));
+    b.container("", "", arch).with_child(model).with_child(b.linear("", "lm_head", hidden, vocab, false))
+}
+
+/// One [`LayerFacts`] per decoder layer.
+pub(super) fn layer_facts(list: &str, sparse: &[bool], windows: &[Option<u64>]) -> Vec<LayerFacts> {
+    sparse
+        .iter()
+        .enumerate()
+        .map(|(i, moe)| LayerFacts {
+            path: format!("{list}.{i}"),
+            stack: StackKind::Decoder,
+            moe: *moe,
+            attention_window: windows.get(i).copied().flatten(),
+            cross_attention: false,
+        })
+        .collect()
+}
+
+/// Finishes an imported description: ties `lm_head` to the input embedding when the facts say
+/// so and applies the config's quantization.
+pub(super) fn finish(
+    config: &HfConfig,
+    mut description: ModelDescription,
+) -> Result<ModelDescription, InputError> {
+    if description.facts.tie_word_embeddings {
+        description.tie("lm_head.weight", "model.embed_tokens.weight")?;
+    }
+    apply_quantization(config, &mut description)?;
+    Ok(description)
 }

@@ -1,0 +1,147 @@
+//! The command line: parses arguments with clap, loads inputs through `vramplan-profiles`, and
+//! prints what `vramplan-reports` renders. No planning logic lives here.
+//!
+//! Exit codes (the contract in DESIGN.md): 0 success; 1 the question has a negative answer;
+//! 2 bad input (the message says what and where); 3 no usable device for `validate`.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::ffi::OsString;
+use std::io::Write;
+use vramplan_profiles::InputError;
+use vramplan_profiles::hardware;
+use vramplan_profiles::model::{self, ImportOptions, Naming};
+
+/// Exit code for bad input.
+pub const EXIT_BAD_INPUT: i32 = 2;
+
+#[derive(Parser, Debug)]
+#[command(name = "vramplan", version, about = "Plan GPU memory before you launch", long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// List the built-in hardware profiles, or show one as YAML that loads back.
+    Profiles {
+        #[command(subcommand)]
+        action: Option<ProfilesAction>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Describe a model: parameters, bytes, modules, layer kinds, largest unit, tied groups.
+    Inspect {
+        /// A built-in name (`mixtral-8x7b`), a config.json, a model folder, or a custom YAML.
+        model: String,
+        /// Report bytes as if floating-point parameters were cast to this dtype.
+        #[arg(long)]
+        dtype: Option<String>,
+        /// Module naming: transformers 5.x (default) or 4.x.
+        #[arg(long, value_enum, default_value_t = NamingArg::V5)]
+        naming: NamingArg,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ProfilesAction {
+    /// Print one profile (built-in name, short form such as `2xt4`, or a YAML file).
+    Show { name: String },
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+enum NamingArg {
+    V5,
+    V4,
+}
+
+/// Runs the command line `args` (program name first), writing to `out` and `err`; returns the
+/// process exit code.
+pub fn run<I, T>(args: I, out: &mut dyn Write, err: &mut dyn Write) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // `--help` and `--version` arrive here too, with exit code 0, for stdout.
+            let text = e.render().to_string();
+            if e.exit_code() == 0 {
+                let _ = write!(out, "{text}");
+                return 0;
+            }
+            let _ = write!(err, "{text}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let result = match cli.command {
+        Command::Profiles { action: None, json } => list_profiles(json, out),
+        Command::Profiles { action: Some(ProfilesAction::Show { name }), json } => {
+            show_profile(&name, json, out)
+        }
+        Command::Inspect { model, dtype, naming, json } => {
+            inspect(&model, dtype.as_deref(), naming, json, out)
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            let _ = writeln!(err, "error: {e}");
+            EXIT_BAD_INPUT
+        }
+    }
+}
+
+fn json_text<T: serde::Serialize>(value: &T) -> String {
+    // Serializing our own plain data types cannot fail; an empty object is never printed.
+    serde_json::to_string_pretty(value).unwrap_or_default()
+}
+
+fn list_profiles(json: bool, out: &mut dyn Write) -> Result<i32, InputError> {
+    let profiles =
+        hardware::builtin_names().into_iter().map(hardware::load).collect::<Result<Vec<_>, _>>()?;
+    let text = if json { json_text(&profiles) } else { vramplan_reports::profiles_table(&profiles) };
+    print(out, &text)
+}
+
+fn show_profile(name: &str, json: bool, out: &mut dyn Write) -> Result<i32, InputError> {
+    let profile = hardware::load(name)?;
+    let text = if json { json_text(&profile) } else { hardware::to_yaml(&profile) };
+    print(out, &text)
+}
+
+fn inspect(
+    spec: &str,
+    dtype: Option<&str>,
+    naming: NamingArg,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<i32, InputError> {
+    let naming = match naming {
+        NamingArg::V5 => Naming::V5,
+        NamingArg::V4 => Naming::V4,
+    };
+    let mut description = model::load(spec, ImportOptions { naming })?;
+    if let Some(name) = dtype {
+        let dtype = vramplan_profiles::DType::parse(name).ok_or_else(|| {
+            InputError::new("--dtype", format!("unknown dtype `{name}`"))
+                .with_fix(format!("use one of {}", vramplan_profiles::DType::SPELLINGS))
+        })?;
+        description = description.cast(dtype);
+    }
+    let summary = description.summary();
+    let text = if json { json_text(&summary) } else { vramplan_reports::inspect_table(&summary) };
+    print(out, &text)
+}
+
+fn print(out: &mut dyn Write, text: &str) -> Result<i32, InputError> {
+    // A closed pipe (`vramplan inspect x | head`) is not an input error: write failures are
+    // ignored and the command still succeeds.
+    let _ = if text.ends_with('\n') { write!(out, "{text}") } else { writeln!(out, "{text}") };
+    Ok(0)
+}

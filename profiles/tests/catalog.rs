@@ -1,0 +1,844 @@
+//! The built-in model catalog (`vramplan_profiles::model::catalog`).
+//!
+//! Every entry is a published HF `config.json` that parses, names a class vramplan supports and
+//! builds. Its parameter count is checked three independent ways: against the publisher's figure
+//! (exact where one is given, else to the precision published), against the closed form of its
+//! architecture computed here from the config's own numbers, and, for the reference models in
+//! `../shared/models`, against the checkpoint's `metadata.total_size`. The copies of the shared
+//! reference configs are byte-identical, and `docs/models.md` lists every entry with the count
+//! vramplan computes (regenerate it with `cargo test -p vramplan-profiles --test catalog --
+//! --ignored write_models_doc`).
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use vramplan_profiles::model::{self, ImportOptions, ModelDescription, catalog, hf};
+
+/// The models the catalog must hold (issues 2 and 3, and every model in
+/// `shared/measurements/measured.csv`).
+const REQUIRED: &[&str] = &[
+    "pythia-410m",
+    "pythia-1b",
+    "pythia-2.8b",
+    "xlnet-base-cased",
+    "bert-base-uncased",
+    "gpt2",
+    "llama-2-7b",
+    "llama-2-70b",
+    "llama-3-8b",
+    "llama-3-70b",
+    "mistral-7b",
+    "mixtral-8x7b",
+    "mixtral-8x22b",
+    "qwen2.5-7b",
+    "qwen3-30b-a3b",
+    "deepseek-v3",
+    "phi-3-mini",
+    "gemma-2-9b",
+    "olmoe-1b-7b",
+    "bert-large-uncased",
+    "bert-base-cased",
+    "llama-3.2-1b",
+    "llama-3.2-3b",
+    "llama-3.1-8b",
+    "llama-3.1-70b",
+    "llama-3.1-405b",
+    "llama-3.3-70b",
+    "llama-2-13b",
+    "codellama-7b",
+    "codellama-34b",
+    "tinyllama-1.1b",
+    "qwen2.5-0.5b",
+    "qwen2.5-1.5b",
+    "qwen2.5-3b",
+    "qwen2.5-14b",
+    "qwen2.5-32b",
+    "qwen2.5-72b",
+    "qwen3-8b",
+    "qwen3-235b-a22b",
+    "qwen1.5-moe-a2.7b",
+    "deepseek-v2-lite",
+    "gpt-oss-20b",
+    "gpt-oss-120b",
+    "phi-1.5",
+    "phi-2",
+    "gemma-2b",
+    "gemma-2-2b",
+    "gemma-2-27b",
+    "bloom-560m",
+    "bloom-7b1",
+    "t0-3b",
+    "t5-base",
+    "octocoder",
+    "starcoder",
+    "falcon-7b",
+    "opt-1.3b",
+    "opt-6.7b",
+];
+
+/// Built-ins copied unchanged from `shared/models/<folder>/config.json`.
+const SHARED_COPIES: &[(&str, &str)] = &[
+    ("llama-3-8b", "meta-llama__Meta-Llama-3-8B"),
+    ("mistral-7b", "mistralai__Mistral-7B-v0.1"),
+    ("mixtral-8x7b", "mistralai__Mixtral-8x7B-v0.1"),
+    ("gemma-2b", "google__gemma-2b"),
+    ("bert-base-uncased", "google-bert__bert-base-uncased"),
+    ("xlnet-base-cased", "xlnet__xlnet-base-cased"),
+    ("deepseek-v3", "deepseek-ai__DeepSeek-R1"),
+];
+
+/// Parameter counts published as exact integers. Each is also reproduced by the closed form in
+/// [`closed_form`], so a wrong figure here or a wrong config fails one of the two tests.
+const PUBLISHED_EXACT: &[(&str, u64, &str)] = &[
+    ("pythia-410m", 405_334_016, "Pythia model card, parameter table"),
+    ("pythia-1b", 1_011_781_632, "Pythia model card, parameter table"),
+    ("pythia-2.8b", 2_775_208_960, "Pythia model card, parameter table"),
+    ("gpt2", 124_439_808, "exact count of the published GPT-2 (small) checkpoint"),
+    ("llama-2-7b", 6_738_415_616, "exact count of the published checkpoint"),
+    ("llama-2-13b", 13_015_864_320, "exact count of the published checkpoint"),
+    ("llama-2-70b", 68_976_648_192, "exact count of the published checkpoint"),
+    ("llama-3-8b", 8_030_261_248, "checkpoint index total_size 16,060,522,496 B / 2 (bf16)"),
+    ("llama-3-70b", 70_553_706_496, "exact count of the published checkpoint"),
+    ("mistral-7b", 7_241_732_096, "checkpoint index total_size 14,483,464,192 B / 2 (bf16)"),
+    ("mixtral-8x7b", 46_702_792_704, "checkpoint index total_size 93,405,585,408 B / 2 (bf16)"),
+    ("qwen2.5-7b", 7_615_616_512, "exact count of the published checkpoint"),
+    ("phi-3-mini", 3_821_079_552, "exact count of the published checkpoint"),
+    ("gemma-2b", 2_506_172_416, "checkpoint index total_size 5,012,344,832 B / 2 (bf16)"),
+    ("gemma-2-9b", 9_241_705_984, "exact count of the published checkpoint"),
+    ("bloom-560m", 559_214_592, "BLOOM-560m model card"),
+    ("bloom-7b1", 7_069_016_064, "BLOOM-7b1 model card"),
+];
+
+/// A published count rounded by its publisher: the value and the half-width of the last digit
+/// given (30.5B → 30.5e9 ± 0.1e9, accepting the publisher's rounding or truncation).
+type Rounded = Option<(u64, u64)>;
+
+/// A published figure given to some precision: total and active parameters.
+struct PublishedRounded {
+    name: &'static str,
+    total: Rounded,
+    active: Rounded,
+    /// The publisher's active count leaves out the input embedding (`vocab × hidden`).
+    active_without_input_embedding: bool,
+    source: &'static str,
+}
+
+const B: u64 = 1_000_000_000;
+const M: u64 = 1_000_000;
+
+const fn rounded(
+    name: &'static str,
+    total: Rounded,
+    active: Rounded,
+    active_without_input_embedding: bool,
+    source: &'static str,
+) -> PublishedRounded {
+    PublishedRounded { name, total, active, active_without_input_embedding, source }
+}
+
+const PUBLISHED_ROUNDED: &[PublishedRounded] = &[
+    rounded("mixtral-8x7b", None, Some((12_900 * M, 100 * M)), false, "Mistral AI: 12.9B active"),
+    rounded(
+        "mixtral-8x22b",
+        Some((141 * B, B)),
+        Some((39 * B, B)),
+        false,
+        "Mistral AI: 141B total, 39B active",
+    ),
+    rounded(
+        "qwen3-30b-a3b",
+        Some((30_500 * M, 100 * M)),
+        Some((3_300 * M, 100 * M)),
+        false,
+        "Qwen3-30B-A3B model card: 30.5B total, 3.3B activated",
+    ),
+    rounded(
+        "qwen3-235b-a22b",
+        Some((235 * B, B)),
+        Some((22 * B, B)),
+        false,
+        "Qwen3-235B-A22B model card: 235B total, 22B activated",
+    ),
+    rounded(
+        "qwen1.5-moe-a2.7b",
+        Some((14_300 * M, 100 * M)),
+        Some((2_700 * M, 100 * M)),
+        false,
+        "Qwen1.5-MoE-A2.7B model card: 14.3B total, 2.7B activated",
+    ),
+    rounded(
+        "deepseek-v3",
+        Some((671 * B, B)),
+        Some((37 * B, B)),
+        false,
+        "DeepSeek-V3 README: 671B main model (the 14B MTP module is not built by transformers), 37B activated",
+    ),
+    rounded(
+        "deepseek-v2-lite",
+        Some((15_700 * M, 100 * M)),
+        Some((2_400 * M, 100 * M)),
+        true,
+        "DeepSeek-V2-Lite README: 15.7B total, 2.4B activated (the activated figure leaves out the input embedding)",
+    ),
+    rounded(
+        "olmoe-1b-7b",
+        Some((6_900 * M, 100 * M)),
+        Some((1_300 * M, 100 * M)),
+        false,
+        "OLMoE paper: 6.9B total, 1.3B active",
+    ),
+    rounded(
+        "gpt-oss-20b",
+        Some((20_900 * M, 100 * M)),
+        Some((3_600 * M, 100 * M)),
+        true,
+        "OpenAI gpt-oss model card: 20.9B total, 3.6B active (active leaves out the embedding)",
+    ),
+    rounded(
+        "gpt-oss-120b",
+        Some((116_800 * M, 100 * M)),
+        Some((5_100 * M, 100 * M)),
+        true,
+        "OpenAI gpt-oss model card: 116.8B total, 5.1B active (active leaves out the embedding)",
+    ),
+    rounded("llama-3.1-405b", Some((405_800 * M, 100 * M)), None, false, "Meta: 405.8B"),
+    rounded("llama-3.2-1b", Some((1_230 * M, 10 * M)), None, false, "Meta Llama 3.2 model card: 1.23B"),
+    rounded("llama-3.2-3b", Some((3_210 * M, 10 * M)), None, false, "Meta Llama 3.2 model card: 3.21B"),
+    rounded("t0-3b", Some((2_850 * M, 10 * M)), None, false, "shared/measurements: T0_3B 2.85B"),
+    rounded("octocoder", Some((15_500 * M, 100 * M)), None, false, "shared/measurements: octocoder 15.5B"),
+    rounded("starcoder", Some((15_500 * M, 100 * M)), None, false, "StarCoder paper: 15.5B"),
+    rounded("bert-large-uncased", Some((335 * M, M)), None, false, "shared/measurements: ~335M"),
+    rounded("bert-base-cased", Some((108 * M, M)), None, false, "accelerate model_size_estimator doc: 108M"),
+    rounded("bert-base-uncased", Some((110 * M, M)), None, false, "BERT paper: BERT-Base 110M"),
+    rounded("t5-base", Some((220 * M, 10 * M)), None, false, "T5 model card: 220 million"),
+    rounded("qwen2.5-0.5b", Some((490 * M, 10 * M)), None, false, "Qwen2.5-0.5B model card: 0.49B"),
+    rounded("qwen2.5-1.5b", Some((1_540 * M, 10 * M)), None, false, "Qwen2.5-1.5B model card: 1.54B"),
+    rounded("qwen2.5-3b", Some((3_090 * M, 10 * M)), None, false, "Qwen2.5-3B model card: 3.09B"),
+    rounded("qwen2.5-14b", Some((14_700 * M, 100 * M)), None, false, "Qwen2.5-14B model card: 14.7B"),
+    rounded("qwen2.5-72b", Some((72_700 * M, 100 * M)), None, false, "Qwen2.5-72B model card: 72.7B"),
+    rounded("qwen3-0.6b", Some((600 * M, 100 * M)), None, false, "Qwen3-0.6B model card: 0.6B"),
+    rounded("qwen3-1.7b", Some((1_700 * M, 100 * M)), None, false, "Qwen3-1.7B model card: 1.7B"),
+    rounded("qwen3-4b", Some((4_000 * M, 100 * M)), None, false, "Qwen3-4B model card: 4.0B"),
+    rounded("qwen3-8b", Some((8_200 * M, 100 * M)), None, false, "Qwen3-8B model card: 8.2B"),
+    rounded("qwen3-14b", Some((14_800 * M, 100 * M)), None, false, "Qwen3-14B model card: 14.8B"),
+    rounded("qwen3-32b", Some((32_800 * M, 100 * M)), None, false, "Qwen3-32B model card: 32.8B"),
+    rounded("gemma-2-27b", Some((27_200 * M, 100 * M)), None, false, "Gemma 2 report: 27.2B"),
+    rounded("phi-2", Some((2_700 * M, 100 * M)), None, false, "Phi-2 model card: 2.7B"),
+    rounded("tinyllama-1.1b", Some((1_100 * M, 100 * M)), None, false, "TinyLlama model card: 1.1B"),
+    rounded("codellama-7b", Some((6_700 * M, 100 * M)), None, false, "Code Llama paper: 7B (6.7B)"),
+    rounded("codellama-34b", Some((34 * B, B)), None, false, "Code Llama paper: 34B"),
+    rounded("opt-1.3b", Some((1_300 * M, 100 * M)), None, false, "OPT paper: 1.3B"),
+    rounded("opt-6.7b", Some((6_700 * M, 100 * M)), None, false, "OPT paper: 6.7B"),
+    rounded("falcon-7b", Some((7 * B, B)), None, false, "Falcon model card: 7B"),
+];
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+fn config(name: &str) -> Value {
+    let text = catalog::builtin_config(name).unwrap_or_else(|| panic!("`{name}` is not a built-in"));
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("built-in `{name}`: {e}"))
+}
+
+fn build(name: &str) -> ModelDescription {
+    model::load(name, ImportOptions::default())
+        .unwrap_or_else(|e| panic!("built-in `{name}` does not load: {e}"))
+}
+
+fn architecture(config: &Value) -> String {
+    config["architectures"][0].as_str().map(str::to_string).unwrap_or_default()
+}
+
+fn int(config: &Value, keys: &[&str]) -> Option<u64> {
+    keys.iter().find_map(|k| config.get(*k).and_then(Value::as_u64))
+}
+
+fn required(config: &Value, keys: &[&str]) -> u64 {
+    int(config, keys).unwrap_or_else(|| panic!("config has none of {keys:?}"))
+}
+
+fn flag(config: &Value, key: &str, default: bool) -> bool {
+    config.get(key).and_then(Value::as_bool).unwrap_or(default)
+}
+
+fn shared_models() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/models");
+    dir.is_dir().then_some(dir)
+}
+
+fn docs_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/models.md")
+}
+
+fn with_commas(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn billions(n: u64) -> String {
+    format!("{:.2}B", n as f64 / 1e9)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Closed forms, written here from the transformers module definitions, computed from the
+// config's own numbers. Each returns the acceptable (total, active) pairs; `active` is `None`
+// for dense models.
+
+type Counts = Vec<(u64, Option<u64>)>;
+
+/// Llama-style decoders with a gated MLP: Llama, Mistral, Mixtral, Qwen2/2-MoE/3/3-MoE, Gemma,
+/// Gemma 2, OLMoE, gpt-oss.
+fn gated_decoder(c: &Value, arch: &str) -> Counts {
+    let h = required(c, &["hidden_size"]);
+    let layers = required(c, &["num_hidden_layers"]);
+    let heads = required(c, &["num_attention_heads"]);
+    let kv_heads = int(c, &["num_key_value_heads"]).unwrap_or(heads);
+    let head_dim = int(c, &["head_dim"]).unwrap_or(h / heads);
+    let vocab = required(c, &["vocab_size"]);
+    let inter = required(c, &["intermediate_size"]);
+    let (q, kv) = (heads * head_dim, kv_heads * head_dim);
+
+    let mut attention = h * q + 2 * h * kv + q * h;
+    let qkv_bias =
+        matches!(arch, "Qwen2ForCausalLM" | "Qwen2MoeForCausalLM") || flag(c, "attention_bias", false);
+    if qkv_bias {
+        attention += q + 2 * kv;
+    }
+    match arch {
+        // o_proj bias and one attention sink per head
+        "GptOssForCausalLM" => attention += h + heads,
+        // q_norm and k_norm over one head
+        "Qwen3ForCausalLM" | "Qwen3MoeForCausalLM" => attention += 2 * head_dim,
+        // q_norm and k_norm over the whole projections
+        "OlmoeForCausalLM" => attention += q + kv,
+        _ => {}
+    }
+    let norms = if arch == "Gemma2ForCausalLM" { 4 * h } else { 2 * h };
+
+    // (router and always-on parameters, routed experts, experts per token, parameters of one)
+    let moe = match arch {
+        "MixtralForCausalLM" => {
+            let e = required(c, &["num_local_experts"]);
+            Some((h * e, e, required(c, &["num_experts_per_tok"]), 3 * h * inter))
+        }
+        "OlmoeForCausalLM" => {
+            let e = required(c, &["num_experts"]);
+            Some((h * e, e, required(c, &["num_experts_per_tok"]), 3 * h * inter))
+        }
+        "Qwen3MoeForCausalLM" => {
+            assert_eq!(int(c, &["decoder_sparse_step"]), Some(1), "closed form assumes every layer is MoE");
+            assert!(c["mlp_only_layers"].as_array().is_none_or(Vec::is_empty));
+            let e = required(c, &["num_experts"]);
+            let expert = 3 * h * required(c, &["moe_intermediate_size"]);
+            Some((h * e, e, required(c, &["num_experts_per_tok"]), expert))
+        }
+        "Qwen2MoeForCausalLM" => {
+            assert_eq!(int(c, &["decoder_sparse_step"]), Some(1), "closed form assumes every layer is MoE");
+            let e = required(c, &["num_experts"]);
+            let expert = 3 * h * required(c, &["moe_intermediate_size"]);
+            // router, shared expert and its one-output gate
+            let always = h * e + 3 * h * required(c, &["shared_expert_intermediate_size"]) + h;
+            Some((always, e, required(c, &["num_experts_per_tok"]), expert))
+        }
+        "GptOssForCausalLM" => {
+            let e = required(c, &["num_local_experts"]);
+            // gate_up_proj (h × 2i) and its bias, down_proj (i × h) and its bias
+            let expert = 2 * h * inter + 2 * inter + inter * h + h;
+            Some((h * e + e, e, required(c, &["experts_per_token", "num_experts_per_tok"]), expert))
+        }
+        _ => None,
+    };
+    let (mlp_total, mlp_active) = match moe {
+        Some((always, experts, top_k, expert)) => (always + experts * expert, always + top_k * expert),
+        None => (3 * h * inter, 3 * h * inter),
+    };
+    let tied = flag(c, "tie_word_embeddings", matches!(arch, "GemmaForCausalLM" | "Gemma2ForCausalLM"));
+    let embeddings = vocab * h + if tied { 0 } else { vocab * h };
+    let total = embeddings + layers * (attention + norms + mlp_total) + h;
+    let active = moe.map(|_| embeddings + layers * (attention + norms + mlp_active) + h);
+    vec![(total, active)]
+}
+
+/// DeepSeek-V2/V3: multi-head latent attention, the first layers dense, then routed and shared
+/// experts. transformers keeps V3's `e_score_correction_bias` as a buffer and the original code
+/// as a parameter; both counts are accepted.
+fn deepseek(c: &Value) -> Counts {
+    let h = required(c, &["hidden_size"]);
+    let layers = required(c, &["num_hidden_layers"]);
+    let heads = required(c, &["num_attention_heads"]);
+    let vocab = required(c, &["vocab_size"]);
+    let kv_rank = required(c, &["kv_lora_rank"]);
+    let (nope, rope, v) = (
+        required(c, &["qk_nope_head_dim"]),
+        required(c, &["qk_rope_head_dim"]),
+        required(c, &["v_head_dim"]),
+    );
+    let q_head = nope + rope;
+    let q = match int(c, &["q_lora_rank"]) {
+        Some(rank) => h * rank + rank + rank * heads * q_head,
+        None => h * heads * q_head,
+    };
+    let attention = q + h * (kv_rank + rope) + kv_rank + kv_rank * heads * (nope + v) + heads * v * h;
+    let dense_layers = required(c, &["first_k_dense_replace"]);
+    assert_eq!(int(c, &["moe_layer_freq"]), Some(1), "closed form assumes every later layer is MoE");
+    let moe_layers = layers - dense_layers;
+    let experts = required(c, &["n_routed_experts"]);
+    let top_k = required(c, &["num_experts_per_tok"]);
+    let expert = 3 * h * required(c, &["moe_intermediate_size"]);
+    let shared = required(c, &["n_shared_experts"]) * expert;
+    let dense = 3 * h * required(c, &["intermediate_size"]);
+    let outside = 2 * vocab * h + h + layers * (attention + 2 * h) + dense_layers * dense;
+    let total = outside + moe_layers * (h * experts + shared + experts * expert);
+    let active = outside + moe_layers * (h * experts + shared + top_k * expert);
+    let mut counts = vec![(total, Some(active))];
+    if c["topk_method"] == "noaux_tc" {
+        counts.push((total + moe_layers * experts, Some(active + moe_layers * experts)));
+    }
+    counts
+}
+
+fn gpt_neox(c: &Value) -> u64 {
+    let h = required(c, &["hidden_size"]);
+    let i = int(c, &["intermediate_size"]).unwrap_or(4 * h);
+    let layer = (3 * h * h + 3 * h) + (h * h + h) + (h * i + i) + (i * h + h) + 4 * h;
+    let vocab = required(c, &["vocab_size"]);
+    let head = if flag(c, "tie_word_embeddings", false) { 0 } else { vocab * h };
+    vocab * h + head + required(c, &["num_hidden_layers"]) * layer + 2 * h
+}
+
+/// GPT-2 and GPTBigCode (multi-query: one key and one value head).
+fn gpt2(c: &Value) -> u64 {
+    let h = required(c, &["n_embd"]);
+    let i = int(c, &["n_inner"]).unwrap_or(4 * h);
+    let kv = if flag(c, "multi_query", false) { h / required(c, &["n_head"]) } else { h };
+    let layer = 4 * h + (h * (h + 2 * kv) + h + 2 * kv) + (h * h + h) + (h * i + i) + (i * h + h);
+    let embeddings = (required(c, &["vocab_size"]) + required(c, &["n_positions"])) * h;
+    embeddings + required(c, &["n_layer"]) * layer + 2 * h
+}
+
+/// `BertForMaskedLM`: embeddings, encoder, prediction head (transform + decoder bias; the
+/// decoder weight is tied to the word embeddings); no pooler.
+fn bert(c: &Value) -> u64 {
+    let h = required(c, &["hidden_size"]);
+    let i = required(c, &["intermediate_size"]);
+    let vocab = required(c, &["vocab_size"]);
+    let embeddings =
+        (vocab + required(c, &["max_position_embeddings"]) + required(c, &["type_vocab_size"])) * h + 2 * h;
+    let layer = 4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h;
+    let head = h * h + h + 2 * h + vocab;
+    embeddings + required(c, &["num_hidden_layers"]) * layer + head
+}
+
+fn xlnet(c: &Value) -> u64 {
+    let d = required(c, &["d_model"]);
+    let inner = required(c, &["n_head"]) * required(c, &["d_head"]);
+    let i = required(c, &["d_inner"]);
+    let vocab = required(c, &["vocab_size"]);
+    // q, k, v, o, r; r_r/r_s/r_w biases; two segment embeddings; layer norm; feed-forward
+    let layer = 5 * d * inner + 3 * inner + 2 * inner + 2 * d + (d * i + i) + (i * d + d) + 2 * d;
+    // word embedding, mask embedding, layers, lm_loss bias (its weight is tied)
+    vocab * d + d + required(c, &["n_layer"]) * layer + vocab
+}
+
+fn t5(c: &Value) -> u64 {
+    let d = required(c, &["d_model"]);
+    let f = required(c, &["d_ff"]);
+    let inner = required(c, &["num_heads"]) * required(c, &["d_kv"]);
+    let relative = required(c, &["num_heads"]) * required(c, &["relative_attention_num_buckets"]);
+    let encoder_layers = required(c, &["num_layers"]);
+    let decoder_layers = int(c, &["num_decoder_layers"]).unwrap_or(encoder_layers);
+    let gated = c["feed_forward_proj"].as_str().is_some_and(|p| p.starts_with("gated"));
+    let feed_forward = if gated { 2 * d * f } else { d * f } + f * d;
+    let attention = 4 * d * inner;
+    let encoder = encoder_layers * (attention + feed_forward + 2 * d) + relative + d;
+    let decoder = decoder_layers * (2 * attention + feed_forward + 3 * d) + relative + d;
+    let vocab = required(c, &["vocab_size"]);
+    let head = if flag(c, "tie_word_embeddings", true) { 0 } else { vocab * d };
+    vocab * d + encoder + decoder + head
+}
+
+/// `PhiForCausalLM` (Phi-1.5, Phi-2): biased projections, one LayerNorm per parallel block,
+/// biased untied head.
+fn phi(c: &Value) -> u64 {
+    let h = required(c, &["hidden_size"]);
+    let i = required(c, &["intermediate_size"]);
+    let vocab = required(c, &["vocab_size"]);
+    let layer = 4 * (h * h + h) + (h * i + i) + (i * h + h) + 2 * h;
+    2 * vocab * h + vocab + required(c, &["num_hidden_layers"]) * layer + 2 * h
+}
+
+/// `Phi3ForCausalLM`: fused qkv and gate_up projections without bias.
+fn phi3(c: &Value) -> u64 {
+    let h = required(c, &["hidden_size"]);
+    let i = required(c, &["intermediate_size"]);
+    let heads = required(c, &["num_attention_heads"]);
+    let kv = int(c, &["num_key_value_heads"]).unwrap_or(heads) * (h / heads);
+    let layer = h * (h + 2 * kv) + h * h + h * 2 * i + i * h + 2 * h;
+    let vocab = required(c, &["vocab_size"]);
+    let head = if flag(c, "tie_word_embeddings", false) { 0 } else { vocab * h };
+    vocab * h + head + required(c, &["num_hidden_layers"]) * layer + h
+}
+
+fn bloom(c: &Value) -> u64 {
+    let h = required(c, &["hidden_size", "n_embed"]);
+    let layer = (3 * h * h + 3 * h) + (h * h + h) + (4 * h * h + 4 * h) + (4 * h * h + h) + 4 * h;
+    required(c, &["vocab_size"]) * h + 2 * h + required(c, &["n_layer", "num_hidden_layers"]) * layer + 2 * h
+}
+
+/// Falcon-7B layout: parallel attention, one LayerNorm per block, multi-query, no biases.
+fn falcon(c: &Value) -> u64 {
+    assert!(!flag(c, "new_decoder_architecture", false), "closed form is for the Falcon-7B layout");
+    let h = required(c, &["hidden_size"]);
+    let head_dim = h / required(c, &["num_attention_heads"]);
+    let kv = if flag(c, "multi_query", true) { head_dim } else { h };
+    let layer = h * (h + 2 * kv) + h * h + 2 * h * 4 * h + 2 * h;
+    required(c, &["vocab_size"]) * h + required(c, &["num_hidden_layers"]) * layer + 2 * h
+}
+
+fn opt(c: &Value) -> u64 {
+    let h = required(c, &["hidden_size"]);
+    assert_eq!(int(c, &["word_embed_proj_dim"]), Some(h), "closed form assumes no projection");
+    let f = required(c, &["ffn_dim"]);
+    let layer = 4 * (h * h + h) + 2 * h + (h * f + f) + (f * h + h) + 2 * h;
+    // learned positions carry an offset of 2
+    let positions = (required(c, &["max_position_embeddings"]) + 2) * h;
+    required(c, &["vocab_size"]) * h + positions + required(c, &["num_hidden_layers"]) * layer + 2 * h
+}
+
+fn closed_form(name: &str) -> Counts {
+    let c = config(name);
+    let arch = architecture(&c);
+    match arch.as_str() {
+        "DeepseekV2ForCausalLM" | "DeepseekV3ForCausalLM" => deepseek(&c),
+        "GPTNeoXForCausalLM" => vec![(gpt_neox(&c), None)],
+        "GPT2LMHeadModel" | "GPTBigCodeForCausalLM" => vec![(gpt2(&c), None)],
+        "BertForMaskedLM" => vec![(bert(&c), None)],
+        "XLNetLMHeadModel" => vec![(xlnet(&c), None)],
+        "T5ForConditionalGeneration" => vec![(t5(&c), None)],
+        "PhiForCausalLM" => vec![(phi(&c), None)],
+        "Phi3ForCausalLM" => vec![(phi3(&c), None)],
+        "BloomForCausalLM" => vec![(bloom(&c), None)],
+        "FalconForCausalLM" => vec![(falcon(&c), None)],
+        "OPTForCausalLM" => vec![(opt(&c), None)],
+        other => gated_decoder(&c, other),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests that need no importer
+
+#[test]
+fn catalog_holds_every_required_model_under_a_clean_unique_name() {
+    let names = catalog::builtin_names();
+    let missing: Vec<&str> = REQUIRED.iter().copied().filter(|n| !names.contains(n)).collect();
+    assert!(missing.is_empty(), "missing built-ins: {missing:?}");
+    for (i, name) in names.iter().enumerate() {
+        assert!(
+            name.chars().all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '-' || ch == '.'),
+            "`{name}`: names are lowercase with dashes"
+        );
+        assert!(!names[..i].contains(name), "`{name}` is listed twice");
+    }
+    let entries = catalog::builtin_entries();
+    assert_eq!(entries.iter().map(|(n, _)| *n).collect::<Vec<_>>(), names);
+    for (name, repo) in entries {
+        let parts: Vec<&str> = repo.split('/').collect();
+        assert!(parts.len() == 2 && parts.iter().all(|p| !p.is_empty()), "`{name}`: repo `{repo}`");
+    }
+}
+
+#[test]
+fn every_config_is_a_json_object_naming_a_supported_class() {
+    for name in catalog::builtin_names() {
+        let c = config(name);
+        assert!(c.is_object(), "`{name}`: not a JSON object");
+        let arch = architecture(&c);
+        assert!(hf::SUPPORTED.contains(&arch.as_str()), "`{name}`: `{arch}` is not a supported class");
+        assert!(c["model_type"].is_string(), "`{name}`: no model_type");
+    }
+}
+
+#[test]
+fn every_config_states_the_shapes_its_closed_form_needs() {
+    // Builds the closed form of every entry; a missing or misspelt key panics with its name.
+    for name in catalog::builtin_names() {
+        let counts = closed_form(name);
+        assert!(counts.iter().all(|(total, _)| *total > 0), "`{name}`: zero parameters");
+    }
+}
+
+#[test]
+fn published_figures_match_the_closed_forms() {
+    // Ties the configs to the publishers' numbers without any importer.
+    for (name, published, source) in PUBLISHED_EXACT {
+        let counts = closed_form(name);
+        assert!(
+            counts.iter().any(|(total, _)| total == published),
+            "`{name}`: closed form {counts:?} ≠ published {published} ({source})"
+        );
+    }
+    for p in PUBLISHED_ROUNDED {
+        let c = config(p.name);
+        let embedding = required(&c, &["vocab_size"]) * required(&c, &["hidden_size", "n_embd", "d_model"]);
+        let counts = closed_form(p.name);
+        let fits = counts.iter().any(|(total, active)| {
+            let total_ok = p.total.is_none_or(|(v, tol)| total.abs_diff(v) <= tol);
+            let active_ok = p.active.is_none_or(|(v, tol)| {
+                let mut a = active.unwrap_or(*total);
+                if p.active_without_input_embedding {
+                    a -= embedding;
+                }
+                a.abs_diff(v) <= tol
+            });
+            total_ok && active_ok
+        });
+        assert!(fits, "`{}`: closed form {counts:?} does not match {}", p.name, p.source);
+    }
+}
+
+#[test]
+fn copies_of_the_shared_reference_configs_are_byte_identical() {
+    let Some(dir) = shared_models() else {
+        eprintln!("shared/models is not next to this checkout; nothing to compare");
+        return;
+    };
+    for (name, folder) in SHARED_COPIES {
+        let path = dir.join(folder).join("config.json");
+        let reference = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(catalog::builtin_config(name), Some(reference.as_str()), "`{name}` differs from {folder}");
+    }
+    assert_eq!(catalog::builtin_config_source("deepseek-v3"), Some("deepseek-ai/DeepSeek-R1"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests through the importers
+
+#[test]
+fn every_builtin_loads() {
+    let failures: Vec<String> = catalog::builtin_names()
+        .into_iter()
+        .filter_map(|name| model::load(name, ImportOptions::default()).err().map(|e| format!("{name}: {e}")))
+        .collect();
+    assert!(failures.is_empty(), "{} built-ins do not load:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn published_exact_parameter_counts() {
+    let mut wrong = Vec::new();
+    for (name, published, source) in PUBLISHED_EXACT {
+        let params = build(name).params();
+        if params != *published {
+            wrong.push(format!("{name}: {params} ≠ {published} ({source})"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn published_rounded_parameter_counts() {
+    let mut wrong = Vec::new();
+    for p in PUBLISHED_ROUNDED {
+        let model = build(p.name);
+        let total = model.params();
+        if let Some((v, tol)) = p.total
+            && total.abs_diff(v) > tol
+        {
+            wrong.push(format!("{}: total {} vs {} ({})", p.name, billions(total), billions(v), p.source));
+        }
+        if let Some((v, tol)) = p.active {
+            let moe = model.summary().moe;
+            let Some(moe) = moe else {
+                wrong.push(format!("{}: no MoE summary", p.name));
+                continue;
+            };
+            let embedding = model.facts.vocab_size * model.facts.hidden_size;
+            let active = if p.active_without_input_embedding {
+                moe.active_params - embedding
+            } else {
+                moe.active_params
+            };
+            if active.abs_diff(v) > tol {
+                wrong.push(format!(
+                    "{}: active {} vs {} ({})",
+                    p.name,
+                    billions(active),
+                    billions(v),
+                    p.source
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn every_builtin_matches_its_closed_form() {
+    let mut wrong = Vec::new();
+    for name in catalog::builtin_names() {
+        let model = match model::load(name, ImportOptions::default()) {
+            Ok(model) => model,
+            Err(e) => {
+                wrong.push(format!("{name}: does not load: {e}"));
+                continue;
+            }
+        };
+        let actual = (model.params(), model.summary().moe.map(|m| m.active_params));
+        let expected = closed_form(name);
+        if !expected.contains(&actual) {
+            wrong.push(format!("{name}: vramplan {actual:?}, closed form {expected:?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn reference_checkpoint_sizes_match_parameter_counts() {
+    let Some(dir) = shared_models() else {
+        eprintln!("shared/models is not next to this checkout; nothing to compare");
+        return;
+    };
+    let mut checked = 0;
+    for (name, folder) in SHARED_COPIES {
+        let index = dir.join(folder).join("model.safetensors.index.json");
+        let Ok(text) = std::fs::read_to_string(&index) else { continue };
+        let index: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", folder));
+        let total_size = index["metadata"]["total_size"].as_u64().expect("metadata.total_size");
+        assert_eq!(config(name)["torch_dtype"], "bfloat16", "`{name}`: checkpoint assumed bf16");
+        assert_eq!(build(name).params() * 2, total_size, "`{name}`: 2 bytes per parameter");
+        checked += 1;
+    }
+    assert!(checked >= 4, "expected the four reference checkpoint indexes, found {checked}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// docs/models.md
+
+/// Provenance and caveats printed under the table in `docs/models.md` (not checked).
+const NOTES: &[(&str, &str)] = &[
+    (
+        "deepseek-v3",
+        "the embedded file is DeepSeek-R1's `config.json` (copied unchanged from `shared/models`): the same \
+         `DeepseekV3ForCausalLM` shapes, R1's `transformers_version`, the fp8 `quantization_config`. The \
+         multi-token-prediction layer (`num_nextn_predict_layers`, 14B) is not built, as in transformers.",
+    ),
+    (
+        "qwen2.5-1.5b",
+        "the file is the Instruct repository's; the base repository's differs in metadata (`eos_token_id`, \
+         context and window lengths), not in parameter shapes.",
+    ),
+    (
+        "qwen2.5-72b",
+        "the file is the Instruct repository's; the base repository's differs in metadata (`eos_token_id`, \
+         context and window lengths), not in parameter shapes.",
+    ),
+    (
+        "qwen1.5-moe-a2.7b",
+        "the file is the Chat repository's, with the MoE keys after the others as published.",
+    ),
+    (
+        "qwen2.5-32b",
+        "the model card says 32.5B; the config's shapes give 32.76B, which the closed form in the test \
+         reproduces.",
+    ),
+    (
+        "phi-1.5",
+        "the model card says 1.3B; the config's shapes give 1.42B, which the closed form reproduces.",
+    ),
+    (
+        "gpt-oss-20b",
+        "the config has no `torch_dtype`: the routed experts are stored MXFP4 (`quantization_config`), \
+         everything else bf16.",
+    ),
+    (
+        "gpt-oss-120b",
+        "the config has no `torch_dtype`: the routed experts are stored MXFP4 (`quantization_config`), \
+         everything else bf16.",
+    ),
+    (
+        "bloom-560m",
+        "published with the legacy keys `n_embed` and `num_attention_heads`, and without `torch_dtype`.",
+    ),
+    (
+        "bloom-7b1",
+        "published with the legacy keys `n_embed` and `num_attention_heads`, and without `torch_dtype`.",
+    ),
+    ("octocoder", "a StarCoder fine-tune with StarCoder's shapes."),
+    ("llama-3.3-70b", "Meta published only the Instruct model."),
+];
+
+fn published_text(name: &str) -> String {
+    if let Some((_, v, source)) = PUBLISHED_EXACT.iter().find(|(n, ..)| *n == name) {
+        return format!("{} ({source})", with_commas(*v));
+    }
+    if let Some(p) = PUBLISHED_ROUNDED.iter().find(|p| p.name == name) {
+        return p.source.to_string();
+    }
+    "—".to_string()
+}
+
+fn models_doc() -> String {
+    let mut out = String::from(
+        "# Built-in models\n\n\
+         `vramplan` embeds the published `config.json` of these models; give the short name wherever a \
+         MODEL is expected (`vramplan inspect mixtral-8x7b`). Parameters are what vramplan builds \
+         from the config (`vramplan inspect NAME`): every parameter tensor of the transformers \
+         model, tied groups once, buffers excluded. For mixtures of experts the second figure is \
+         the parameters one token passes through (all but the routed experts, plus `top_k` of \
+         them per MoE layer), embeddings included; some publishers leave the input embedding out \
+         of their active figure, as noted.\n\n\
+         Where the embedded file comes from a sibling repository with the same architecture and \
+         shapes, the repository column says so. The table is generated by `cargo test -p \
+         vramplan-profiles --test catalog -- --ignored write_models_doc` and checked by the \
+         `models_doc_lists_every_builtin` test.\n\n\
+         | name | HF repo | architecture | params (vramplan) | published |\n\
+         |---|---|---|---|---|\n",
+    );
+    for (name, repo) in catalog::builtin_entries() {
+        let arch = architecture(&config(name));
+        let repo_cell = match catalog::builtin_config_source(name) {
+            Some(from) => format!("[{repo}](https://huggingface.co/{repo}) (config.json of `{from}`)"),
+            None => format!("[{repo}](https://huggingface.co/{repo})"),
+        };
+        let params = match model::load(name, ImportOptions::default()) {
+            Ok(model) => match model.summary().moe {
+                Some(moe) => {
+                    format!("{} ({} active)", with_commas(model.params()), with_commas(moe.active_params))
+                }
+                None => with_commas(model.params()),
+            },
+            Err(_) => "importer not built yet".to_string(),
+        };
+        out.push_str(&format!(
+            "| `{name}` | {repo_cell} | `{arch}` | {params} | {} |\n",
+            published_text(name)
+        ));
+    }
+    out.push_str("\nNotes:\n\n");
+    for (name, note) in NOTES {
+        out.push_str(&format!("- `{name}`: {note}\n"));
+    }
+    out
+}
+
+#[test]
+#[ignore = "writes docs/models.md; run with --ignored to regenerate it"]
+fn write_models_doc() {
+    let path = docs_path();
+    let dir = path.parent().expect("docs folder");
+    std::fs::create_dir_all(dir).expect("create docs/");
+    let temp = dir.join(".models.md.tmp");
+    std::fs::write(&temp, models_doc()).expect("write docs/models.md");
+    std::fs::rename(&temp, &path).expect("rename docs/models.md");
+}
+
+#[test]
+fn models_doc_lists_every_builtin() {
+    let doc = std::fs::read_to_string(docs_path()).expect("docs/models.md");
+    assert_eq!(doc, models_doc(), "docs/models.md is stale: regenerate it (see its header)");
+}
