@@ -87,27 +87,38 @@ pub fn profiles_table(profiles: &[HardwareProfile]) -> String {
         .right_align(&[1, 3, 4, 5]);
     for p in profiles {
         let total: u64 = p.devices.iter().map(|d| d.memory_bytes).sum();
-        // Kinds of device in profile order: (name, memory, usable, count).
-        let mut kinds: Vec<(&str, u64, u64, usize)> = Vec::new();
+        let mut kinds: Vec<DeviceKind> = Vec::new();
         for d in &p.devices {
-            match kinds.iter_mut().find(|k| k.0 == d.name && k.1 == d.memory_bytes) {
-                Some(kind) => kind.3 += 1,
-                None => kinds.push((&d.name, d.memory_bytes, d.usable_bytes(), 1)),
+            match kinds.iter_mut().find(|k| k.name == d.name && k.memory == d.memory_bytes) {
+                Some(kind) => kind.count += 1,
+                None => kinds.push(DeviceKind {
+                    name: &d.name,
+                    memory: d.memory_bytes,
+                    usable: d.usable_bytes(),
+                    count: 1,
+                }),
             }
         }
-        let join = |f: &dyn Fn(&(&str, u64, u64, usize)) -> String, sep: &str| {
-            kinds.iter().map(f).collect::<Vec<_>>().join(sep)
-        };
+        let join =
+            |f: fn(&DeviceKind) -> String, sep: &str| kinds.iter().map(f).collect::<Vec<_>>().join(sep);
         table.row(&[
             &p.name,
             &p.devices.len().to_string(),
-            &join(&|k| format!("{}× {}", k.3, k.0), " + "),
-            &join(&|k| format_bytes(k.1), " + "),
-            &join(&|k| format_bytes(k.2), " + "),
+            &join(|k| format!("{}× {}", k.count, k.name), " + "),
+            &join(|k| format_bytes(k.memory), " + "),
+            &join(|k| format_bytes(k.usable), " + "),
             &format_bytes(total),
         ]);
     }
     table.render()
+}
+
+/// Devices of one kind in a profile, in profile order.
+struct DeviceKind<'a> {
+    name: &'a str,
+    memory: u64,
+    usable: u64,
+    count: usize,
 }
 
 /// `46702792704` → `46.70B`.
