@@ -1,3 +1,14 @@
-//! The memory simulator (to come): the workload spec, the PyTorch-on-CUDA memory model per
-//! placement unit and component, placements, and the per-device step timeline with its peak.
-//! It reads models and hardware from `vramplan-profiles` and knows nothing about solving.
+//! The memory simulator: the workload spec, the PyTorch-on-CUDA memory model per placement unit
+//! and component, placements, and the per-device step timeline with its peak. It reads models
+//! and hardware from `vramplan-profiles` and knows nothing about solving.
+
+mod allocator;
+pub mod estimate;
+mod model;
+pub mod placement;
+mod timeline;
+pub mod workload;
+
+pub use estimate::{Estimate, estimate};
+pub use placement::{Placement, Target};
+pub use workload::Workload;

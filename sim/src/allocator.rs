@@ -1,0 +1,187 @@
+//! A model of PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp), so that the
+//! reserve (`max_memory_reserved`) follows from the sequence of allocations rather than a factor:
+//! - sizes round up to 512 bytes;
+//! - requests up to 1 MiB come from the small pool, carved from 2 MiB segments;
+//! - larger requests come from the large pool: a new segment is 20 MiB for requests under
+//!   10 MiB, else the request rounded up to 2 MiB;
+//! - a request takes the best-fitting free block of its pool (smallest that fits) and splits
+//!   off the rest when at least 512 bytes (small pool) or more than 1 MiB (large pool) remain;
+//! - a freed block merges with free neighbours in its segment; segments are never returned
+//!   (no `empty_cache`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+const ROUND: u64 = 512;
+const SMALL_REQUEST: u64 = 1 << 20;
+const SMALL_SEGMENT: u64 = 2 << 20;
+const LARGE_SEGMENT: u64 = 20 << 20;
+const MIN_LARGE_ALLOC: u64 = 10 << 20;
+const ROUND_LARGE: u64 = 2 << 20;
+
+/// A block of a segment: its segment, offset and size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Block {
+    size: u64,
+    segment: usize,
+    offset: u64,
+}
+
+/// One segment obtained with `cudaMalloc`: its pool, and its blocks by offset (size, free).
+#[derive(Debug)]
+struct Segment {
+    small: bool,
+    blocks: BTreeMap<u64, (u64, bool)>,
+}
+
+/// The allocator's state: segments, free blocks per pool, live allocations.
+#[derive(Debug, Default)]
+pub(crate) struct CachingAllocator {
+    segments: Vec<Segment>,
+    /// Free blocks per pool, ordered by size for best fit.
+    free: [BTreeSet<Block>; 2],
+    /// Live allocations by id: (segment, offset).
+    live: BTreeMap<u64, (usize, u64)>,
+    pub allocated: u64,
+    pub reserved: u64,
+}
+
+fn round(bytes: u64) -> u64 {
+    bytes.max(1).div_ceil(ROUND) * ROUND
+}
+
+impl CachingAllocator {
+    /// Allocates `bytes` under `id`; returns the bytes charged to `allocated` (rounded).
+    pub(crate) fn alloc(&mut self, id: u64, bytes: u64) -> u64 {
+        let size = round(bytes);
+        let small = size <= SMALL_REQUEST;
+        let pool = usize::from(small);
+        let probe = Block { size, segment: 0, offset: 0 };
+        let block = match self.free[pool].range(probe..).next().copied() {
+            Some(block) => block,
+            None => {
+                let segment_size = if small {
+                    SMALL_SEGMENT
+                } else if size < MIN_LARGE_ALLOC {
+                    LARGE_SEGMENT
+                } else {
+                    size.div_ceil(ROUND_LARGE) * ROUND_LARGE
+                };
+                let segment = self.segments.len();
+                let mut blocks = BTreeMap::new();
+                blocks.insert(0, (segment_size, true));
+                self.segments.push(Segment { small, blocks });
+                self.reserved += segment_size;
+                let block = Block { size: segment_size, segment, offset: 0 };
+                self.free[pool].insert(block);
+                block
+            }
+        };
+        self.free[pool].remove(&block);
+        let remaining = block.size - size;
+        let split = if small { remaining >= ROUND } else { remaining > SMALL_REQUEST };
+        let blocks = &mut self.segments[block.segment].blocks;
+        if split {
+            blocks.insert(block.offset, (size, false));
+            blocks.insert(block.offset + size, (remaining, true));
+            self.free[pool].insert(Block {
+                size: remaining,
+                segment: block.segment,
+                offset: block.offset + size,
+            });
+        } else {
+            blocks.insert(block.offset, (block.size, false));
+        }
+        let charged = if split { size } else { block.size };
+        self.live.insert(id, (block.segment, block.offset));
+        self.allocated += charged;
+        charged
+    }
+
+    /// Frees allocation `id`, merging with free neighbours; returns the bytes released from
+    /// `allocated` (0 if unknown).
+    pub(crate) fn free(&mut self, id: u64) -> u64 {
+        let Some((segment, offset)) = self.live.remove(&id) else { return 0 };
+        let Segment { small, blocks, .. } = &mut self.segments[segment];
+        let pool = usize::from(*small);
+        let Some(&(size, _)) = blocks.get(&offset) else { return 0 };
+        self.allocated -= size;
+        let (mut start, mut length) = (offset, size);
+        if let Some((&next_offset, &(next_size, true))) = blocks.range(offset + size..).next()
+            && next_offset == offset + size
+        {
+            blocks.remove(&next_offset);
+            self.free[pool].remove(&Block { size: next_size, segment, offset: next_offset });
+            length += next_size;
+        }
+        if let Some((&prev_offset, &(prev_size, true))) = blocks.range(..offset).next_back()
+            && prev_offset + prev_size == offset
+        {
+            blocks.remove(&offset);
+            self.free[pool].remove(&Block { size: prev_size, segment, offset: prev_offset });
+            start = prev_offset;
+            length += prev_size;
+        }
+        blocks.insert(start, (length, true));
+        self.free[pool].insert(Block { size: length, segment, offset: start });
+        size
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn small_requests_share_two_mib_segments() {
+        let mut a = CachingAllocator::default();
+        a.alloc(1, 1000);
+        a.alloc(2, 1000);
+        assert_eq!(a.allocated, 2 * 1024);
+        assert_eq!(a.reserved, 2 * MIB);
+    }
+
+    #[test]
+    fn mid_sized_requests_get_twenty_mib_segments_and_large_ones_round_to_two() {
+        let mut a = CachingAllocator::default();
+        a.alloc(1, 3 * MIB);
+        assert_eq!(a.reserved, 20 * MIB);
+        a.alloc(2, 3 * MIB); // fits in the first segment's remainder
+        assert_eq!(a.reserved, 20 * MIB);
+        // 14 MiB remain in that segment: an 11 MiB request is served from it, a 15 MiB one gets
+        // its own segment, rounded up to 2 MiB.
+        a.alloc(3, 11 * MIB);
+        assert_eq!(a.reserved, 20 * MIB);
+        a.alloc(4, 15 * MIB + 1);
+        assert_eq!(a.reserved, 20 * MIB + 16 * MIB);
+    }
+
+    #[test]
+    fn freed_neighbours_merge_and_are_reused() {
+        let mut a = CachingAllocator::default();
+        a.alloc(1, 40 * MIB);
+        a.free(1);
+        a.alloc(2, 16 * MIB);
+        a.alloc(3, 16 * MIB);
+        assert_eq!(a.reserved, 40 * MIB);
+        a.free(2);
+        a.free(3);
+        a.alloc(4, 40 * MIB);
+        assert_eq!(a.reserved, 40 * MIB, "merged blocks serve the full size again");
+        assert_eq!(a.allocated, 40 * MIB);
+    }
+
+    #[test]
+    fn fragmentation_forces_a_new_segment() {
+        let mut a = CachingAllocator::default();
+        for id in 0..4 {
+            a.alloc(id, 20 * MIB);
+        }
+        a.free(0);
+        a.free(2);
+        // 40 MiB are free but not contiguous.
+        a.alloc(9, 30 * MIB);
+        assert_eq!(a.reserved, 80 * MIB + 30 * MIB);
+    }
+}

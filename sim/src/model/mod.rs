@@ -1,0 +1,8 @@
+//! The PyTorch-on-CUDA memory model: what each placement unit holds (weights, gradients,
+//! optimizer states), what each block keeps for backward, and the precision rules that decide
+//! the dtypes. Every constant is written where it is used, with its source, and in
+//! `docs/memory-model.md`.
+
+pub(crate) mod activations;
+pub(crate) mod precision;
+pub(crate) mod units;

@@ -1,0 +1,279 @@
+//! Placement units and what each holds between steps: weights as stored on the GPU (with the
+//! workload's quantization applied to linear layers), trainable parameters (all, or LoRA
+//! adapters), their gradients and optimizer states. A unit is a block (a decoder layer, never
+//! split) or a module outside the blocks that holds tensors (embeddings, final norm, head).
+
+use super::precision::Precision;
+use crate::workload::{Finetune, Mode, Optimizer, Quant, Trainer, Workload};
+use vramplan_profiles::DType;
+use vramplan_profiles::model::{ModelDescription, Module, ModuleKind, TensorKind};
+
+/// What a unit is, for the step program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UnitKind {
+    /// The block at this index of `facts.layers`.
+    Block(usize),
+    Embedding,
+    /// The output projection to the vocabulary (its logits feed the loss).
+    Head,
+    Other,
+}
+
+/// One placement unit.
+#[derive(Debug, Clone)]
+pub(crate) struct Unit {
+    pub path: String,
+    pub kind: UnitKind,
+    /// Bytes of each weight tensor as held (quantized, cast), in order: the allocations of load.
+    pub weight_tensors: Vec<u64>,
+    /// Trainable tensors' element counts (full fine-tune: the unit's parameters; LoRA: A and B
+    /// of each adapter).
+    pub trainable_tensors: Vec<TrainableTensor>,
+    /// Parameters of the unit's linear layers that autocast copies to half precision.
+    pub autocast_params: u64,
+    /// Parameters of the largest quantized linear (dequantized transiently in forward).
+    pub largest_quantized_linear: u64,
+}
+
+/// A trainable tensor: its element count and 2-D shape where it has one (Adafactor factors it).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TrainableTensor {
+    pub numel: u64,
+    pub rows_cols: Option<(u64, u64)>,
+}
+
+impl Unit {
+    pub(crate) fn weight_bytes(&self) -> u64 {
+        self.weight_tensors.iter().sum()
+    }
+
+    pub(crate) fn trainable_params(&self) -> u64 {
+        self.trainable_tensors.iter().map(|t| t.numel).sum()
+    }
+}
+
+/// The dtype of trainable tensors, their gradients and (for torch optimizers) their states.
+pub(crate) fn trainable_dtype(workload: &Workload, precision: &Precision) -> DType {
+    match (&workload.finetune, workload.trainer) {
+        // PEFT creates adapters in fp32 when the base is half (`autocast_adapter_dtype=True`,
+        // the default since PEFT 0.12); torchtune builds them in the model's dtype.
+        (Finetune::Lora { .. }, Trainer::Transformers) => DType::F32,
+        _ => precision.weights,
+    }
+}
+
+/// Optimizer-state bytes for the given trainable tensors of dtype `dtype`.
+pub(crate) fn optimizer_bytes(optimizer: Optimizer, tensors: &[TrainableTensor], dtype: DType) -> u64 {
+    let bytes = dtype.bits() / 8;
+    tensors
+        .iter()
+        .map(|t| match optimizer {
+            // torch.optim.AdamW: exp_avg and exp_avg_sq in the parameter's dtype.
+            Optimizer::Adamw | Optimizer::PagedAdamw => 2 * bytes * t.numel,
+            // bitsandbytes 8-bit Adam: two uint8 states plus an fp32 absmax per 2048-value block;
+            // tensors under 4096 values keep 32-bit states (`min_8bit_size=4096`).
+            Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit => {
+                if t.numel < 4096 {
+                    8 * t.numel
+                } else {
+                    2 * t.numel + 2 * 4 * t.numel.div_ceil(2048)
+                }
+            }
+            Optimizer::Sgd => 0,
+            Optimizer::SgdMomentum => bytes * t.numel,
+            // Adafactor (transformers): fp32 row and column second-moment factors for matrices,
+            // a full fp32 second moment for vectors; no first moment (beta1=None).
+            Optimizer::Adafactor => match t.rows_cols {
+                Some((rows, cols)) => 4 * (rows + cols),
+                None => 4 * t.numel,
+            },
+        })
+        .sum()
+}
+
+/// Bytes of a linear weight of `out × in` stored under `quant`, its bias excluded.
+fn quantized_linear_bytes(quant: &Quant, out: u64, inp: u64, half_bytes: u64) -> Option<u64> {
+    let params = out * inp;
+    Some(match quant {
+        Quant::None | Quant::Gguf { .. } => return None,
+        // LLM.int8: int8 weight and an fp32 scale per output row (`SCB`).
+        Quant::Int8 => params + 4 * out,
+        // bitsandbytes 4-bit: two values per byte, an fp32 absmax per 64-value block; double
+        // quantization stores the absmax as uint8 with an fp32 scale per 256 blocks (QLoRA §3).
+        Quant::Nf4 { double_quant } | Quant::Fp4 { double_quant } => {
+            let blocks = params.div_ceil(64);
+            let constants = if *double_quant { blocks + 4 * blocks.div_ceil(256) } else { 4 * blocks };
+            params.div_ceil(2) + constants
+        }
+        // GPTQ/AWQ: `bits`-bit values packed in int32, an fp16 scale and a packed zero per group
+        // and output; GPTQ also keeps an int32 `g_idx` per input.
+        Quant::Gptq { bits, group_size } | Quant::Awq { bits, group_size } => {
+            let bits = u64::from(*bits);
+            let groups = inp.div_ceil(u64::from((*group_size).max(1)));
+            let packed = (params * bits).div_ceil(8);
+            let scales = half_bytes * groups * out;
+            let zeros = (groups * out * bits).div_ceil(8);
+            let g_idx = if matches!(quant, Quant::Gptq { .. }) { 4 * inp } else { 0 };
+            packed + scales + zeros + g_idx
+        }
+        // Block fp8: one byte per value and an fp32 scale per block×block tile.
+        Quant::Fp8 { block } => {
+            let block = u64::from((*block).max(1));
+            params + 4 * out.div_ceil(block) * inp.div_ceil(block)
+        }
+    })
+}
+
+/// The placement units of `model` in execution order, with what each holds under `workload`.
+/// `lora_targets` are the module paths LoRA wraps (empty for a full fine-tune).
+pub(crate) fn units(
+    model: &ModelDescription,
+    workload: &Workload,
+    precision: &Precision,
+    lora_targets: &[String],
+) -> Vec<Unit> {
+    let mut out = Vec::new();
+    let head_path = head_path(model);
+    collect(model, &model.root, workload, precision, lora_targets, head_path.as_deref(), &mut out);
+    out
+}
+
+/// The module producing vocabulary logits: a root-level (or `cls.`) linear whose weight has the
+/// vocabulary as its first dimension.
+fn head_path(model: &ModelDescription) -> Option<String> {
+    let vocab = model.facts.vocab_size;
+    let mut found = None;
+    model.root.visit(&mut |m| {
+        if m.kind == ModuleKind::Linear
+            && !m.path.contains("layers.")
+            && m.tensors.iter().any(|t| t.name == "weight" && t.shape.first() == Some(&vocab))
+        {
+            found = Some(m.path.clone());
+        }
+    });
+    found
+}
+
+#[allow(clippy::too_many_arguments)]
+fn collect(
+    model: &ModelDescription,
+    module: &Module,
+    workload: &Workload,
+    precision: &Precision,
+    lora_targets: &[String],
+    head: Option<&str>,
+    out: &mut Vec<Unit>,
+) {
+    let is_block = module.kind == ModuleKind::Block;
+    if is_block || module.children.is_empty() {
+        let kind = if is_block {
+            let index = model.facts.layers.iter().position(|l| l.path == module.path);
+            index.map(UnitKind::Block).unwrap_or(UnitKind::Other)
+        } else if Some(module.path.as_str()) == head {
+            UnitKind::Head
+        } else if module.kind == ModuleKind::Embedding {
+            UnitKind::Embedding
+        } else {
+            UnitKind::Other
+        };
+        let unit = describe(module, kind, workload, precision, lora_targets, head);
+        if !unit.weight_tensors.is_empty() || kind == UnitKind::Head {
+            out.push(unit);
+        }
+        return;
+    }
+    if module.tensors.iter().any(|t| t.tied_to.is_none()) {
+        let own = Module { children: Vec::new(), ..module.clone() };
+        out.push(describe(&own, UnitKind::Other, workload, precision, lora_targets, head));
+    }
+    for child in &module.children {
+        collect(model, child, workload, precision, lora_targets, head, out);
+    }
+}
+
+fn describe(
+    module: &Module,
+    kind: UnitKind,
+    workload: &Workload,
+    precision: &Precision,
+    lora_targets: &[String],
+    head: Option<&str>,
+) -> Unit {
+    let half_bytes = precision.weights.bits() / 8;
+    let training = workload.mode == Mode::Train;
+    let lora = matches!(workload.finetune, Finetune::Lora { .. });
+    let kbit_training = training
+        && lora
+        && workload.trainer == Trainer::Transformers
+        && !matches!(workload.quant, Quant::None | Quant::Gguf { .. });
+    let rank = match &workload.finetune {
+        Finetune::Lora { rank, .. } => *rank,
+        Finetune::Full => 0,
+    };
+    let mut unit = Unit {
+        path: module.path.clone(),
+        kind,
+        weight_tensors: Vec::new(),
+        trainable_tensors: Vec::new(),
+        autocast_params: 0,
+        largest_quantized_linear: 0,
+    };
+    module.visit(&mut |m| {
+        let quantizable = matches!(m.kind, ModuleKind::Linear | ModuleKind::Experts { .. })
+            && Some(m.path.as_str()) != head;
+        for tensor in m.tensors.iter().filter(|t| t.tied_to.is_none()) {
+            let numel = tensor.numel();
+            let is_float_param = tensor.kind == TensorKind::Parameter && tensor.dtype.is_float();
+            let (out_dim, in_dim) = match tensor.shape.as_slice() {
+                [.., o, i] => (*o, *i),
+                [n] => (*n, 1),
+                _ => (numel, 1),
+            };
+            let quantized = if is_float_param && quantizable && tensor.shape.len() >= 2 {
+                let experts: u64 = tensor.shape.iter().rev().skip(2).product();
+                quantized_linear_bytes(&workload.quant, out_dim, in_dim, half_bytes).map(|b| b * experts)
+            } else {
+                None
+            };
+            let bytes = match quantized {
+                Some(b) => {
+                    unit.largest_quantized_linear = unit.largest_quantized_linear.max(numel);
+                    b
+                }
+                // PEFT's `prepare_model_for_kbit_training` casts every unquantized half-precision
+                // parameter (embeddings, norms, head) to fp32 before k-bit LoRA training.
+                None if is_float_param && kbit_training => DType::F32.bytes_for(numel),
+                None if is_float_param => precision.weights.bytes_for(numel),
+                None => tensor.bytes(),
+            };
+            unit.weight_tensors.push(bytes);
+            if is_float_param && m.kind == ModuleKind::Linear && precision.autocast && tensor.name == "weight"
+            {
+                unit.autocast_params += numel;
+            }
+            if training && !lora && is_float_param && quantized.is_none() {
+                let rows_cols = (tensor.shape.len() == 2).then_some((out_dim, in_dim));
+                unit.trainable_tensors.push(TrainableTensor { numel, rows_cols });
+            }
+        }
+        if training
+            && lora
+            && m.kind == ModuleKind::Linear
+            && lora_targets.contains(&m.path)
+            && let Some(w) = m.tensors.iter().find(|t| t.name == "weight")
+        {
+            {
+                let (out_dim, in_dim) = match w.shape.as_slice() {
+                    [o, i] if m.class == "Conv1D" => (*i, *o),
+                    [o, i] => (*o, *i),
+                    _ => (0, 0),
+                };
+                unit.trainable_tensors
+                    .push(TrainableTensor { numel: rank * in_dim, rows_cols: Some((rank, in_dim)) });
+                unit.trainable_tensors
+                    .push(TrainableTensor { numel: out_dim * rank, rows_cols: Some((out_dim, rank)) });
+            }
+        }
+    });
+    unit
+}

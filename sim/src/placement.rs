@@ -1,0 +1,85 @@
+//! Placements: which device holds each module. A placement maps module-path prefixes to a
+//! target (a GPU index, the CPU, or disk); a module goes where its longest matching prefix says,
+//! as accelerate's `device_map` does.
+
+use serde::Serialize;
+
+/// Where a module lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Target {
+    Gpu(u32),
+    Cpu,
+    Disk,
+}
+
+/// Module-path prefixes and their targets. The empty prefix is the whole model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Placement {
+    entries: Vec<(String, Target)>,
+}
+
+impl Placement {
+    /// Everything on one GPU.
+    pub fn single(gpu: u32) -> Placement {
+        Placement { entries: vec![(String::new(), Target::Gpu(gpu))] }
+    }
+
+    /// From `(module prefix, target)` pairs, as a device map lists them.
+    pub fn from_entries(entries: Vec<(String, Target)>) -> Placement {
+        Placement { entries }
+    }
+
+    pub fn entries(&self) -> &[(String, Target)] {
+        &self.entries
+    }
+
+    /// The target of the module at `path`: its longest matching prefix's, if any.
+    pub fn target_of(&self, path: &str) -> Option<Target> {
+        self.entries
+            .iter()
+            .filter(|(prefix, _)| covers(prefix, path))
+            .max_by_key(|(prefix, _)| prefix.len())
+            .map(|(_, target)| *target)
+    }
+
+    /// The GPUs the placement uses, ascending.
+    pub fn gpus(&self) -> Vec<u32> {
+        let mut gpus: Vec<u32> = self
+            .entries
+            .iter()
+            .filter_map(|(_, t)| match t {
+                Target::Gpu(i) => Some(*i),
+                _ => None,
+            })
+            .collect();
+        gpus.sort_unstable();
+        gpus.dedup();
+        gpus
+    }
+}
+
+/// True if `prefix` is empty, equals `path`, or is a dotted ancestor of it.
+fn covers(prefix: &str, path: &str) -> bool {
+    prefix.is_empty()
+        || (path.starts_with(prefix) && (path.len() == prefix.len() || path.as_bytes()[prefix.len()] == b'.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn longest_prefix_wins_and_respects_dots() {
+        let p = Placement::from_entries(vec![
+            ("model".into(), Target::Gpu(0)),
+            ("model.layers.1".into(), Target::Gpu(1)),
+            ("lm_head".into(), Target::Cpu),
+        ]);
+        assert_eq!(p.target_of("model.layers.1.mlp"), Some(Target::Gpu(1)));
+        assert_eq!(p.target_of("model.layers.10.mlp"), Some(Target::Gpu(0)));
+        assert_eq!(p.target_of("lm_head"), Some(Target::Cpu));
+        assert_eq!(p.target_of("other"), None);
+        assert_eq!(p.gpus(), vec![0, 1]);
+    }
+}

@@ -1,0 +1,520 @@
+//! The step timeline: the allocations and frees of loading and of training or inference steps,
+//! unit by unit, replayed per device through the caching-allocator model. It records each
+//! device's peak of live tensors (`max_memory_allocated`) with the event where it happens and
+//! the bytes by component at that moment, and the allocator's peak reserve.
+//!
+//! Training runs two steps: the first creates the optimizer states lazily at its optimizer
+//! step (as torch optimizers do), the second runs with them — the steady state.
+
+use crate::allocator::CachingAllocator;
+use crate::estimate::Components;
+use crate::model::activations::{self, BlockActivations};
+use crate::model::precision::Precision;
+use crate::model::units::{self, Unit, UnitKind};
+use crate::placement::{Placement, Target};
+use crate::workload::{Finetune, GradCheckpointing, Mode, Parallelism, Quant, Trainer, Workload};
+use std::collections::BTreeMap;
+use vramplan_profiles::hardware::HardwareProfile;
+use vramplan_profiles::model::{ModelDescription, NormKind};
+
+/// Which component an allocation belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Weights,
+    Gradients,
+    Optimizer,
+    Activations,
+    KvCache,
+    Logits,
+    /// Library workspaces allocated through PyTorch (cuBLAS).
+    Workspace,
+}
+
+/// One device's replay.
+#[derive(Debug)]
+struct Track {
+    allocator: CachingAllocator,
+    next_id: u64,
+    live: BTreeMap<u64, (Part, u64)>,
+    by_part: [u64; 7],
+    event: String,
+    peak_allocated: u64,
+    peak_reserved: u64,
+    peak_at: String,
+    peak_parts: [u64; 7],
+}
+
+impl Track {
+    fn new() -> Track {
+        Track {
+            allocator: CachingAllocator::default(),
+            next_id: 0,
+            live: BTreeMap::new(),
+            by_part: [0; 7],
+            event: "load".into(),
+            peak_allocated: 0,
+            peak_reserved: 0,
+            peak_at: "load".into(),
+            peak_parts: [0; 7],
+        }
+    }
+
+    fn alloc(&mut self, part: Part, bytes: u64) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        if bytes == 0 {
+            return id;
+        }
+        let charged = self.allocator.alloc(id, bytes);
+        self.live.insert(id, (part, charged));
+        self.by_part[part as usize] += charged;
+        self.observe();
+        id
+    }
+
+    fn free(&mut self, id: u64) {
+        if let Some((part, charged)) = self.live.remove(&id) {
+            self.allocator.free(id);
+            self.by_part[part as usize] -= charged;
+        }
+    }
+
+    fn mark(&mut self, event: String) {
+        self.event = event;
+        self.observe();
+    }
+
+    fn observe(&mut self) {
+        self.peak_reserved = self.peak_reserved.max(self.allocator.reserved);
+        if self.allocator.allocated > self.peak_allocated {
+            self.peak_allocated = self.allocator.allocated;
+            self.peak_at = self.event.clone();
+            self.peak_parts = self.by_part;
+        }
+    }
+}
+
+/// What the replay found on one device.
+#[derive(Debug, Clone)]
+pub(crate) struct DeviceRun {
+    pub peak_allocated: u64,
+    pub peak_reserved: u64,
+    pub peak_at: String,
+    pub components: Components,
+    pub steady: u64,
+}
+
+/// Everything the step program needs, resolved once.
+struct Program<'a> {
+    model: &'a ModelDescription,
+    workload: &'a Workload,
+    precision: Precision,
+    units: Vec<Unit>,
+    devices: Vec<Option<u32>>,
+    shards: u64,
+    tracks: BTreeMap<u32, Track>,
+}
+
+/// cuBLAS workspace per handle and stream with the default `CUBLAS_WORKSPACE_CONFIG`
+/// (`:4096:2:16:8` = 4096 KiB × 2 + 16 KiB × 8 = 8,519,680 B; PyTorch PR #83461), allocated
+/// through the caching allocator at the first matmul; plus the cuBLASLt workspace (1 MiB, 32 MiB
+/// on Hopper; PyTorch PR #120925).
+fn cublas_workspace(compute_major: u32) -> u64 {
+    8_519_680 + if compute_major >= 9 { 32 << 20 } else { 1 << 20 }
+}
+
+/// Simulates the workload and returns each used GPU's replay.
+pub(crate) fn simulate(
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+    workload: &Workload,
+    placement: &Placement,
+    lora_targets: &[String],
+) -> BTreeMap<u32, DeviceRun> {
+    let precision = Precision::of(model, workload);
+    let units = units::units(model, workload, &precision, lora_targets);
+    let devices: Vec<Option<u32>> = units
+        .iter()
+        .map(|u| match placement.target_of(&u.path) {
+            Some(Target::Gpu(g)) => Some(g),
+            _ => None,
+        })
+        .collect();
+    let shards = match workload.parallelism {
+        Parallelism::Zero { .. } => hardware.devices.len().max(1) as u64,
+        _ => 1,
+    };
+    let mut tracks = BTreeMap::new();
+    for g in devices.iter().flatten() {
+        tracks.entry(*g).or_insert_with(Track::new);
+    }
+    let mut program = Program { model, workload, precision, units, devices, shards, tracks };
+    program.load(hardware);
+    match workload.mode {
+        Mode::Train => {
+            program.train_step(true);
+            program.train_step(false);
+        }
+        Mode::Inference => program.inference(),
+    }
+    program
+        .tracks
+        .into_iter()
+        .map(|(g, t)| {
+            let p = t.peak_parts;
+            let components = Components {
+                weights: p[Part::Weights as usize],
+                gradients: p[Part::Gradients as usize],
+                optimizer: p[Part::Optimizer as usize],
+                activations: p[Part::Activations as usize],
+                kv_cache: p[Part::KvCache as usize],
+                logits: p[Part::Logits as usize],
+                overhead: p[Part::Workspace as usize],
+            };
+            let steady = t.by_part.iter().sum();
+            (
+                g,
+                DeviceRun {
+                    peak_allocated: t.peak_allocated,
+                    peak_reserved: t.peak_reserved,
+                    peak_at: t.peak_at,
+                    components,
+                    steady,
+                },
+            )
+        })
+        .collect()
+}
+
+impl Program<'_> {
+    fn track(&mut self, unit: usize) -> Option<&mut Track> {
+        let g = self.devices[unit]?;
+        self.tracks.get_mut(&g)
+    }
+
+    fn training_lora(&self) -> bool {
+        matches!(self.workload.finetune, Finetune::Lora { .. })
+    }
+
+    /// Weights of every unit (sharded under ZeRO-3), and the cuBLAS workspaces.
+    fn load(&mut self, hardware: &HardwareProfile) {
+        let zero3 = matches!(self.workload.parallelism, Parallelism::Zero { stage: 3, .. });
+        let offload_params =
+            matches!(self.workload.parallelism, Parallelism::Zero { offload_params: true, .. });
+        for i in 0..self.units.len() {
+            let tensors = self.units[i].weight_tensors.clone();
+            let shards = self.shards;
+            if let Some(track) = self.track(i) {
+                for bytes in tensors {
+                    let held = if offload_params {
+                        0
+                    } else if zero3 {
+                        bytes.div_ceil(shards)
+                    } else {
+                        bytes
+                    };
+                    track.alloc(Part::Weights, held);
+                }
+            }
+        }
+        for (g, track) in self.tracks.iter_mut() {
+            let major = hardware.devices.get(*g as usize).map(|d| d.compute_capability.major).unwrap_or(8);
+            track.alloc(Part::Workspace, cublas_workspace(major));
+        }
+    }
+
+    /// Per-unit bytes that stay between steps once the optimizer has run: states, master
+    /// weights, and gradients when they are zeroed in place.
+    fn create_optimizer_state(&mut self) {
+        let dtype = units::trainable_dtype(self.workload, &self.precision);
+        let (stage, offload_optimizer) = match self.workload.parallelism {
+            Parallelism::Zero { stage, offload_optimizer, .. } => (stage, offload_optimizer),
+            _ => (0, false),
+        };
+        // DeepSpeed keeps an fp32 master copy of half-precision trainable weights.
+        let master = stage > 0 && dtype.bits() < 32;
+        for i in 0..self.units.len() {
+            let tensors = self.units[i].trainable_tensors.clone();
+            if tensors.is_empty() {
+                continue;
+            }
+            let mut states = units::optimizer_bytes(self.workload.optimizer, &tensors, dtype);
+            if master {
+                states += 4 * tensors.iter().map(|t| t.numel).sum::<u64>();
+            }
+            let held = if offload_optimizer { 0 } else { states.div_ceil(self.shards) };
+            if let Some(track) = self.track(i) {
+                track.alloc(Part::Optimizer, held);
+            }
+        }
+    }
+
+    fn activations_of(&self, unit: usize) -> BlockActivations {
+        let w = self.workload;
+        match self.units[unit].kind {
+            UnitKind::Block(layer) => {
+                activations::block(self.model, layer, w, &self.precision, w.batch, w.seq)
+            }
+            UnitKind::Other | UnitKind::Embedding => self.norm_unit_activations(unit),
+            UnitKind::Head => BlockActivations::default(),
+        }
+    }
+
+    /// A norm outside the blocks (final norm, embedding LayerNorm) keeps its input and output.
+    fn norm_unit_activations(&self, unit: usize) -> BlockActivations {
+        let w = self.workload;
+        let has_norm = self.model.root.find(&self.units[unit].path).is_some_and(|m| {
+            let mut found = false;
+            m.visit(&mut |x| found |= x.kind == vramplan_profiles::model::ModuleKind::Norm);
+            found
+        });
+        if w.mode != Mode::Train || !has_norm {
+            return BlockActivations::default();
+        }
+        let tokens = w.batch * w.seq;
+        let h = self.model.facts.hidden_size;
+        let c = self.precision.compute_bytes();
+        let saved = if self.model.facts.norm == NormKind::RmsNorm {
+            vec![4 * h * tokens, self.precision.upcast_bytes() * h * tokens, c * h * tokens]
+        } else {
+            vec![self.precision.upcast_bytes() * h * tokens, c * h * tokens]
+        };
+        BlockActivations { saved, forward_transient: 0, backward_transient: 0, input: 0 }
+    }
+
+    /// ZeRO-3: bytes all-gathered on each rank around unit `unit`'s compute — the parts of its
+    /// weights other ranks hold (all of them when parameters are offloaded), and the next unit's
+    /// too, which DeepSpeed prefetches while this one runs.
+    fn gathered_weights(&self, unit: usize) -> u64 {
+        let Parallelism::Zero { stage: 3, offload_params, .. } = self.workload.parallelism else { return 0 };
+        let missing = |u: &Unit| {
+            let full = u.weight_bytes();
+            if offload_params { full } else { full - full.div_ceil(self.shards) }
+        };
+        let next = self.units.get(unit + 1).map(missing).unwrap_or(0);
+        missing(&self.units[unit]) + next
+    }
+
+    fn trainable_grad_bytes(&self, unit: usize) -> u64 {
+        let dtype = units::trainable_dtype(self.workload, &self.precision);
+        dtype.bytes_for(self.units[unit].trainable_params())
+    }
+
+    /// Bytes of the dequantized weight a 4-bit linear materialises for its matmul, in the
+    /// compute dtype (`bnb_4bit_compute_dtype`, float32 unless set).
+    fn dequant_transient(&self, unit: usize) -> u64 {
+        match self.workload.quant {
+            Quant::Nf4 { .. } | Quant::Fp4 { .. } => {
+                let bytes = self.workload.autocast.map(|d| d.bits() / 8).unwrap_or(4);
+                self.units[unit].largest_quantized_linear * bytes
+            }
+            _ => 0,
+        }
+    }
+
+    fn train_step(&mut self, first: bool) {
+        let w = self.workload;
+        let checkpoint = w.grad_checkpointing == GradCheckpointing::Full;
+        let offload = w.switches.activation_offload;
+        let step = if first { "step 1" } else { "step 2" };
+        if !first {
+            // Gradients zeroed in place stay allocated from the first backward on.
+        }
+        let mut kept: Vec<Vec<u64>> = vec![Vec::new(); self.units.len()];
+        // Forward.
+        for (i, slot) in kept.iter_mut().enumerate() {
+            let acts = self.activations_of(i);
+            let is_block = matches!(self.units[i].kind, UnitKind::Block(_));
+            let autocast = 2 * self.units[i].autocast_params;
+            let dequant = self.dequant_transient(i);
+            let path = self.units[i].path.clone();
+            let gathered = self.gathered_weights(i);
+            let Some(track) = self.track(i) else { continue };
+            track.mark(format!("forward of {path} ({step})"));
+            let gather = track.alloc(Part::Weights, gathered);
+            let mut ids = Vec::new();
+            if is_block && checkpoint {
+                ids.push(track.alloc(Part::Activations, acts.input));
+                let transient: Vec<u64> =
+                    acts.saved.iter().map(|b| track.alloc(Part::Activations, *b)).collect();
+                let t = track.alloc(Part::Activations, acts.forward_transient + dequant);
+                track.free(t);
+                transient.into_iter().for_each(|id| track.free(id));
+            } else {
+                ids.extend(acts.saved.iter().map(|b| track.alloc(Part::Activations, *b)));
+                ids.push(track.alloc(Part::Weights, autocast));
+                let t = track.alloc(Part::Activations, acts.forward_transient + dequant);
+                track.free(t);
+            }
+            track.free(gather);
+            if offload {
+                // Saved tensors move to pinned CPU memory once the unit's forward is done.
+                ids.drain(..).for_each(|id| track.free(id));
+            }
+            *slot = ids;
+        }
+        // Loss.
+        let head = self.units.iter().position(|u| u.kind == UnitKind::Head);
+        let mut logits_ids = Vec::new();
+        if let Some(h) = head {
+            let tokens = w.batch * w.seq;
+            let vocab = self.model.facts.vocab_size;
+            let c = self.precision.compute_bytes();
+            let logits = c * vocab * tokens;
+            let trainer = w.trainer;
+            if let Some(track) = self.track(h) {
+                track.mark(format!("loss ({step})"));
+                logits_ids.push(track.alloc(Part::Logits, logits));
+                if w.switches.chunked_cross_entropy {
+                    // Chunked cross-entropy upcasts one of 8 chunks at a time; only the logits
+                    // (and a per-token log-sum-exp) stay for backward, and each chunk's gradient
+                    // replaces it. Compiled (`torch.compile` of the loss) the upcast is fused
+                    // away and a chunk's backward makes only its model-dtype gradient.
+                    let chunk = vocab * tokens / 8;
+                    let per_chunk = if w.switches.compile { c } else { 4 + 4 + c };
+                    track.mark(format!("backward of the loss ({step})"));
+                    let grad = track.alloc(Part::Logits, per_chunk * chunk);
+                    track.free(grad);
+                } else {
+                    // The loss takes log-softmax of the logits — upcast to fp32 first by
+                    // transformers' `ForCausalLMLoss`, in the model dtype by torchtune — and keeps
+                    // it for backward; backward makes the dense NLL gradient and the log-softmax
+                    // gradient of the same size, then the logits' gradient.
+                    let loss_bytes = match trainer {
+                        Trainer::Transformers => 4,
+                        Trainer::Torchtune => c,
+                    } * vocab
+                        * tokens;
+                    let log_softmax = track.alloc(Part::Logits, loss_bytes);
+                    if trainer == Trainer::Torchtune {
+                        // The recipe drops its reference to the logits after the loss.
+                        logits_ids.drain(..).for_each(|id| track.free(id));
+                    }
+                    track.mark(format!("backward of the loss ({step})"));
+                    let nll_grad = track.alloc(Part::Logits, loss_bytes);
+                    let grad = track.alloc(Part::Logits, loss_bytes);
+                    track.free(nll_grad);
+                    track.free(log_softmax);
+                    logits_ids.push(track.alloc(Part::Logits, logits));
+                    track.free(grad);
+                }
+            }
+        }
+        // Backward.
+        let optimizer_in_backward = w.switches.optimizer_in_backward;
+        let keep_gradients = w.switches.keep_gradients;
+        for i in (0..self.units.len()).rev() {
+            let acts = self.activations_of(i);
+            let is_block = matches!(self.units[i].kind, UnitKind::Block(_));
+            let grads = self.trainable_grad_bytes(i);
+            let grads_new = if keep_gradients && !first { 0 } else { grads };
+            let shards = self.shards;
+            let zero2 = matches!(w.parallelism, Parallelism::Zero { stage: 2.., .. });
+            let path = self.units[i].path.clone();
+            let ids = std::mem::take(&mut kept[i]);
+            let gathered = self.gathered_weights(i);
+            let Some(track) = self.track(i) else { continue };
+            let gather = track.alloc(Part::Weights, gathered);
+            let mut recomputed = Vec::new();
+            if (is_block && checkpoint) || offload {
+                recomputed = acts.saved.iter().map(|b| track.alloc(Part::Activations, *b)).collect();
+            }
+            let grad = track.alloc(Part::Gradients, grads_new);
+            let t = track.alloc(Part::Activations, acts.backward_transient);
+            track.mark(format!("backward of {path} ({step})"));
+            track.free(t);
+            recomputed.into_iter().chain(ids).for_each(|id| track.free(id));
+            track.free(gather);
+            if Some(i) == head {
+                logits_ids.drain(..).for_each(|id| track.free(id));
+            }
+            if optimizer_in_backward && !first {
+                track.free(grad);
+            } else if zero2 {
+                // Reduce-scatter keeps this rank's shard of the gradients.
+                track.free(grad);
+                track.alloc(Part::Gradients, grads_new.div_ceil(shards));
+            }
+        }
+        // Optimizer step.
+        if first {
+            self.create_optimizer_state();
+        }
+        for track in self.tracks.values_mut() {
+            track.mark(format!("optimizer step ({step})"));
+        }
+        if !keep_gradients {
+            // zero_grad(set_to_none=True): gradients are freed between steps.
+            for track in self.tracks.values_mut() {
+                let ids: Vec<u64> = track
+                    .live
+                    .iter()
+                    .filter(|(_, (p, _))| *p == Part::Gradients)
+                    .map(|(id, _)| *id)
+                    .collect();
+                ids.into_iter().for_each(|id| track.free(id));
+            }
+        }
+        let _ = self.training_lora();
+    }
+
+    /// Inference: the KV cache for the whole context, then prefill one block at a time.
+    fn inference(&mut self) {
+        let w = self.workload;
+        let prompt = w.prompt.unwrap_or(w.seq).min(w.seq);
+        let kv_dtype = w.kv_dtype.unwrap_or(self.precision.compute);
+        let f = &self.model.facts;
+        let per_token_layer = match &f.attention {
+            vramplan_profiles::model::AttentionKind::MultiLatent {
+                qk_nope_head_dim,
+                qk_rope_head_dim,
+                v_head_dim,
+                ..
+            } => {
+                // transformers caches the decompressed keys and values of every head.
+                f.num_attention_heads * (qk_nope_head_dim + qk_rope_head_dim + v_head_dim)
+            }
+            vramplan_profiles::model::AttentionKind::Standard => 2 * f.num_kv_heads * f.head_dim,
+        };
+        for i in 0..self.units.len() {
+            let UnitKind::Block(layer) = self.units[i].kind else { continue };
+            let window = f.layers.get(layer).and_then(|l| l.attention_window).unwrap_or(u64::MAX);
+            let cached = w.seq.min(window);
+            let bytes = kv_dtype.bytes_for(per_token_layer * cached * w.batch);
+            if let Some(track) = self.track(i) {
+                track.alloc(Part::KvCache, bytes);
+            }
+        }
+        for i in 0..self.units.len() {
+            let acts = activations::block(
+                self.model,
+                match self.units[i].kind {
+                    UnitKind::Block(l) => l,
+                    _ => continue,
+                },
+                w,
+                &self.precision,
+                w.batch,
+                prompt,
+            );
+            let dequant = self.dequant_transient(i);
+            let path = self.units[i].path.clone();
+            if let Some(track) = self.track(i) {
+                track.mark(format!("prefill of {path}"));
+                let t = track.alloc(Part::Activations, acts.forward_transient + dequant);
+                track.free(t);
+            }
+        }
+        if let Some(h) = self.units.iter().position(|u| u.kind == UnitKind::Head) {
+            let vocab = self.model.facts.vocab_size;
+            let c = self.precision.compute_bytes();
+            if let Some(track) = self.track(h) {
+                track.mark("logits of the last prompt token".into());
+                let half = track.alloc(Part::Logits, c * vocab * w.batch);
+                let upcast = track.alloc(Part::Logits, 4 * vocab * w.batch);
+                track.free(upcast);
+                track.free(half);
+            }
+        }
+    }
+}

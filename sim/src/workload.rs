@@ -1,0 +1,222 @@
+//! The workload: what the user runs — inference or training, batch and sequence, precision,
+//! quantization, fine-tuning method, optimizer, attention implementation, parallelism, engine,
+//! and the memory-saving switches people use. Read from `--workload FILE.yaml` and flags (flags
+//! win); every field has the default a user of transformers would get.
+
+use serde::{Deserialize, Serialize};
+use vramplan_profiles::DType;
+
+/// Inference or training.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    #[default]
+    Inference,
+    Train,
+}
+
+/// How weights are stored on the GPU, beyond a plain dtype.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Quant {
+    #[default]
+    None,
+    /// bitsandbytes LLM.int8 (`load_in_8bit`): int8 linear weights with an fp32 scale per row.
+    Int8,
+    /// bitsandbytes 4-bit (`load_in_4bit`): nf4 or fp4 in blocks of 64 with an absmax each,
+    /// optionally double-quantized.
+    Nf4 {
+        double_quant: bool,
+    },
+    Fp4 {
+        double_quant: bool,
+    },
+    /// GPTQ / AWQ: `bits`-bit weights packed in int32 with fp16 scales and packed zeros per
+    /// `group_size` inputs.
+    Gptq {
+        bits: u32,
+        group_size: u32,
+    },
+    Awq {
+        bits: u32,
+        group_size: u32,
+    },
+    /// fp8 e4m3 weights with fp32 scales per `block`×`block` tile (DeepSeek-V3 style).
+    Fp8 {
+        block: u32,
+    },
+    /// A llama.cpp GGUF quantization type (`Q4_K_M`, `Q8_0`, `F16`).
+    Gguf {
+        quant_type: String,
+    },
+}
+
+/// Full fine-tune or LoRA adapters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Finetune {
+    #[default]
+    Full,
+    /// LoRA on the linear modules whose name matches a pattern (a name such as `q_proj`, or
+    /// `all-linear`); QLoRA is LoRA over a 4-bit `quant`.
+    Lora { rank: u64, alpha: u64, targets: Vec<String> },
+}
+
+/// Activation (gradient) checkpointing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum GradCheckpointing {
+    #[default]
+    Off,
+    /// Each decoder layer recomputed in backward (transformers' `gradient_checkpointing_enable`).
+    Full,
+    /// Only attention recomputed (Korthikanti et al. 2022 "selective recomputation").
+    Selective,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Optimizer {
+    /// AdamW with two states per trainable parameter, in the parameter's dtype (torch).
+    #[default]
+    Adamw,
+    /// bitsandbytes 8-bit AdamW: two 8-bit states with block-wise fp32 absmax.
+    Adamw8bit,
+    /// bitsandbytes paged 8-bit AdamW: the same states in unified memory that can page out.
+    PagedAdamw8bit,
+    /// Paged 32-bit AdamW.
+    PagedAdamw,
+    Sgd,
+    SgdMomentum,
+    /// Adafactor: factored second moment (row and column vectors), no first moment.
+    Adafactor,
+}
+
+/// How attention is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum AttentionImpl {
+    /// Materialises the scores and their softmax per head (`attn_implementation="eager"`).
+    Eager,
+    /// `scaled_dot_product_attention`: memory-efficient / flash kernels, no scores kept.
+    #[default]
+    Sdpa,
+    /// flash-attention 2.
+    Flash,
+}
+
+/// How the work is spread over devices.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Parallelism {
+    /// One device, or a device map over several (naive model parallel: one batch in flight).
+    #[default]
+    Single,
+    /// DDP: a full replica per GPU, gradients all-reduced in buckets.
+    Ddp,
+    /// ZeRO stage 1/2/3 (DeepSpeed) or FSDP (stage 3 = full shard) across the profile's GPUs,
+    /// optionally offloading optimizer states and/or parameters to the CPU.
+    Zero { stage: u8, offload_optimizer: bool, offload_params: bool },
+    /// Tensor parallelism over `size` GPUs: heads and MLP columns split, KV heads replicated
+    /// when fewer than `size`.
+    Tensor { size: u32 },
+}
+
+/// The program that runs inference.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Engine {
+    /// transformers `generate`: a contiguous KV cache grown to the context length.
+    #[default]
+    Transformers,
+    /// vLLM: a paged KV cache sized from `gpu_memory_utilization` × total memory.
+    Vllm { gpu_memory_utilization: f64, max_num_batched_tokens: u64 },
+    /// llama.cpp: GGUF weights, a KV cache of `n_ctx` tokens, compute buffers for `n_ubatch`.
+    LlamaCpp { n_ctx: u64, n_ubatch: u64 },
+}
+
+/// The training loop, where frameworks differ in what they hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Trainer {
+    /// The HF Trainer (or TRL) with PEFT: LoRA adapters in fp32 (`autocast_adapter_dtype=True`),
+    /// k-bit training casts the unquantized parameters to fp32 (`prepare_model_for_kbit_training`),
+    /// and the loss upcasts the logits to fp32 (`ForCausalLMLoss`).
+    #[default]
+    Transformers,
+    /// torchtune: adapters in the model's dtype, no fp32 cast of unquantized parameters, and
+    /// cross-entropy on the model-dtype logits (`nn.CrossEntropyLoss`), or chunk by chunk with
+    /// `CEWithChunkedOutputLoss`.
+    Torchtune,
+}
+
+/// Memory-saving switches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct Switches {
+    /// Cross-entropy over chunks of the sequence, upcasting one chunk at a time.
+    pub chunked_cross_entropy: bool,
+    /// The optimizer steps each parameter as soon as its gradient is ready, freeing it.
+    pub optimizer_in_backward: bool,
+    /// Activations kept for backward are moved to CPU memory between forward and backward.
+    pub activation_offload: bool,
+    /// `torch.compile`: pointwise chains fuse, so their intermediates are not kept.
+    pub compile: bool,
+    /// Gradients are zeroed in place rather than freed between steps (`zero_grad(set_to_none=False)`,
+    /// the default before PyTorch 2.0), so they stay allocated through the forward pass.
+    pub keep_gradients: bool,
+}
+
+/// One workload. Field defaults are what transformers users get without asking.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Workload {
+    pub mode: Mode,
+    /// Micro-batch (training) or concurrent sequences (inference).
+    pub batch: u64,
+    /// Tokens per sequence: the training length, or the inference context (prompt + generated).
+    pub seq: u64,
+    /// Inference: tokens of the prompt processed at once in prefill (default: `seq`).
+    pub prompt: Option<u64>,
+    pub grad_accum: u64,
+    /// The dtype weights are held in (default: the checkpoint's).
+    pub weight_dtype: Option<DType>,
+    /// Autocast dtype for matmuls (`fp16=True` / `bf16=True` in the HF Trainer on an fp32 model);
+    /// `None` computes in the weight dtype.
+    pub autocast: Option<DType>,
+    pub quant: Quant,
+    pub finetune: Finetune,
+    pub grad_checkpointing: GradCheckpointing,
+    pub optimizer: Optimizer,
+    pub attention: AttentionImpl,
+    pub parallelism: Parallelism,
+    pub engine: Engine,
+    /// KV-cache dtype (default: the compute dtype).
+    pub kv_dtype: Option<DType>,
+    pub trainer: Trainer,
+    pub switches: Switches,
+}
+
+impl Default for Workload {
+    fn default() -> Self {
+        Workload {
+            mode: Mode::Inference,
+            batch: 1,
+            seq: 2048,
+            prompt: None,
+            grad_accum: 1,
+            weight_dtype: None,
+            autocast: None,
+            quant: Quant::None,
+            finetune: Finetune::Full,
+            grad_checkpointing: GradCheckpointing::Off,
+            optimizer: Optimizer::Adamw,
+            attention: AttentionImpl::Sdpa,
+            parallelism: Parallelism::Single,
+            engine: Engine::Transformers,
+            kv_dtype: None,
+            trainer: Trainer::Transformers,
+            switches: Switches::default(),
+        }
+    }
+}
