@@ -2,11 +2,11 @@
 //! event where the peak happens, and the bytes by component at that moment.
 
 use crate::placement::Placement;
-use crate::workload::{Finetune, Workload};
+use crate::workload::Workload;
 use serde::Serialize;
 use vramplan_profiles::InputError;
 use vramplan_profiles::hardware::HardwareProfile;
-use vramplan_profiles::model::{ModelDescription, ModuleKind};
+use vramplan_profiles::model::ModelDescription;
 
 /// Bytes by component on one device at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -78,7 +78,7 @@ pub fn estimate(
     workload: &Workload,
     placement: &Placement,
 ) -> Result<Estimate, InputError> {
-    let targets = lora_targets(model, workload);
+    let targets = crate::closed_form::lora_targets(model, workload);
     let runs = crate::timeline::simulate(model, hardware, workload, placement, &targets);
     let mut devices = Vec::new();
     for (gpu, run) in runs {
@@ -115,22 +115,4 @@ pub fn estimate(
     let peak_bytes = devices.iter().map(|d| d.device_used_bytes).max().unwrap_or(0);
     let fits = devices.iter().all(|d| d.fits);
     Ok(Estimate { devices, peak_bytes, fits, kv_capacity_tokens: None, warnings: Vec::new() })
-}
-
-/// The linear modules LoRA wraps: a target names a module by its path or its last components
-/// (`q_proj`), as PEFT matches them; `all-linear` is every linear but the output head.
-fn lora_targets(model: &ModelDescription, workload: &Workload) -> Vec<String> {
-    let Finetune::Lora { targets, .. } = &workload.finetune else { return Vec::new() };
-    let mut out = Vec::new();
-    model.root.visit(&mut |m| {
-        if m.kind != ModuleKind::Linear {
-            return;
-        }
-        let all = targets.iter().any(|t| t == "all-linear") && !m.path.starts_with("lm_head");
-        let named = targets.iter().any(|t| m.path == *t || m.path.ends_with(&format!(".{t}")));
-        if all || named {
-            out.push(m.path.clone());
-        }
-    });
-    out
 }

@@ -3,12 +3,14 @@
 //! and hardware from `vramplan-profiles` and knows nothing about solving.
 
 mod allocator;
+mod closed_form;
 pub mod estimate;
 mod model;
 pub mod placement;
 mod timeline;
 pub mod workload;
 
+pub use closed_form::{ModelStates, model_states, saved_activation_bytes};
 pub use estimate::{Estimate, estimate};
 pub use placement::{Placement, Target};
 pub use workload::Workload;

@@ -3,6 +3,7 @@
 //! as accelerate's `device_map` does.
 
 use serde::Serialize;
+use vramplan_profiles::model::{ModelDescription, ModuleKind};
 
 /// Where a module lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -27,6 +28,32 @@ impl Placement {
 
     /// From `(module prefix, target)` pairs, as a device map lists them.
     pub fn from_entries(entries: Vec<(String, Target)>) -> Placement {
+        Placement { entries }
+    }
+
+    /// The model's blocks split into `gpus` contiguous ranges of (nearly) equal count, in
+    /// order; what comes before the blocks goes to the first GPU, what comes after to the last.
+    /// A plain starting point for naive model parallelism, not an optimised plan.
+    pub fn even_layers(model: &ModelDescription, gpus: u32) -> Placement {
+        let gpus = gpus.max(1);
+        let blocks = model.facts.layers.len() as u64;
+        let mut entries = vec![(String::new(), Target::Gpu(0))];
+        let last = Target::Gpu(gpus - 1);
+        for (i, layer) in model.facts.layers.iter().enumerate() {
+            let gpu = (i as u64 * u64::from(gpus) / blocks.max(1)) as u32;
+            entries.push((layer.path.clone(), Target::Gpu(gpu)));
+        }
+        // Modules after the last block (final norm, head) go with it.
+        if let Some(last_block) = model.facts.layers.last() {
+            let mut after = false;
+            for child in top_level_modules(model) {
+                if after {
+                    entries.push((child, last));
+                } else if last_block.path.starts_with(&format!("{child}.")) || child == last_block.path {
+                    after = true;
+                }
+            }
+        }
         Placement { entries }
     }
 
@@ -57,6 +84,20 @@ impl Placement {
         gpus.dedup();
         gpus
     }
+}
+
+/// The root's children and, for a base-model container (`model`, `transformer`), its children,
+/// in definition order.
+fn top_level_modules(model: &ModelDescription) -> Vec<String> {
+    let mut out = Vec::new();
+    for child in &model.root.children {
+        if child.kind == ModuleKind::Container && child.class != "ModuleList" {
+            out.extend(child.children.iter().map(|c| c.path.clone()));
+        } else {
+            out.push(child.path.clone());
+        }
+    }
+    out
 }
 
 /// True if `prefix` is empty, equals `path`, or is a dotted ancestor of it.

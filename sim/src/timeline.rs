@@ -227,21 +227,14 @@ impl Program<'_> {
     /// weights, and gradients when they are zeroed in place.
     fn create_optimizer_state(&mut self) {
         let dtype = units::trainable_dtype(self.workload, &self.precision);
-        let (stage, offload_optimizer) = match self.workload.parallelism {
-            Parallelism::Zero { stage, offload_optimizer, .. } => (stage, offload_optimizer),
-            _ => (0, false),
-        };
-        // DeepSpeed keeps an fp32 master copy of half-precision trainable weights.
-        let master = stage > 0 && dtype.bits() < 32;
+        let offload_optimizer =
+            matches!(self.workload.parallelism, Parallelism::Zero { offload_optimizer: true, .. });
         for i in 0..self.units.len() {
             let tensors = self.units[i].trainable_tensors.clone();
             if tensors.is_empty() {
                 continue;
             }
-            let mut states = units::optimizer_bytes(self.workload.optimizer, &tensors, dtype);
-            if master {
-                states += 4 * tensors.iter().map(|t| t.numel).sum::<u64>();
-            }
+            let states = units::optimizer_state_bytes(self.workload, &tensors, dtype);
             let held = if offload_optimizer { 0 } else { states.div_ceil(self.shards) };
             if let Some(track) = self.track(i) {
                 track.alloc(Part::Optimizer, held);

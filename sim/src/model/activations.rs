@@ -166,7 +166,7 @@ pub(crate) fn block(
                 } else if softmax != c {
                     per_sequence_sq.push(c);
                 }
-                per_token.push(c * q); // attention output
+                // The product with v is not saved; only its contiguous copy (below) is.
             }
             AttentionImpl::Sdpa | AttentionImpl::Flash => per_token.extend([c * q, 4 * a]),
         }

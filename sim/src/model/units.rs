@@ -4,7 +4,7 @@
 //! split) or a module outside the blocks that holds tensors (embeddings, final norm, head).
 
 use super::precision::Precision;
-use crate::workload::{Finetune, Mode, Optimizer, Quant, Trainer, Workload};
+use crate::workload::{Finetune, Mode, Optimizer, Parallelism, Quant, Trainer, Workload};
 use vramplan_profiles::DType;
 use vramplan_profiles::model::{ModelDescription, Module, ModuleKind, TensorKind};
 
@@ -63,7 +63,7 @@ pub(crate) fn trainable_dtype(workload: &Workload, precision: &Precision) -> DTy
 }
 
 /// Optimizer-state bytes for the given trainable tensors of dtype `dtype`.
-pub(crate) fn optimizer_bytes(optimizer: Optimizer, tensors: &[TrainableTensor], dtype: DType) -> u64 {
+fn optimizer_bytes(optimizer: Optimizer, tensors: &[TrainableTensor], dtype: DType) -> u64 {
     let bytes = dtype.bits() / 8;
     tensors
         .iter()
@@ -89,6 +89,20 @@ pub(crate) fn optimizer_bytes(optimizer: Optimizer, tensors: &[TrainableTensor],
             },
         })
         .sum()
+}
+
+/// Optimizer-state bytes of `tensors` (of dtype `dtype`) under the workload's optimizer,
+/// including DeepSpeed's fp32 master weights: with ZeRO, half-precision training keeps an fp32
+/// copy of the trainable weights and the optimizer's states on it in fp32 (ZeRO §3.1: K = 12
+/// bytes per parameter for Adam).
+pub(crate) fn optimizer_state_bytes(workload: &Workload, tensors: &[TrainableTensor], dtype: DType) -> u64 {
+    let deepspeed_master = matches!(workload.parallelism, Parallelism::Zero { .. }) && dtype.bits() < 32;
+    if deepspeed_master {
+        let params: u64 = tensors.iter().map(|t| t.numel).sum();
+        4 * params + optimizer_bytes(workload.optimizer, tensors, DType::F32)
+    } else {
+        optimizer_bytes(workload.optimizer, tensors, dtype)
+    }
 }
 
 /// Bytes of a linear weight of `out × in` stored under `quant`, its bias excluded.
@@ -210,6 +224,7 @@ fn describe(
         Finetune::Lora { rank, .. } => *rank,
         Finetune::Full => 0,
     };
+    let adapter_dtype = trainable_dtype(workload, precision);
     let mut unit = Unit {
         path: module.path.clone(),
         kind,
@@ -237,7 +252,9 @@ fn describe(
             };
             let bytes = match quantized {
                 Some(b) => {
-                    unit.largest_quantized_linear = unit.largest_quantized_linear.max(numel);
+                    // A fused experts tensor is dequantized one expert at a time.
+                    let experts: u64 = tensor.shape.iter().rev().skip(2).product();
+                    unit.largest_quantized_linear = unit.largest_quantized_linear.max(numel / experts.max(1));
                     b
                 }
                 // PEFT's `prepare_model_for_kbit_training` casts every unquantized half-precision
@@ -268,10 +285,12 @@ fn describe(
                     [o, i] => (*o, *i),
                     _ => (0, 0),
                 };
-                unit.trainable_tensors
-                    .push(TrainableTensor { numel: rank * in_dim, rows_cols: Some((rank, in_dim)) });
-                unit.trainable_tensors
-                    .push(TrainableTensor { numel: out_dim * rank, rows_cols: Some((out_dim, rank)) });
+                // lora_A [rank, in] and lora_B [out, rank]: weights like any other, trainable.
+                for (rows, cols) in [(rank, in_dim), (out_dim, rank)] {
+                    unit.weight_tensors.push(adapter_dtype.bytes_for(rows * cols));
+                    unit.trainable_tensors
+                        .push(TrainableTensor { numel: rows * cols, rows_cols: Some((rows, cols)) });
+                }
             }
         }
     });

@@ -1,0 +1,75 @@
+//! Queries that expose single terms of the memory model, for checks against published closed
+//! forms (ZeRO's model states, Korthikanti et al.'s activations per layer) and for reports.
+
+use crate::model::activations;
+use crate::model::precision::Precision;
+use crate::model::units::{self, UnitKind};
+use crate::workload::{Finetune, Parallelism, Workload};
+use serde::Serialize;
+use vramplan_profiles::model::{ModelDescription, ModuleKind};
+
+/// Model states on one data-parallel rank: weights, gradients, optimizer states (with master
+/// weights), in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ModelStates {
+    pub weights: u64,
+    pub gradients: u64,
+    pub optimizer: u64,
+}
+
+impl ModelStates {
+    pub fn total(&self) -> u64 {
+        self.weights + self.gradients + self.optimizer
+    }
+}
+
+/// Model states per rank when training `model` under `workload` over `ranks` data-parallel
+/// ranks: ZeRO stage 1 shards optimizer states, stage 2 also gradients, stage 3 also weights.
+pub fn model_states(model: &ModelDescription, workload: &Workload, ranks: u64) -> ModelStates {
+    let precision = Precision::of(model, workload);
+    let targets = lora_targets(model, workload);
+    let dtype = units::trainable_dtype(workload, &precision);
+    let stage = match workload.parallelism {
+        Parallelism::Zero { stage, .. } => stage,
+        _ => 0,
+    };
+    let shard =
+        |bytes: u64, from_stage: u8| if stage >= from_stage { bytes.div_ceil(ranks.max(1)) } else { bytes };
+    let mut states = ModelStates { weights: 0, gradients: 0, optimizer: 0 };
+    for unit in units::units(model, workload, &precision, &targets) {
+        states.weights += shard(unit.weight_tensors.iter().sum(), 3);
+        states.gradients += shard(dtype.bytes_for(unit.trainable_params()), 2);
+        states.optimizer += shard(units::optimizer_state_bytes(workload, &unit.trainable_tensors, dtype), 1);
+    }
+    states
+}
+
+/// Bytes block `layer` (an index into `facts.layers`) keeps for backward under `workload`.
+pub fn saved_activation_bytes(model: &ModelDescription, workload: &Workload, layer: usize) -> u64 {
+    let precision = Precision::of(model, workload);
+    activations::block(model, layer, workload, &precision, workload.batch, workload.seq).saved.iter().sum()
+}
+
+/// The linear modules LoRA wraps: a target names a module by its path or its last components
+/// (`q_proj`), as PEFT matches them; `all-linear` is every linear but the output head.
+pub(crate) fn lora_targets(model: &ModelDescription, workload: &Workload) -> Vec<String> {
+    let Finetune::Lora { targets, .. } = &workload.finetune else { return Vec::new() };
+    let precision = Precision::of(model, workload);
+    let head: Vec<String> = units::units(model, &Workload::default(), &precision, &[])
+        .into_iter()
+        .filter(|u| u.kind == UnitKind::Head)
+        .map(|u| u.path)
+        .collect();
+    let mut out = Vec::new();
+    model.root.visit(&mut |m| {
+        if m.kind != ModuleKind::Linear {
+            return;
+        }
+        let all = targets.iter().any(|t| t == "all-linear") && !head.contains(&m.path);
+        let named = targets.iter().any(|t| m.path == *t || m.path.ends_with(&format!(".{t}")));
+        if all || named {
+            out.push(m.path.clone());
+        }
+    });
+    out
+}

@@ -1,0 +1,39 @@
+//! Reading a workload and checking it: the workload YAML file (`--workload FILE`), the command
+//! line's workload flags over it ([`WorkloadFlags`]), and the checks against the model and the
+//! hardware before a simulation ([`validate`], with the LoRA targets matched as PEFT matches
+//! them, [`lora_target_modules`]). The schema and every flag are in `docs/workloads.md`.
+
+mod checks;
+mod flags;
+mod lora;
+pub(crate) mod suggest;
+
+pub use checks::validate;
+pub use flags::WorkloadFlags;
+pub use lora::lora_target_modules;
+
+use crate::workload::Workload;
+use std::path::Path;
+use vramplan_profiles::InputError;
+
+/// Reads a workload YAML file; keys left out take their defaults, unknown keys are refused. An
+/// empty file is the default workload.
+pub fn workload_from_yaml(path: &Path) -> Result<Workload, InputError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        InputError::io(path, &e).with_fix("give the path of a workload YAML file (docs/workloads.md has the schema)")
+    })?;
+    workload_from_yaml_text(&text, &path.display().to_string())
+}
+
+/// Parses workload YAML `text` read from `origin`.
+pub(crate) fn workload_from_yaml_text(text: &str, origin: &str) -> Result<Workload, InputError> {
+    if text.lines().all(|line| line.trim().is_empty() || line.trim_start().starts_with('#')) {
+        return Ok(Workload::default());
+    }
+    serde_saphyr::from_str::<Workload>(text).map_err(|e| {
+        InputError::yaml(origin, &e).with_fix(
+            "see docs/workloads.md for the keys and their values (e.g. `mode: train`, `batch: 4`, \
+             `quant: {kind: nf4, double_quant: true}`)",
+        )
+    })
+}

@@ -1,0 +1,270 @@
+//! Checking a workload against the model and the hardware before simulating it: values that
+//! cannot run are errors (exit 2, with the key and the fix); choices that run but not as the
+//! user likely expects are warnings.
+
+use super::flags::GGUF_TYPES;
+use super::lora::lora_target_modules;
+use super::suggest::closest;
+use crate::workload::{Engine, Finetune, Mode, Parallelism, Quant, Workload};
+use vramplan_profiles::hardware::{Device, HardwareProfile};
+use vramplan_profiles::model::ModelDescription;
+use vramplan_profiles::{DType, InputError};
+
+/// Where workload errors come from: the merged file and flags.
+const ORIGIN: &str = "workload";
+
+/// Checks `workload` for `model` on `hardware`. Errors for what cannot run (a zero batch, a LoRA
+/// target that matches nothing, a quantized full fine-tune, a tensor-parallel size the profile or
+/// the heads do not allow); warnings for what runs unlike the user likely expects (bf16 or fp8
+/// on a GPU without it, a sequence past the model's positions).
+pub fn validate(
+    workload: &Workload,
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+) -> Result<Vec<String>, InputError> {
+    check_sizes(workload)?;
+    check_quant(workload)?;
+    check_mode(workload)?;
+    check_engine(workload)?;
+    check_parallelism(workload, model, hardware)?;
+    if let Finetune::Lora { rank: 0, .. } = workload.finetune {
+        return Err(InputError::new(ORIGIN, "LoRA rank 0 adds no adapter")
+            .at_key("finetune.rank")
+            .with_fix("give a rank of 1 or more (`--lora-rank 16`), or drop LoRA for a full fine-tune"));
+    }
+    lora_target_modules(workload, model)?;
+    if let Some(dtype) = workload.autocast
+        && !matches!(dtype, DType::F16 | DType::BF16)
+    {
+        return Err(InputError::new(ORIGIN, format!("autocast to {dtype}: autocast computes in fp16 or bf16"))
+            .at_key("autocast")
+            .with_fix("use `fp16` or `bf16`, or leave autocast out to compute in the weight dtype"));
+    }
+    if let Some(dtype) = workload.kv_dtype
+        && !dtype.is_float()
+    {
+        return Err(InputError::new(ORIGIN, format!("a KV cache in {dtype}: vramplan models float KV caches"))
+            .at_key("kv_dtype")
+            .with_fix("use fp16, bf16, fp32 or fp8 (e4m3 / e5m2)"));
+    }
+    Ok(warnings(workload, model, hardware))
+}
+
+fn positive(value: u64, key: &str, fix: &str) -> Result<(), InputError> {
+    if value == 0 {
+        return Err(InputError::new(ORIGIN, format!("`{key}` is 0; it must be at least 1"))
+            .at_key(key)
+            .with_fix(fix.to_string()));
+    }
+    Ok(())
+}
+
+fn check_sizes(w: &Workload) -> Result<(), InputError> {
+    positive(w.batch, "batch", "give a batch of 1 or more (`--batch 1`)")?;
+    positive(w.seq, "seq", "give the sequence length in tokens (`--seq 2048`)")?;
+    positive(w.grad_accum, "grad_accum", "give 1 for no gradient accumulation (`--grad-accum 1`)")?;
+    if let Some(prompt) = w.prompt {
+        positive(prompt, "prompt", "give the prompt length in tokens, or leave it out to prefill the whole `seq`")?;
+        if prompt > w.seq {
+            return Err(InputError::new(
+                ORIGIN,
+                format!("the prompt ({prompt} tokens) is longer than the whole context `seq` ({} tokens)", w.seq),
+            )
+            .at_key("prompt")
+            .with_fix("`seq` counts prompt and generated tokens together: raise `--seq` or lower `--prompt`"));
+        }
+    }
+    Ok(())
+}
+
+fn check_quant(w: &Workload) -> Result<(), InputError> {
+    let bad = |key: &str, problem: String, fix: &str| Err(InputError::new(ORIGIN, problem).at_key(key).with_fix(fix));
+    match &w.quant {
+        Quant::Gptq { bits, .. } if !matches!(bits, 2 | 3 | 4 | 8) => {
+            bad("quant.bits", format!("GPTQ with {bits} bits"), "GPTQ weights have 2, 3, 4 or 8 bits")
+        }
+        Quant::Awq { bits, .. } if *bits != 4 => {
+            bad("quant.bits", format!("AWQ with {bits} bits"), "AWQ weights have 4 bits")
+        }
+        Quant::Gptq { group_size: 0, .. } | Quant::Awq { group_size: 0, .. } => bad(
+            "quant.group_size",
+            "a group size of 0".into(),
+            "give the group size of the checkpoint's `quantization_config` (usually 128)",
+        ),
+        Quant::Fp8 { block: 0 } => {
+            bad("quant.block", "an fp8 scale block of 0".into(), "give the tile size of the scales (128 for DeepSeek-V3)")
+        }
+        Quant::Gguf { quant_type } if !GGUF_TYPES.contains(&quant_type.as_str()) => {
+            let close = closest(&quant_type.to_ascii_uppercase(), GGUF_TYPES.iter().copied(), 2);
+            let hint = if close.is_empty() { String::new() } else { format!("did you mean `{}`? ", close.join("` or `")) };
+            bad(
+                "quant.quant_type",
+                format!("unknown GGUF type `{quant_type}`"),
+                &format!("{hint}use one of {}", GGUF_TYPES.join(", ")),
+            )
+        }
+        _ => Ok(()),
+    }
+}
+
+fn check_mode(w: &Workload) -> Result<(), InputError> {
+    if w.mode != Mode::Train {
+        return Ok(());
+    }
+    if w.finetune == Finetune::Full && w.quant != Quant::None {
+        return Err(InputError::new(
+            ORIGIN,
+            "a full fine-tune of quantized weights: quantized weights are frozen (the HF Trainer refuses \
+             to train a purely quantized model)",
+        )
+        .at_key("quant")
+        .with_fix("train LoRA adapters over them (QLoRA: add `--lora-rank 16`), or train without `--quant`"));
+    }
+    if w.engine != Engine::Transformers {
+        return Err(InputError::new(ORIGIN, "training with an inference engine (vLLM, llama.cpp)")
+            .at_key("engine")
+            .with_fix("use `--engine transformers` for training, or `--mode inference`"));
+    }
+    Ok(())
+}
+
+fn check_engine(w: &Workload) -> Result<(), InputError> {
+    match &w.engine {
+        Engine::Vllm { gpu_memory_utilization, max_num_batched_tokens } => {
+            if !(*gpu_memory_utilization > 0.0 && *gpu_memory_utilization <= 1.0) {
+                return Err(InputError::new(
+                    ORIGIN,
+                    format!("gpu_memory_utilization {gpu_memory_utilization} is not a fraction of the GPU"),
+                )
+                .at_key("engine.gpu_memory_utilization")
+                .with_fix("give a number above 0 and at most 1 (vLLM's default is 0.9)"));
+            }
+            positive(*max_num_batched_tokens, "engine.max_num_batched_tokens", "vLLM's default is 8192")
+        }
+        Engine::LlamaCpp { n_ctx, n_ubatch } => {
+            positive(*n_ctx, "engine.n_ctx", "give the context in tokens (`--n-ctx 4096`)")?;
+            positive(*n_ubatch, "engine.n_ubatch", "llama.cpp's default is 512")?;
+            if !matches!(w.quant, Quant::None | Quant::Gguf { .. }) {
+                return Err(InputError::new(ORIGIN, "llama.cpp runs GGUF files, not bitsandbytes, GPTQ, AWQ or fp8 weights")
+                    .at_key("quant")
+                    .with_fix("give a GGUF type (`--quant Q4_K_M`), or `--engine vllm` / `transformers`"));
+            }
+            Ok(())
+        }
+        Engine::Transformers => Ok(()),
+    }
+}
+
+fn check_parallelism(w: &Workload, model: &ModelDescription, hardware: &HardwareProfile) -> Result<(), InputError> {
+    let gpus = hardware.devices.len();
+    match w.parallelism {
+        Parallelism::Zero { stage, .. } if !(1..=3).contains(&stage) => {
+            Err(InputError::new(ORIGIN, format!("ZeRO stage {stage}")).at_key("parallelism.stage").with_fix(
+                "ZeRO has stages 1 (optimizer states), 2 (+ gradients) and 3 (+ parameters; FSDP full shard)",
+            ))
+        }
+        Parallelism::Zero { stage, offload_params: true, .. } if stage < 3 => Err(InputError::new(
+            ORIGIN,
+            format!("parameter offload with ZeRO-{stage}: only sharded parameters (ZeRO-3) are offloaded"),
+        )
+        .at_key("parallelism.offload_params")
+        .with_fix("use stage 3, or offload the optimizer alone")),
+        Parallelism::Tensor { size } => {
+            if size == 0 || size as usize > gpus {
+                return Err(InputError::new(
+                    ORIGIN,
+                    format!("tensor parallelism over {size} GPUs, and `{}` has {gpus}", hardware.name),
+                )
+                .at_key("parallelism.size")
+                .with_fix(format!("use `tp=N` with N from 1 to {gpus}, or a profile with more GPUs")));
+            }
+            let heads = model.facts.num_attention_heads;
+            if heads > 0 && heads % u64::from(size) != 0 {
+                let sizes: Vec<String> = (1..=gpus as u64).filter(|n| heads % n == 0).map(|n| n.to_string()).collect();
+                return Err(InputError::new(
+                    ORIGIN,
+                    format!("tensor parallelism over {size} GPUs does not divide the {heads} attention heads"),
+                )
+                .at_key("parallelism.size")
+                .with_fix(format!("use a size that divides {heads}: {}", sizes.join(", "))));
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The dtype weights are held in on the GPU, where it is a float dtype the checkpoint or the
+/// user chose (quantized weights keep the rest of the model in it).
+fn weight_dtype(w: &Workload, model: &ModelDescription) -> DType {
+    w.weight_dtype.unwrap_or(model.dtype)
+}
+
+fn warnings(w: &Workload, model: &ModelDescription, hardware: &HardwareProfile) -> Vec<String> {
+    let mut out = Vec::new();
+    let gguf = matches!(w.engine, Engine::LlamaCpp { .. });
+    let weights = weight_dtype(w, model);
+    let mut bf16_uses = Vec::new();
+    if !gguf && weights == DType::BF16 {
+        bf16_uses.push(if w.weight_dtype.is_some() { "bf16 weights" } else { "bf16 weights (the checkpoint's dtype)" });
+    }
+    if w.autocast == Some(DType::BF16) {
+        bf16_uses.push("bf16 autocast");
+    }
+    if w.kv_dtype == Some(DType::BF16) {
+        bf16_uses.push("a bf16 KV cache");
+    }
+    if !bf16_uses.is_empty() {
+        for device in lacking(hardware, |d| d.bf16) {
+            out.push(format!(
+                "{} on {} (compute capability {}), which has no bf16 support: the HF Trainer refuses \
+                 `bf16=True` there and vLLM refuses bfloat16; use fp16 (`--dtype fp16`, `--autocast fp16`) — \
+                 the memory is the same",
+                bf16_uses.join(" and "),
+                device.name,
+                device.compute_capability
+            ));
+        }
+    }
+    let fp8_weights = matches!(w.quant, Quant::Fp8 { .. })
+        || (!gguf && matches!(w.quant, Quant::None) && matches!(weights, DType::F8E4M3 | DType::F8E5M2));
+    let fp8_kv = matches!(w.kv_dtype, Some(DType::F8E4M3 | DType::F8E5M2));
+    if fp8_weights || fp8_kv {
+        let what = match (fp8_weights, fp8_kv) {
+            (true, true) => "fp8 weights and an fp8 KV cache",
+            (true, false) => "fp8 weights",
+            _ => "an fp8 KV cache",
+        };
+        for device in lacking(hardware, |d| d.fp8) {
+            out.push(format!(
+                "{what} on {} (compute capability {}), which has no fp8 tensor cores (Ada and Hopper have): \
+                 fp8 is only storage there, upcast for every matmul (slower, and not every runtime allows it)",
+                device.name, device.compute_capability
+            ));
+        }
+    }
+    let positions = model.facts.max_positions;
+    let context = match w.engine {
+        Engine::LlamaCpp { n_ctx, .. } => n_ctx,
+        _ => w.seq,
+    };
+    if positions > 0 && context > positions {
+        out.push(format!(
+            "a context of {context} tokens is longer than {}'s {positions} positions \
+             (`max_position_embeddings`): quality degrades past it unless rope scaling extends it",
+            model.name
+        ));
+    }
+    out
+}
+
+/// The profile's devices without a feature, one per distinct name.
+fn lacking(hardware: &HardwareProfile, has: impl Fn(&Device) -> bool) -> Vec<&Device> {
+    let mut out: Vec<&Device> = Vec::new();
+    for device in hardware.devices.iter().filter(|d| !has(d)) {
+        if !out.iter().any(|d| d.name == device.name) {
+            out.push(device);
+        }
+    }
+    out
+}

@@ -1,0 +1,469 @@
+//! The workload flags of the command line, as typed, and how they override a workload read from
+//! a file: a flag that is given wins; a flag that refines a choice (`--double-quant`,
+//! `--group-size`, `--gpu-memory-utilization`, `--offload-optimizer`) applies to the choice the
+//! flags or the file made, and is refused where it means nothing. Values are parsed here, so
+//! that the words a flag accepts and the message for one it does not are the same everywhere.
+
+use super::suggest::{closest, ticked, ticked_or};
+use crate::workload::{
+    AttentionImpl, Engine, Finetune, GradCheckpointing, Mode, Optimizer, Parallelism, Quant, Trainer, Workload,
+};
+use vramplan_profiles::{DType, InputError};
+
+/// The workload flags as the user gave them; `None` / `false` leaves the file's value.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WorkloadFlags {
+    pub mode: Option<String>,
+    pub batch: Option<u64>,
+    pub seq: Option<u64>,
+    pub prompt: Option<u64>,
+    pub grad_accum: Option<u64>,
+    /// `--dtype`: the weight dtype.
+    pub dtype: Option<String>,
+    pub autocast: Option<String>,
+    pub quant: Option<String>,
+    pub double_quant: bool,
+    pub group_size: Option<u32>,
+    /// Given: LoRA with this rank.
+    pub lora_rank: Option<u64>,
+    pub lora_alpha: Option<u64>,
+    /// Comma-separated module names, or `all-linear`.
+    pub lora_targets: Option<String>,
+    pub grad_ckpt: Option<String>,
+    pub optimizer: Option<String>,
+    pub attn: Option<String>,
+    pub parallel: Option<String>,
+    pub offload_optimizer: bool,
+    pub offload_params: bool,
+    pub engine: Option<String>,
+    pub gpu_memory_utilization: Option<f64>,
+    pub max_num_batched_tokens: Option<u64>,
+    pub n_ctx: Option<u64>,
+    pub n_ubatch: Option<u64>,
+    pub kv_dtype: Option<String>,
+    pub trainer: Option<String>,
+    pub chunked_ce: bool,
+    pub optimizer_in_backward: bool,
+    pub activation_offload: bool,
+    pub compile: bool,
+    pub keep_gradients: bool,
+}
+
+/// PEFT's `LoraConfig` default `lora_alpha` (alpha scales the update; it costs no memory).
+const DEFAULT_LORA_ALPHA: u64 = 8;
+/// GPTQ/AWQ group size when none is given (AutoGPTQ's and AutoAWQ's default).
+const DEFAULT_GROUP_SIZE: u32 = 128;
+/// fp8 weight scale tiles: 128×128, as DeepSeek-V3's `weight_block_size`.
+const DEFAULT_FP8_BLOCK: u32 = 128;
+/// vLLM's defaults: `gpu_memory_utilization=0.9`, and `max_num_batched_tokens` 8192 in the V1
+/// engine's online serving default.
+const DEFAULT_GPU_MEMORY_UTILIZATION: f64 = 0.9;
+const DEFAULT_MAX_NUM_BATCHED_TOKENS: u64 = 8192;
+/// llama.cpp's default `--ubatch-size`.
+const DEFAULT_N_UBATCH: u64 = 512;
+
+/// llama.cpp's quantization types as `llama-quantize` names them (and the GGUF tensor types of
+/// whole-file conversions).
+pub(crate) const GGUF_TYPES: &[&str] = &[
+    "F32", "F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_1", "Q5_0", "Q4_K_M", "Q4_K_S", "Q4_1",
+    "Q4_0", "Q3_K_L", "Q3_K_M", "Q3_K_S", "Q2_K", "Q2_K_S", "IQ4_NL", "IQ4_XS", "IQ3_M", "IQ3_S", "IQ3_XS",
+    "IQ3_XXS", "IQ2_M", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_M", "IQ1_S", "TQ2_0", "TQ1_0", "MXFP4_MOE",
+];
+
+impl WorkloadFlags {
+    /// `workload` with these flags applied over it.
+    pub fn apply(&self, workload: Workload) -> Result<Workload, InputError> {
+        let mut w = workload;
+        if let Some(text) = &self.mode {
+            w.mode = pick("--mode", text, MODES)?;
+        }
+        if let Some(batch) = self.batch {
+            w.batch = batch;
+        }
+        if let Some(seq) = self.seq {
+            w.seq = seq;
+        }
+        if let Some(prompt) = self.prompt {
+            w.prompt = Some(prompt);
+        }
+        if let Some(grad_accum) = self.grad_accum {
+            w.grad_accum = grad_accum;
+        }
+        if let Some(text) = &self.dtype {
+            w.weight_dtype = Some(parse_dtype("--dtype", text)?);
+        }
+        if let Some(text) = &self.autocast {
+            w.autocast = pick("--autocast", text, AUTOCAST)?;
+        }
+        self.apply_quant(&mut w)?;
+        self.apply_lora(&mut w)?;
+        if let Some(text) = &self.grad_ckpt {
+            w.grad_checkpointing = pick("--grad-ckpt", text, GRAD_CKPT)?;
+        }
+        if let Some(text) = &self.optimizer {
+            w.optimizer = pick("--optimizer", text, OPTIMIZERS)?;
+        }
+        if let Some(text) = &self.attn {
+            w.attention = pick("--attn", text, ATTENTION)?;
+        }
+        self.apply_parallel(&mut w)?;
+        self.apply_engine(&mut w)?;
+        if let Some(text) = &self.kv_dtype {
+            w.kv_dtype = Some(parse_dtype("--kv-dtype", text)?);
+        }
+        if let Some(text) = &self.trainer {
+            w.trainer = pick("--trainer", text, TRAINERS)?;
+        }
+        let s = &mut w.switches;
+        s.chunked_cross_entropy |= self.chunked_ce;
+        s.optimizer_in_backward |= self.optimizer_in_backward;
+        s.activation_offload |= self.activation_offload;
+        s.compile |= self.compile;
+        s.keep_gradients |= self.keep_gradients;
+        Ok(w)
+    }
+
+    fn apply_quant(&self, w: &mut Workload) -> Result<(), InputError> {
+        if let Some(text) = &self.quant {
+            w.quant = parse_quant(text, &w.quant)?;
+        }
+        if self.double_quant {
+            match &mut w.quant {
+                Quant::Nf4 { double_quant } | Quant::Fp4 { double_quant } => *double_quant = true,
+                _ => {
+                    return Err(InputError::new("--double-quant", "double quantization is a bitsandbytes 4-bit option")
+                        .with_fix("use it with `--quant nf4` or `--quant fp4`, or leave it out"));
+                }
+            }
+        }
+        if let Some(size) = self.group_size {
+            match &mut w.quant {
+                Quant::Gptq { group_size, .. } | Quant::Awq { group_size, .. } => *group_size = size,
+                Quant::Fp8 { block } => *block = size,
+                _ => {
+                    return Err(InputError::new(
+                        "--group-size",
+                        "a group size applies to GPTQ and AWQ weights (and the fp8 scale block)",
+                    )
+                    .with_fix("use it with `--quant gptq`, `--quant awq` or `--quant fp8`, or leave it out"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_lora(&self, w: &mut Workload) -> Result<(), InputError> {
+        let targets = match &self.lora_targets {
+            Some(text) => Some(parse_targets(text)?),
+            None => None,
+        };
+        match (&mut w.finetune, self.lora_rank) {
+            (finetune, Some(rank)) => {
+                let (old_alpha, old_targets) = match finetune {
+                    Finetune::Lora { alpha, targets, .. } => (Some(*alpha), Some(std::mem::take(targets))),
+                    Finetune::Full => (None, None),
+                };
+                *finetune = Finetune::Lora {
+                    rank,
+                    alpha: self.lora_alpha.or(old_alpha).unwrap_or(DEFAULT_LORA_ALPHA),
+                    targets: targets.or(old_targets).unwrap_or_default(),
+                };
+            }
+            (Finetune::Lora { alpha, targets: old, .. }, None) => {
+                if let Some(a) = self.lora_alpha {
+                    *alpha = a;
+                }
+                if let Some(t) = targets {
+                    *old = t;
+                }
+            }
+            (Finetune::Full, None) => {
+                let flag = if self.lora_alpha.is_some() {
+                    Some("--lora-alpha")
+                } else if targets.is_some() {
+                    Some("--lora-targets")
+                } else {
+                    None
+                };
+                if let Some(flag) = flag {
+                    return Err(InputError::new(flag, "LoRA settings without LoRA: no rank is given")
+                        .with_fix("add `--lora-rank 16` (or `finetune: {kind: lora, ...}` in the workload file)"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_parallel(&self, w: &mut Workload) -> Result<(), InputError> {
+        if let Some(text) = &self.parallel {
+            w.parallelism = parse_parallel(text)?;
+        }
+        if !self.offload_optimizer && !self.offload_params {
+            return Ok(());
+        }
+        let Parallelism::Zero { stage, offload_optimizer, offload_params } = &mut w.parallelism else {
+            let flag = if self.offload_optimizer { "--offload-optimizer" } else { "--offload-params" };
+            return Err(InputError::new(flag, "CPU offload is a ZeRO / FSDP option")
+                .with_fix("add `--parallel zero2`, `zero3` or `fsdp`"));
+        };
+        if self.offload_params && *stage < 3 {
+            return Err(InputError::new(
+                "--offload-params",
+                format!("parameters are offloaded only when they are sharded (ZeRO-3 / FSDP), not with ZeRO-{stage}"),
+            )
+            .with_fix("use `--parallel zero3` or `fsdp`, or `--offload-optimizer` alone"));
+        }
+        *offload_optimizer |= self.offload_optimizer;
+        *offload_params |= self.offload_params;
+        Ok(())
+    }
+
+    fn apply_engine(&self, w: &mut Workload) -> Result<(), InputError> {
+        if let Some(text) = &self.engine {
+            let wanted = pick("--engine", text, ENGINES)?;
+            w.engine = match (wanted, &w.engine) {
+                // The same engine as the file's keeps the file's settings.
+                (EngineKind::Vllm, Engine::Vllm { .. }) | (EngineKind::LlamaCpp, Engine::LlamaCpp { .. }) => {
+                    w.engine.clone()
+                }
+                (EngineKind::Transformers, _) => Engine::Transformers,
+                (EngineKind::Vllm, _) => Engine::Vllm {
+                    gpu_memory_utilization: DEFAULT_GPU_MEMORY_UTILIZATION,
+                    max_num_batched_tokens: DEFAULT_MAX_NUM_BATCHED_TOKENS,
+                },
+                (EngineKind::LlamaCpp, _) => Engine::LlamaCpp { n_ctx: w.seq, n_ubatch: DEFAULT_N_UBATCH },
+            };
+        }
+        match &mut w.engine {
+            Engine::Vllm { gpu_memory_utilization, max_num_batched_tokens } => {
+                if let Some(u) = self.gpu_memory_utilization {
+                    *gpu_memory_utilization = u;
+                }
+                if let Some(t) = self.max_num_batched_tokens {
+                    *max_num_batched_tokens = t;
+                }
+                engine_flag_unused(&[("--n-ctx", self.n_ctx.is_some()), ("--n-ubatch", self.n_ubatch.is_some())], "llama.cpp")
+            }
+            Engine::LlamaCpp { n_ctx, n_ubatch } => {
+                if let Some(c) = self.n_ctx {
+                    *n_ctx = c;
+                }
+                if let Some(u) = self.n_ubatch {
+                    *n_ubatch = u;
+                }
+                engine_flag_unused(
+                    &[
+                        ("--gpu-memory-utilization", self.gpu_memory_utilization.is_some()),
+                        ("--max-num-batched-tokens", self.max_num_batched_tokens.is_some()),
+                    ],
+                    "vllm",
+                )
+            }
+            Engine::Transformers => {
+                engine_flag_unused(
+                    &[
+                        ("--gpu-memory-utilization", self.gpu_memory_utilization.is_some()),
+                        ("--max-num-batched-tokens", self.max_num_batched_tokens.is_some()),
+                    ],
+                    "vllm",
+                )?;
+                engine_flag_unused(&[("--n-ctx", self.n_ctx.is_some()), ("--n-ubatch", self.n_ubatch.is_some())], "llama.cpp")
+            }
+        }
+    }
+}
+
+/// Refuses an engine setting given for another engine.
+fn engine_flag_unused(flags: &[(&str, bool)], engine: &str) -> Result<(), InputError> {
+    match flags.iter().find(|(_, given)| *given) {
+        Some((flag, _)) => Err(InputError::new(*flag, format!("this is a {engine} setting, and the engine is not {engine}"))
+            .with_fix(format!("add `--engine {engine}`, or leave {flag} out"))),
+        None => Ok(()),
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum EngineKind {
+    Transformers,
+    Vllm,
+    LlamaCpp,
+}
+
+/// A flag's words: the canonical one first in each entry, then accepted aliases.
+type Words<T> = &'static [(&'static [&'static str], T)];
+
+const MODES: Words<Mode> = &[(&["train", "training"], Mode::Train), (&["inference", "infer"], Mode::Inference)];
+const AUTOCAST: Words<Option<DType>> = &[
+    (&["fp16", "float16", "half"], Some(DType::F16)),
+    (&["bf16", "bfloat16"], Some(DType::BF16)),
+    (&["none", "off"], None),
+];
+const GRAD_CKPT: Words<GradCheckpointing> = &[
+    (&["off", "none", "false", "no"], GradCheckpointing::Off),
+    (&["full", "on", "true", "yes"], GradCheckpointing::Full),
+    (&["selective"], GradCheckpointing::Selective),
+];
+const OPTIMIZERS: Words<Optimizer> = &[
+    (&["adamw", "adam", "adamw-torch", "adamw-torch-fused"], Optimizer::Adamw),
+    (&["adamw8bit", "adamw-8bit", "adamw-bnb-8bit", "adam8bit", "bnb-adamw8bit"], Optimizer::Adamw8bit),
+    (&["paged-adamw8bit", "paged-adamw-8bit"], Optimizer::PagedAdamw8bit),
+    (&["paged-adamw", "paged-adamw-32bit", "paged-adamw32bit"], Optimizer::PagedAdamw),
+    (&["sgd"], Optimizer::Sgd),
+    (&["sgd-momentum"], Optimizer::SgdMomentum),
+    (&["adafactor"], Optimizer::Adafactor),
+];
+const ATTENTION: Words<AttentionImpl> = &[
+    (&["eager"], AttentionImpl::Eager),
+    (&["sdpa"], AttentionImpl::Sdpa),
+    (&["flash", "flash-attention-2", "flash-attn", "fa2"], AttentionImpl::Flash),
+];
+const ENGINES: Words<EngineKind> = &[
+    (&["transformers", "hf"], EngineKind::Transformers),
+    (&["vllm"], EngineKind::Vllm),
+    (&["llama.cpp", "llamacpp", "llama-cpp"], EngineKind::LlamaCpp),
+];
+const TRAINERS: Words<Trainer> =
+    &[(&["transformers", "hf", "trl"], Trainer::Transformers), (&["torchtune"], Trainer::Torchtune)];
+
+/// The value whose words include `text` (case-insensitive, `_` read as `-`), else an error
+/// listing the canonical words and the closest.
+fn pick<T: Copy>(flag: &str, text: &str, words: Words<T>) -> Result<T, InputError> {
+    let wanted = text.trim().to_ascii_lowercase().replace('_', "-");
+    if let Some((_, value)) = words.iter().find(|(names, _)| names.contains(&wanted.as_str())) {
+        return Ok(*value);
+    }
+    let canonical: Vec<&str> = words.iter().filter_map(|(names, _)| names.first().copied()).collect();
+    Err(unknown_value(flag, text, &canonical, words.iter().flat_map(|(names, _)| names.iter().copied())))
+}
+
+fn unknown_value<'a>(
+    flag: &str,
+    text: &str,
+    accepted: &[&str],
+    spellings: impl IntoIterator<Item = &'a str>,
+) -> InputError {
+    let close = closest(&text.trim().to_ascii_lowercase(), spellings, 2);
+    let hint = if close.is_empty() { String::new() } else { format!("did you mean {}? ", ticked_or(&close)) };
+    InputError::new(flag, format!("unknown value `{text}`")).with_fix(format!("{hint}accepted: {}", ticked(accepted)))
+}
+
+fn parse_dtype(flag: &str, text: &str) -> Result<DType, InputError> {
+    DType::parse(text).ok_or_else(|| {
+        InputError::new(flag, format!("unknown dtype `{text}`")).with_fix(format!("use {}", DType::SPELLINGS))
+    })
+}
+
+/// `none`, `int8`, `nf4`, `fp4`, `gptq` (4-bit; `gptq-8bit` …), `awq`, `fp8`, or a GGUF type
+/// (`Q4_K_M`). Settings of the same kind in `current` (the file's) are kept.
+fn parse_quant(text: &str, current: &Quant) -> Result<Quant, InputError> {
+    let lower = text.trim().to_ascii_lowercase().replace('_', "-");
+    let keep_double = match current {
+        Quant::Nf4 { double_quant } | Quant::Fp4 { double_quant } => *double_quant,
+        _ => false,
+    };
+    let group_of = |want_gptq: bool| match current {
+        Quant::Gptq { group_size, .. } if want_gptq => *group_size,
+        Quant::Awq { group_size, .. } if !want_gptq => *group_size,
+        _ => DEFAULT_GROUP_SIZE,
+    };
+    let quant = match lower.as_str() {
+        "none" | "off" => Quant::None,
+        "int8" | "8bit" | "llm.int8" | "bnb-int8" => Quant::Int8,
+        "nf4" | "4bit" | "bnb-nf4" => Quant::Nf4 { double_quant: keep_double },
+        "fp4" | "bnb-fp4" => Quant::Fp4 { double_quant: keep_double },
+        "awq" | "awq-4bit" => Quant::Awq { bits: 4, group_size: group_of(false) },
+        "fp8" => Quant::Fp8 { block: if let Quant::Fp8 { block } = current { *block } else { DEFAULT_FP8_BLOCK } },
+        _ => {
+            if let Some(bits) = gptq_bits(&lower) {
+                return Ok(Quant::Gptq { bits, group_size: group_of(true) });
+            }
+            let upper = text.trim().to_ascii_uppercase().replace('-', "_");
+            if GGUF_TYPES.contains(&upper.as_str()) {
+                return Ok(Quant::Gguf { quant_type: upper });
+            }
+            let mut accepted = vec!["none", "int8", "nf4", "fp4", "gptq", "gptq-8bit", "awq", "fp8"];
+            let spellings: Vec<&str> = accepted.iter().copied().chain(GGUF_TYPES.iter().copied()).collect();
+            let close = closest(&upper, GGUF_TYPES.iter().copied(), 2);
+            let close = if close.is_empty() { closest(&lower, spellings, 2) } else { close };
+            accepted.push("a GGUF type (`Q4_K_M`, `Q8_0`, …)");
+            let hint = if close.is_empty() { String::new() } else { format!("did you mean {}? ", ticked_or(&close)) };
+            let weight_dtype = DType::parse(text).is_some_and(DType::is_float);
+            let dtype_hint = if weight_dtype { " (a plain weight dtype is `--dtype`)" } else { "" };
+            return Err(InputError::new("--quant", format!("unknown quantization `{text}`{dtype_hint}"))
+                .with_fix(format!("{hint}accepted: {}; GGUF types: {}", accepted.join(", "), GGUF_TYPES.join(", "))));
+        }
+    };
+    Ok(quant)
+}
+
+/// `gptq` (4 bits) or `gptq-Nbit` / `gptqN` for N in 2, 3, 4, 8.
+fn gptq_bits(lower: &str) -> Option<u32> {
+    let rest = lower.strip_prefix("gptq")?;
+    if rest.is_empty() {
+        return Some(4);
+    }
+    let digits = rest.trim_start_matches('-');
+    let digits = digits.strip_suffix("bit").unwrap_or(digits);
+    digits.parse().ok().filter(|b| matches!(b, 2 | 3 | 4 | 8))
+}
+
+/// `single`, `ddp`, `zero1`–`zero3`, `fsdp` (= ZeRO-3), `tp=N`.
+fn parse_parallel(text: &str) -> Result<Parallelism, InputError> {
+    let lower = text.trim().to_ascii_lowercase().replace('_', "-");
+    let zero = |stage| Parallelism::Zero { stage, offload_optimizer: false, offload_params: false };
+    let parallel = match lower.as_str() {
+        "single" | "none" => Parallelism::Single,
+        "ddp" => Parallelism::Ddp,
+        "zero1" | "zero-1" => zero(1),
+        "zero2" | "zero-2" => zero(2),
+        "zero3" | "zero-3" | "fsdp" => zero(3),
+        _ => {
+            let size = lower
+                .strip_prefix("tp")
+                .map(|rest| rest.trim_start_matches(['=', ':']))
+                .and_then(|n| n.parse::<u32>().ok());
+            match size {
+                Some(size) => Parallelism::Tensor { size },
+                None => {
+                    let accepted = ["single", "ddp", "zero1", "zero2", "zero3", "fsdp", "tp=N"];
+                    return Err(unknown_value("--parallel", text, &accepted, accepted));
+                }
+            }
+        }
+    };
+    Ok(parallel)
+}
+
+/// `q_proj,v_proj` or `all-linear`.
+fn parse_targets(text: &str) -> Result<Vec<String>, InputError> {
+    let targets: Vec<String> =
+        text.split(',').map(str::trim).filter(|t| !t.is_empty()).map(str::to_string).collect();
+    if targets.is_empty() {
+        return Err(InputError::new("--lora-targets", "no module names given")
+            .with_fix("list module names separated by commas (`q_proj,v_proj`), or `all-linear`"));
+    }
+    Ok(targets)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_case_and_separator_insensitive() {
+        assert_eq!(pick("--optimizer", "Paged_AdamW8bit", OPTIMIZERS).ok(), Some(Optimizer::PagedAdamw8bit));
+        let err = pick("--optimizer", "adamv", OPTIMIZERS).unwrap_err();
+        assert!(err.fix.as_deref().is_some_and(|f| f.contains("`adamw`") && f.contains("`adafactor`")), "{err}");
+    }
+
+    #[test]
+    fn quant_spellings() {
+        assert_eq!(parse_quant("q4_k_m", &Quant::None).ok(), Some(Quant::Gguf { quant_type: "Q4_K_M".into() }));
+        assert_eq!(parse_quant("gptq-8bit", &Quant::None).ok(), Some(Quant::Gptq { bits: 8, group_size: 128 }));
+        assert_eq!(parse_quant("gptq", &Quant::Gptq { bits: 4, group_size: 32 }).ok(), Some(Quant::Gptq { bits: 4, group_size: 32 }));
+        assert!(parse_quant("gptq-5bit", &Quant::None).is_err());
+        assert!(parse_quant("bf16", &Quant::None).unwrap_err().problem.contains("--dtype"));
+        assert_eq!(parse_parallel("tp=4").ok(), Some(Parallelism::Tensor { size: 4 }));
+        assert!(parse_parallel("tp=x").is_err());
+    }
+}
