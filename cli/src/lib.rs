@@ -4,6 +4,8 @@
 //! Exit codes (the contract in DESIGN.md): 0 success; 1 the question has a negative answer;
 //! 2 bad input (the message says what and where); 3 no usable device for `validate`.
 
+mod estimate;
+
 use clap::{Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::io::Write;
@@ -45,6 +47,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Simulate one step of a workload: per-device peaks, where the memory goes, fits or not.
+    Estimate(Box<estimate::EstimateArgs>),
 }
 
 #[derive(Subcommand, Debug)]
@@ -54,7 +58,7 @@ enum ProfilesAction {
 }
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
-enum NamingArg {
+pub(crate) enum NamingArg {
     V5,
     V4,
 }
@@ -87,6 +91,7 @@ where
         Command::Inspect { model, dtype, naming, json } => {
             inspect(&model, dtype.as_deref(), naming, json, out)
         }
+        Command::Estimate(args) => estimate::run(&args, out),
     };
     match result {
         Ok(code) => code,

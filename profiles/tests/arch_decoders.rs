@@ -347,8 +347,14 @@ fn deepseek_v3_4x_naming_lists_experts_with_the_same_count() {
     let v5 = deepseek_r1(ImportOptions::default());
     let old = deepseek_r1(v4());
     assert_eq!(old.params(), v5.params());
-    // 5.x adds only the rotary `original_inv_freq` copy: qk_rope_head_dim / 2 fp32 values.
-    assert_eq!(old.bytes() + 32 * 4, v5.bytes());
+    // 5.x adds the rotary `original_inv_freq` copy (qk_rope_head_dim / 2 fp32 values) and keeps
+    // the 58 MoE layers' `e_score_correction_bias` (256 values each) in fp32 where 4.x loads it
+    // in bf16.
+    assert_eq!(old.bytes() + 32 * 4 + 58 * 256 * (4 - 2), v5.bytes());
+    let bias = |m: &ModelDescription| {
+        m.root.tensor("model.layers.3.mlp.gate.e_score_correction_bias").map(|t| t.dtype)
+    };
+    assert_eq!((bias(&old), bias(&v5)), (Some(DType::BF16), Some(DType::F32)));
     assert_eq!(old.summary().moe, v5.summary().moe);
     let expert = old.root.tensor("model.layers.3.mlp.experts.255.down_proj.weight").expect("4.x expert");
     assert_eq!((expert.shape.as_slice(), expert.dtype), (&[7168, 2048][..], DType::F8E4M3));
@@ -767,4 +773,403 @@ fn bad_sizes_name_the_key_to_fix() {
         .replace("LlamaForCausalLM", "Gemma2ForCausalLM")
         .replace("\"vocab_size\": 32000", "\"vocab_size\": 32000, \"layer_types\": [\"full_attention\"]");
     assert_eq!(error_key(&types), key("layer_types"), "one entry for two layers");
+}
+
+// ---------------------------------------------------------------- names observed in transformers
+//
+// The tiny configs below were instantiated on the meta device in transformers 5.23.0 and 4.57.6
+// (`AutoModelForCausalLM.from_config`, with the fine-grained FP8 quantizer's
+// `_process_model_before_weight_loading` for `quantization_config`); the names, shapes, class
+// names and parameter counts asserted here are what those builds hold.
+
+fn v5() -> ImportOptions {
+    ImportOptions { naming: Naming::V5 }
+}
+
+fn class_of<'m>(model: &'m ModelDescription, path: &str) -> Option<&'m str> {
+    model.root.find(path).map(|m| m.class.as_str())
+}
+
+fn shape_of(model: &ModelDescription, tensor: &str) -> Option<Vec<u64>> {
+    model.root.tensor(tensor).map(|t| t.shape.clone())
+}
+
+fn dtype_of(model: &ModelDescription, tensor: &str) -> Option<DType> {
+    model.root.tensor(tensor).map(|t| t.dtype)
+}
+
+/// H 64, 4 heads, q rank 20, kv rank 16, nope 8, rope 4, v 12; 4 layers, the first dense (96),
+/// 4 routed experts of 24 and no shared expert; `moe_layer_freq` 2; biases everywhere V2 has them.
+const DEEPSEEK_V2_TINY: &str = r#"{"architectures": ["DeepseekV2ForCausalLM"],
+    "model_type": "deepseek_v2", "hidden_size": 64, "intermediate_size": 96,
+    "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 4, "vocab_size": 101,
+    "torch_dtype": "bfloat16", "q_lora_rank": 20, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
+    "qk_rope_head_dim": 4, "v_head_dim": 12, "first_k_dense_replace": 1, "moe_layer_freq": 2,
+    "n_shared_experts": 0, "n_routed_experts": 4, "num_experts_per_tok": 2,
+    "moe_intermediate_size": 24, "attention_bias": true, "mlp_bias": true,
+    "tie_word_embeddings": false}"#;
+
+#[test]
+fn deepseek_v2_follows_transformers_moe_layout() {
+    let model = build(DEEPSEEK_V2_TINY, v5());
+    let (h, vocab) = (64u64, 101u64);
+    // q_a (+bias), q_a_layernorm, q_b, kv_a (+bias), kv_a_layernorm, kv_b, o (+bias).
+    let attention = (h * 20 + 20) + 20 + 20 * 4 * 12 + (h * 20 + 20) + 16 + 16 * 4 * 20 + (4 * 12 * h + h);
+    let dense_mlp = 3 * h * 96 + 96 + 96 + h;
+    // Fused routed experts (no biases), router, and zero-width shared experts whose down_proj
+    // bias still has `hidden_size` values.
+    let moe_mlp = 4 * (2 * 24 * h + h * 24) + 4 * h + h;
+    let layer = |mlp: u64| attention + mlp + 2 * h;
+    let total = 2 * vocab * h + layer(dense_mlp) + 3 * layer(moe_mlp) + h;
+    assert_eq!(model.params(), total);
+    assert_eq!(total, 120_496, "transformers 5.23 on the meta device");
+    // transformers makes every layer from `first_k_dense_replace` on MoE, ignoring `moe_layer_freq`.
+    let moe: Vec<bool> = model.facts.layers.iter().map(|l| l.moe).collect();
+    assert_eq!(moe, [false, true, true, true]);
+    assert!(model.notes.iter().any(|n| n.contains("moe_layer_freq")), "{:?}", model.notes);
+    assert_eq!(class_of(&model, "model.layers.1.mlp.gate"), Some("DeepseekV2TopkRouter"));
+    assert_eq!(class_of(&model, "model.layers.1.mlp.experts"), Some("DeepseekV2Experts"));
+    assert_eq!(shape_of(&model, "model.layers.1.mlp.shared_experts.gate_proj.weight"), Some(vec![0, h]));
+    assert_eq!(shape_of(&model, "model.layers.1.mlp.shared_experts.down_proj.bias"), Some(vec![h]));
+    assert_eq!(shape_of(&model, "model.layers.0.mlp.up_proj.bias"), Some(vec![96]));
+
+    // 4.x: per-expert `DeepseekV2MLP` modules, each with `mlp_bias` biases.
+    let old = build(DEEPSEEK_V2_TINY, v4());
+    assert_eq!(old.params(), total + 3 * 4 * (24 + 24 + h));
+    assert_eq!(old.params(), 121_840, "transformers 4.57 on the meta device");
+    assert_eq!(class_of(&old, "model.layers.1.mlp.gate"), Some("DeepseekV2MoEGate"));
+    assert_eq!(class_of(&old, "model.layers.1.mlp.experts.3"), Some("DeepseekV2MLP"));
+    assert_eq!(shape_of(&old, "model.layers.3.mlp.experts.3.down_proj.bias"), Some(vec![h]));
+}
+
+#[test]
+fn deepseek_v3_experts_and_router_buffer_follow_each_version() {
+    let config = r#"{"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+        "hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4,
+        "num_key_value_heads": 4, "num_hidden_layers": 3, "vocab_size": 101,
+        "torch_dtype": "bfloat16", "q_lora_rank": 20, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
+        "qk_rope_head_dim": 4, "v_head_dim": 12, "first_k_dense_replace": 1,
+        "n_shared_experts": 1, "n_routed_experts": 4, "num_experts_per_tok": 2, "n_group": 1,
+        "topk_group": 1, "moe_intermediate_size": 24, "tie_word_embeddings": false}"#;
+    let model = build(config, v5());
+    assert_eq!(model.params(), 102_124, "transformers 5.23 and 4.57 on the meta device");
+    assert_eq!(class_of(&model, "model.layers.1.mlp.experts"), Some("DeepseekV3Experts"));
+    assert_eq!(class_of(&model, "model.layers.1.mlp.gate"), Some("DeepseekV3TopkRouter"));
+    let bias = "model.layers.2.mlp.gate.e_score_correction_bias";
+    // 5.x loads the correction bias in fp32 (`_keep_in_fp32_modules_strict`), 4.x in bf16.
+    assert_eq!(dtype_of(&model, bias), Some(DType::F32));
+    let old = build(config, v4());
+    assert_eq!(old.params(), 102_124);
+    assert_eq!(dtype_of(&old, bias), Some(DType::BF16));
+    assert_eq!(class_of(&old, "model.layers.1.mlp.experts"), Some("ModuleList"));
+    assert_eq!(class_of(&old, "model.layers.1.mlp.experts.0"), Some("DeepseekV3MLP"));
+}
+
+/// A Llama-shaped config of `arch` with `extra` keys (a JSON fragment starting with a comma).
+fn tiny(arch: &str, model_type: &str, extra: &str) -> String {
+    format!(
+        r#"{{"architectures": ["{arch}"], "model_type": "{model_type}", "hidden_size": 64,
+            "intermediate_size": 96, "num_hidden_layers": 3, "vocab_size": 101,
+            "torch_dtype": "bfloat16"{extra}}}"#
+    )
+}
+
+#[test]
+fn gemma_5x_embeds_with_a_scaled_embedding_holding_a_scalar_buffer() {
+    for (arch, model_type, class) in [
+        ("GemmaForCausalLM", "gemma", "GemmaTextScaledWordEmbedding"),
+        ("Gemma2ForCausalLM", "gemma2", "Gemma2TextScaledWordEmbedding"),
+    ] {
+        let config =
+            tiny(arch, model_type, r#", "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32"#);
+        let model = build(&config, v5());
+        assert_eq!(class_of(&model, "model.embed_tokens"), Some(class));
+        let scale = model.root.tensor("model.embed_tokens.embed_scale").expect("embed_scale");
+        assert_eq!(
+            (scale.shape.as_slice(), scale.dtype, scale.kind),
+            (&[][..], DType::BF16, TensorKind::Buffer { persistent: false })
+        );
+        let old = build(&config, v4());
+        assert_eq!(class_of(&old, "model.embed_tokens"), Some("Embedding"));
+        assert!(old.root.tensor("model.embed_tokens.embed_scale").is_none());
+        assert_eq!(old.params(), model.params());
+    }
+}
+
+#[test]
+fn absent_sizes_take_each_config_class_default() {
+    // (architecture, model type, heads, expected key/value heads, expected head_dim) when
+    // `num_key_value_heads` and `head_dim` are absent.
+    let cases = [
+        ("MistralForCausalLM", "mistral", 16, 8, 4),
+        ("MixtralForCausalLM", "mixtral", 16, 8, 4),
+        ("Qwen2ForCausalLM", "qwen2", 64, 32, 1),
+        ("Qwen3ForCausalLM", "qwen3", 64, 32, 128),
+        ("Qwen3MoeForCausalLM", "qwen3_moe", 8, 4, 8),
+        ("GemmaForCausalLM", "gemma", 32, 16, 256),
+        ("Gemma2ForCausalLM", "gemma2", 8, 4, 256),
+        ("GptOssForCausalLM", "gpt_oss", 16, 8, 64),
+        ("LlamaForCausalLM", "llama", 4, 4, 16),
+        ("OlmoeForCausalLM", "olmoe", 4, 4, 16),
+    ];
+    for (arch, model_type, heads, kv_heads, head_dim) in cases {
+        let extra = format!(
+            r#", "num_attention_heads": {heads}, "num_experts": 2, "num_local_experts": 2,
+            "num_experts_per_tok": 2, "experts_per_token": 2, "moe_intermediate_size": 8"#
+        );
+        let model = build(&tiny(arch, model_type, &extra), v5());
+        let k = shape_of(&model, "model.layers.0.self_attn.k_proj.weight");
+        assert_eq!(k, Some(vec![kv_heads * head_dim, 64]), "{arch}");
+        assert_eq!((model.facts.num_kv_heads, model.facts.head_dim), (kv_heads, head_dim), "{arch}");
+    }
+    // An explicit null means one key/value head per attention head.
+    let null =
+        tiny("MistralForCausalLM", "mistral", r#", "num_attention_heads": 16, "num_key_value_heads": null"#);
+    assert_eq!(build(&null, v5()).facts.num_kv_heads, 16);
+}
+
+#[test]
+fn moe_layouts_follow_each_version() {
+    // 5.x `Qwen3MoeSparseMoeBlock` creates its experts before its router.
+    let qwen3 = tiny(
+        "Qwen3MoeForCausalLM",
+        "qwen3_moe",
+        r#", "num_attention_heads": 4, "num_key_value_heads": 2, "num_experts": 4,
+            "num_experts_per_tok": 2, "moe_intermediate_size": 48"#,
+    );
+    let model = build(&qwen3, v5());
+    let mlp = model.root.find("model.layers.0.mlp").expect("mlp");
+    let children: Vec<&str> = mlp.children.iter().map(|c| c.name()).collect();
+    assert_eq!(children, ["experts", "gate"]);
+    let mixtral = tiny(
+        "MixtralForCausalLM",
+        "mixtral",
+        r#", "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4"#,
+    );
+    let model = build(&mixtral, v5());
+    let mlp = model.root.find("model.layers.0.mlp").expect("mlp");
+    let children: Vec<&str> = mlp.children.iter().map(|c| c.name()).collect();
+    assert_eq!(children, ["gate", "experts"]);
+
+    // 4.x Qwen2-MoE keeps a rotary module in every attention block, and both it and OLMoE name
+    // their attention after the default SDPA implementation.
+    let qwen2 = tiny(
+        "Qwen2MoeForCausalLM",
+        "qwen2_moe",
+        r#", "num_attention_heads": 4, "num_key_value_heads": 2, "num_experts": 4,
+            "num_experts_per_tok": 2, "moe_intermediate_size": 48, "shared_expert_intermediate_size": 80,
+            "mlp_only_layers": [1]"#,
+    );
+    let old = build(&qwen2, v4());
+    assert_eq!(class_of(&old, "model.layers.0.self_attn"), Some("Qwen2MoeSdpaAttention"));
+    let inv_freq = old.root.tensor("model.layers.2.self_attn.rotary_emb.inv_freq").expect("per-layer rotary");
+    assert_eq!((inv_freq.shape.as_slice(), inv_freq.dtype), (&[16 / 2][..], DType::F32));
+    assert!(old.root.tensor("model.rotary_emb.inv_freq").is_some());
+    let new = build(&qwen2, v5());
+    assert_eq!(class_of(&new, "model.layers.0.self_attn"), Some("Qwen2MoeAttention"));
+    assert!(new.root.tensor("model.layers.0.self_attn.rotary_emb.inv_freq").is_none());
+    assert_eq!(old.params(), 174_144, "transformers 4.57 on the meta device");
+    assert_eq!(new.params(), 174_144, "transformers 5.23 on the meta device");
+
+    let olmoe = tiny(
+        "OlmoeForCausalLM",
+        "olmoe",
+        r#", "num_attention_heads": 4, "num_key_value_heads": 2, "num_experts": 4, "num_experts_per_tok": 2"#,
+    );
+    assert_eq!(class_of(&build(&olmoe, v4()), "model.layers.0.self_attn"), Some("OlmoeSdpaAttention"));
+    assert_eq!(class_of(&build(&olmoe, v5()), "model.layers.0.self_attn"), Some("OlmoeAttention"));
+}
+
+#[test]
+fn partial_rotary_factor_applies_where_each_version_applies_it() {
+    let inv_freq = |model: &ModelDescription| shape_of(model, "model.rotary_emb.inv_freq");
+    // head_dim 16: a factor of 0.5 rotates 8 dimensions, 4 frequencies.
+    let llama = tiny(
+        "LlamaForCausalLM",
+        "llama",
+        r#", "num_attention_heads": 4, "num_key_value_heads": 2, "partial_rotary_factor": 0.5"#,
+    );
+    // 5.x's default rotary embedding ignores the factor; 4.x's applies it.
+    assert_eq!(inv_freq(&build(&llama, v5())), Some(vec![8]));
+    assert_eq!(inv_freq(&build(&llama, v4())), Some(vec![4]));
+    // Scaled rope types apply it in 5.x too.
+    let linear = llama.replace(
+        "\"partial_rotary_factor\": 0.5",
+        "\"partial_rotary_factor\": 0.5, \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2.0}",
+    );
+    assert_eq!(inv_freq(&build(&linear, v5())), Some(vec![4]));
+    // Phi-3's own rotary embedding applies it in both.
+    let phi3 = llama.replace("LlamaForCausalLM", "Phi3ForCausalLM").replace("\"llama\"", "\"phi3\"");
+    assert_eq!(inv_freq(&build(&phi3, v5())), Some(vec![4]));
+    assert_eq!(inv_freq(&build(&phi3, v4())), Some(vec![4]));
+}
+
+#[test]
+fn sliding_windows_follow_the_config_classes() {
+    let windows = |config: &str, options: ImportOptions| -> Vec<Option<u64>> {
+        build(config, options).facts.layers.iter().map(|l| l.attention_window).collect()
+    };
+    let heads = r#", "num_attention_heads": 4, "num_key_value_heads": 2"#;
+    // Mistral: 4096 when `sliding_window` is absent, none when it is null.
+    let mistral = tiny("MistralForCausalLM", "mistral", heads);
+    assert_eq!(windows(&mistral, v5()), [Some(4096); 3]);
+    let null = tiny("MistralForCausalLM", "mistral", &format!("{heads}, \"sliding_window\": null"));
+    assert_eq!(windows(&null, v5()), [None; 3]);
+    // Qwen2: layers from `max_window_layers` (28 when absent) on, only with `use_sliding_window`.
+    let qwen2 = |extra: &str| {
+        format!(
+            r#"{{"architectures": ["Qwen2ForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
+                "num_hidden_layers": 30, "vocab_size": 101, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "sliding_window": 32{extra}}}"#
+        )
+    };
+    let slid = windows(&qwen2(", \"use_sliding_window\": true"), v5());
+    assert_eq!(slid.iter().position(Option::is_some), Some(28));
+    assert_eq!(slid.iter().filter(|w| **w == Some(32)).count(), 2);
+    assert!(windows(&qwen2(""), v5()).iter().all(Option::is_none));
+    // Qwen2-MoE: 5.x slides on even layers below `max_window_layers`, 4.x on layers from it on.
+    let qwen2_moe = qwen2(
+        r#", "use_sliding_window": true, "max_window_layers": 2, "num_experts": 2,
+            "num_experts_per_tok": 2, "moe_intermediate_size": 8, "shared_expert_intermediate_size": 8"#,
+    )
+    .replace("Qwen2ForCausalLM", "Qwen2MoeForCausalLM");
+    assert_eq!(&windows(&qwen2_moe, v5())[..4], [Some(32), None, None, None]);
+    assert_eq!(&windows(&qwen2_moe, v4())[..4], [None, None, Some(32), Some(32)]);
+    // Qwen3-MoE: every layer.
+    let qwen3_moe = tiny(
+        "Qwen3MoeForCausalLM",
+        "qwen3_moe",
+        &format!(
+            r#"{heads}, "use_sliding_window": true, "sliding_window": 16, "max_window_layers": 2,
+                "num_experts": 2, "num_experts_per_tok": 2, "moe_intermediate_size": 8"#
+        ),
+    );
+    assert_eq!(windows(&qwen3_moe, v5()), [Some(16); 3]);
+}
+
+/// Qwen2-MoE, H 64, 4 heads of 16 (2 key/value heads), 2 experts of 8, a shared expert of 16,
+/// layer 1 dense (96), quantized with 16×16 blocks and an explicit skip list.
+const QWEN2_MOE_FP8: &str = r#"{"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe",
+    "hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "num_hidden_layers": 3, "vocab_size": 101, "torch_dtype": "bfloat16", "num_experts": 2,
+    "num_experts_per_tok": 2, "moe_intermediate_size": 8, "shared_expert_intermediate_size": 16,
+    "mlp_only_layers": [1], "quantization_config": {"quant_method": "fp8",
+    "activation_scheme": "dynamic", "weight_block_size": [16, 16],
+    "modules_to_not_convert": ["mlp.gate", "model.layers.*.self_attn"]}}"#;
+
+#[test]
+fn fp8_skip_lists_match_as_each_version_matches_them() {
+    let blocks = |rows: u64, cols: u64| Some(vec![rows.div_ceil(16), cols.div_ceil(16)]);
+    let model = build(QWEN2_MOE_FP8, v5());
+    // An explicit list replaces the default one, so `lm_head` is converted.
+    assert_eq!(dtype_of(&model, "lm_head.weight"), Some(DType::F8E4M3));
+    assert_eq!(shape_of(&model, "lm_head.weight_scale_inv"), blocks(101, 64));
+    assert_eq!(class_of(&model, "lm_head"), Some("FP8Linear"));
+    // 5.x: `model.layers.*.self_attn` is a regular expression; `mlp.gate` must match from the
+    // start of the path (or be its suffix), so the dense `mlp.gate_proj` is converted.
+    assert_eq!(dtype_of(&model, "model.layers.0.self_attn.q_proj.weight"), Some(DType::BF16));
+    assert!(model.root.tensor("model.layers.0.self_attn.q_proj.weight_scale_inv").is_none());
+    assert_eq!(shape_of(&model, "model.layers.1.mlp.gate_proj.weight_scale_inv"), blocks(96, 64));
+    assert_eq!(shape_of(&model, "model.layers.0.mlp.shared_expert_gate.weight_scale_inv"), blocks(1, 64));
+    // Fused experts: the gate/up scales keep at least two rows (2 × 8 = 16 rows is one block).
+    assert_eq!(class_of(&model, "model.layers.0.mlp.experts"), Some("FP8Experts"));
+    assert_eq!(shape_of(&model, "model.layers.0.mlp.experts.gate_up_proj_scale_inv"), Some(vec![2, 2, 4]));
+    assert_eq!(shape_of(&model, "model.layers.0.mlp.experts.down_proj_scale_inv"), Some(vec![2, 4, 1]));
+    // 5.x routers are not linear layers.
+    assert_eq!(dtype_of(&model, "model.layers.0.mlp.gate.weight"), Some(DType::BF16));
+
+    // 4.x: entries are substrings, so `mlp.gate` also skips `mlp.gate_proj` and the `*` entry
+    // matches nothing.
+    let old = build(QWEN2_MOE_FP8, v4());
+    assert_eq!(shape_of(&old, "lm_head.weight_scale_inv"), blocks(101, 64));
+    assert_eq!(shape_of(&old, "model.layers.0.self_attn.q_proj.weight_scale_inv"), blocks(64, 64));
+    assert_eq!(dtype_of(&old, "model.layers.1.mlp.gate_proj.weight"), Some(DType::BF16));
+    assert!(old.root.tensor("model.layers.0.mlp.gate.weight_scale_inv").is_none());
+    assert_eq!(shape_of(&old, "model.layers.0.mlp.experts.1.down_proj.weight_scale_inv"), blocks(64, 8));
+
+    // 5.x bounds an entry at a module: `model.layers.1` leaves `model.layers.10` converted; 4.x's
+    // substring skips it.
+    let mixtral = tiny(
+        "MixtralForCausalLM",
+        "mixtral",
+        r#", "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4,
+            "num_experts_per_tok": 2, "num_hidden_layers": 12, "quantization_config": {
+            "quant_method": "fp8", "weight_block_size": [16, 32],
+            "modules_to_not_convert": ["model.layers.1", "layers.2.self_attn.q"]}"#,
+    )
+    .replace("\"num_hidden_layers\": 3,", "");
+    let model = build(&mixtral, v5());
+    assert_eq!(dtype_of(&model, "model.layers.1.self_attn.q_proj.weight"), Some(DType::BF16));
+    assert_eq!(shape_of(&model, "model.layers.10.self_attn.q_proj.weight_scale_inv"), Some(vec![4, 2]));
+    assert_eq!(shape_of(&model, "model.layers.10.mlp.experts.gate_up_proj_scale_inv"), Some(vec![4, 12, 2]));
+    assert_eq!(shape_of(&model, "model.layers.2.self_attn.q_proj.weight_scale_inv"), Some(vec![4, 2]));
+    let old = build(&mixtral, v4());
+    assert_eq!(dtype_of(&old, "model.layers.10.self_attn.q_proj.weight"), Some(DType::BF16));
+    assert_eq!(dtype_of(&old, "model.layers.2.self_attn.q_proj.weight"), Some(DType::BF16));
+    // 4.x converts the `nn.Linear` router too.
+    assert_eq!(shape_of(&old, "model.layers.3.block_sparse_moe.gate.weight_scale_inv"), Some(vec![1, 2]));
+    assert_eq!(class_of(&old, "model.layers.3.block_sparse_moe.gate"), Some("FP8Linear"));
+    assert_eq!(
+        shape_of(&old, "model.layers.3.block_sparse_moe.experts.1.w2.weight_scale_inv"),
+        Some(vec![4, 3])
+    );
+}
+
+#[test]
+fn fp8_scales_take_the_shapes_and_types_transformers_allocates() {
+    // Per-tensor scales and static activation scales are scalars in 5.x.
+    let per_tensor = tiny(
+        "LlamaForCausalLM",
+        "llama",
+        r#", "num_attention_heads": 4, "num_key_value_heads": 2, "attention_bias": true,
+            "quantization_config": {"quant_method": "fp8", "activation_scheme": "static",
+            "weight_block_size": null}"#,
+    );
+    let model = build(&per_tensor, v5());
+    let scalar = Some(Vec::<u64>::new());
+    assert_eq!(shape_of(&model, "model.layers.0.self_attn.q_proj.weight_scale_inv"), scalar);
+    assert_eq!(shape_of(&model, "model.layers.0.self_attn.q_proj.activation_scale"), scalar);
+    assert_eq!(dtype_of(&model, "model.layers.0.self_attn.q_proj.bias"), Some(DType::BF16));
+    let names: Vec<&str> = model
+        .root
+        .find("model.layers.0.self_attn.q_proj")
+        .map(|m| m.tensors.iter().map(|t| t.name.as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(names, ["weight", "bias", "weight_scale_inv", "activation_scale"]);
+    // 4.x refuses static activations: no activation scales, and a note.
+    let old = build(&per_tensor, v4());
+    assert!(old.root.tensor("model.layers.0.self_attn.q_proj.activation_scale").is_none());
+    assert!(old.notes.iter().any(|n| n.contains("static")), "{:?}", old.notes);
+
+    // Without `weight_block_size` the default is 128 × 128 blocks.
+    let default_blocks = tiny(
+        "Qwen3MoeForCausalLM",
+        "qwen3_moe",
+        r#", "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "num_experts": 4,
+            "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+            "quantization_config": {"quant_method": "fp8"}"#,
+    );
+    let model = build(&default_blocks, v5());
+    assert_eq!(shape_of(&model, "model.layers.0.self_attn.q_proj.weight_scale_inv"), Some(vec![1, 1]));
+    assert_eq!(shape_of(&model, "model.layers.0.mlp.experts.gate_up_proj_scale_inv"), Some(vec![4, 2, 1]));
+    assert_eq!(dtype_of(&model, "lm_head.weight"), Some(DType::BF16), "skipped by default");
+    // 4.x converts the Qwen3-MoE router (an `nn.Linear`), 5.x does not.
+    let old = build(&default_blocks, v4());
+    assert_eq!(shape_of(&old, "model.layers.0.mlp.gate.weight_scale_inv"), Some(vec![1, 1]));
+    assert!(model.root.tensor("model.layers.0.mlp.gate.weight_scale_inv").is_none());
+
+    // `scale_fmt: "ue8m0"` keeps 5.x's scales as one-byte e8m0; 4.x ignores the key.
+    let ue8m0 = r#"{"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 64,
+        "intermediate_size": 96, "num_attention_heads": 4, "num_hidden_layers": 2,
+        "vocab_size": 101, "torch_dtype": "bfloat16", "q_lora_rank": 20, "kv_lora_rank": 16,
+        "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 12, "first_k_dense_replace": 1,
+        "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+        "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "scale_fmt": "ue8m0",
+        "weight_block_size": [8, 16]}}"#;
+    let scale = "model.layers.0.self_attn.q_b_proj.weight_scale_inv";
+    let model = build(ue8m0, v5());
+    assert_eq!((shape_of(&model, scale), dtype_of(&model, scale)), (Some(vec![6, 2]), Some(DType::F8E8M0)));
+    let experts = "model.layers.1.mlp.experts.gate_up_proj_scale_inv";
+    assert_eq!(shape_of(&model, experts), Some(vec![4, 6, 4]));
+    assert_eq!(dtype_of(&build(ue8m0, v4()), scale), Some(DType::F32));
 }

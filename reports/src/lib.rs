@@ -1,8 +1,10 @@
 //! Human output: the tables `inspect` and `profiles` print (and, with later issues, `estimate`,
 //! `plan` and plots). Each function returns text; the command line prints it.
 
+mod estimate;
 mod table;
 
+pub use estimate::estimate_table;
 pub use table::{Table, group_digits};
 
 use vramplan_profiles::hardware::HardwareProfile;

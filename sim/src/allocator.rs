@@ -39,8 +39,8 @@ pub(crate) struct CachingAllocator {
     segments: Vec<Segment>,
     /// Free blocks per pool, ordered by size for best fit.
     free: [BTreeSet<Block>; 2],
-    /// Live allocations by id: (segment, offset).
-    live: BTreeMap<u64, (usize, u64)>,
+    /// Live allocations by id (ids are handed out in sequence): (segment, offset).
+    live: Vec<Option<(usize, u64)>>,
     pub allocated: u64,
     pub reserved: u64,
 }
@@ -92,7 +92,11 @@ impl CachingAllocator {
             blocks.insert(block.offset, (block.size, false));
         }
         let charged = if split { size } else { block.size };
-        self.live.insert(id, (block.segment, block.offset));
+        let slot = id as usize;
+        if self.live.len() <= slot {
+            self.live.resize(slot + 1, None);
+        }
+        self.live[slot] = Some((block.segment, block.offset));
         self.allocated += charged;
         charged
     }
@@ -100,7 +104,7 @@ impl CachingAllocator {
     /// Frees allocation `id`, merging with free neighbours; returns the bytes released from
     /// `allocated` (0 if unknown).
     pub(crate) fn free(&mut self, id: u64) -> u64 {
-        let Some((segment, offset)) = self.live.remove(&id) else { return 0 };
+        let Some((segment, offset)) = self.live.get_mut(id as usize).and_then(Option::take) else { return 0 };
         let Segment { small, blocks, .. } = &mut self.segments[segment];
         let pool = usize::from(*small);
         let Some(&(size, _)) = blocks.get(&offset) else { return 0 };

@@ -47,7 +47,8 @@ pub fn model_states(model: &ModelDescription, workload: &Workload, ranks: u64) -
 /// Bytes block `layer` (an index into `facts.layers`) keeps for backward under `workload`.
 pub fn saved_activation_bytes(model: &ModelDescription, workload: &Workload, layer: usize) -> u64 {
     let precision = Precision::of(model, workload);
-    activations::block(model, layer, workload, &precision, workload.batch, workload.seq).saved.iter().sum()
+    let activations = activations::ActivationModel::new(model, workload, precision);
+    activations.block(layer, workload.batch, workload.seq).saved.iter().sum()
 }
 
 /// The linear modules LoRA wraps: a target names a module by its path or its last components

@@ -1,8 +1,9 @@
 //! The result of simulating one step: per device, the three peak figures people measure, the
 //! event where the peak happens, and the bytes by component at that moment.
 
+use crate::engines::{llamacpp, vllm};
 use crate::placement::Placement;
-use crate::workload::Workload;
+use crate::workload::{Engine, Parallelism, Workload};
 use serde::Serialize;
 use vramplan_profiles::InputError;
 use vramplan_profiles::hardware::HardwareProfile;
@@ -78,6 +79,11 @@ pub fn estimate(
     workload: &Workload,
     placement: &Placement,
 ) -> Result<Estimate, InputError> {
+    match workload.engine {
+        Engine::Vllm { .. } => return vllm_estimate(model, hardware, workload),
+        Engine::LlamaCpp { .. } => return llamacpp_estimate(model, hardware, workload),
+        Engine::Transformers => {}
+    }
     let targets = crate::closed_form::lora_targets(model, workload);
     let runs = crate::timeline::simulate(model, hardware, workload, placement, &targets);
     let mut devices = Vec::new();
@@ -112,7 +118,99 @@ pub fn estimate(
             fits: run.peak_reserved <= usable,
         });
     }
+    Ok(finish(devices, None))
+}
+
+fn first_device(hardware: &HardwareProfile) -> Result<&vramplan_profiles::hardware::Device, InputError> {
+    hardware.devices.first().ok_or_else(|| InputError::new(&hardware.name, "the profile has no GPU"))
+}
+
+/// vLLM: every rank of the tensor-parallel group holds the same budget.
+fn vllm_estimate(
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+    workload: &Workload,
+) -> Result<Estimate, InputError> {
+    let tp = match workload.parallelism {
+        Parallelism::Tensor { size } => size.max(1),
+        _ => 1,
+    };
+    if tp as usize > hardware.devices.len() {
+        return Err(InputError::new(
+            "--parallel",
+            format!(
+                "tensor parallelism over {tp} GPUs, but `{}` has {}",
+                hardware.name,
+                hardware.devices.len()
+            ),
+        )
+        .with_fix("use a profile with enough GPUs (e.g. `4xa100-80gb`) or a smaller tp"));
+    }
+    let mut devices = Vec::new();
+    let mut capacity = u64::MAX;
+    for device in hardware.devices.iter().take(tp as usize) {
+        let b = vllm::budget(model, device, workload, tp)?;
+        capacity = capacity.min(b.kv_capacity_tokens);
+        let allocated = b.weights_bytes + b.activation_peak_bytes + b.kv_cache_bytes;
+        let components = Components {
+            weights: b.weights_bytes,
+            activations: b.activation_peak_bytes,
+            kv_cache: b.kv_cache_bytes,
+            overhead: b.non_torch_bytes + b.cuda_graph_bytes,
+            ..Components::default()
+        };
+        devices.push(DeviceEstimate {
+            id: device.index,
+            name: device.name.clone(),
+            capacity_bytes: device.memory_bytes,
+            usable_bytes: device.usable_bytes(),
+            peak_allocated_bytes: allocated,
+            peak_reserved_bytes: allocated,
+            // vLLM takes `gpu_memory_utilization` of the total, plus its context and graphs.
+            device_used_bytes: b.requested_bytes.max(allocated + components.overhead),
+            peak_at: b.activation_peak_at.clone(),
+            steady_bytes: b.weights_bytes + b.kv_cache_bytes,
+            components,
+            fits: b.fits,
+        });
+    }
+    Ok(finish(devices, Some(capacity)))
+}
+
+/// llama.cpp: its CUDA buffers (model, KV cache, compute) on the first GPU.
+fn llamacpp_estimate(
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+    workload: &Workload,
+) -> Result<Estimate, InputError> {
+    let device = first_device(hardware)?;
+    let b = llamacpp::budget(model, device, workload)?;
+    let allocated = b.gpu_bytes();
+    let components = Components {
+        weights: b.model_bytes_gpu,
+        activations: b.compute_bytes,
+        kv_cache: b.kv_bytes,
+        overhead: device.context_reserve_bytes,
+        ..Components::default()
+    };
+    let devices = vec![DeviceEstimate {
+        id: device.index,
+        name: device.name.clone(),
+        capacity_bytes: device.memory_bytes,
+        usable_bytes: device.usable_bytes(),
+        peak_allocated_bytes: allocated,
+        peak_reserved_bytes: allocated,
+        device_used_bytes: allocated + device.context_reserve_bytes,
+        peak_at: b.compute_peak_at.clone(),
+        steady_bytes: b.model_bytes_gpu + b.kv_bytes,
+        components,
+        fits: b.fits,
+    }];
+    Ok(finish(devices, None))
+}
+
+fn finish(devices: Vec<DeviceEstimate>, kv_capacity_tokens: Option<u64>) -> Estimate {
     let peak_bytes = devices.iter().map(|d| d.device_used_bytes).max().unwrap_or(0);
     let fits = devices.iter().all(|d| d.fits);
-    Ok(Estimate { devices, peak_bytes, fits, kv_capacity_tokens: None, warnings: Vec::new() })
+    Estimate { devices, peak_bytes, fits, kv_capacity_tokens, warnings: Vec::new() }
 }

@@ -20,7 +20,8 @@ use vramplan_profiles::InputError;
 /// empty file is the default workload.
 pub fn workload_from_yaml(path: &Path) -> Result<Workload, InputError> {
     let text = std::fs::read_to_string(path).map_err(|e| {
-        InputError::io(path, &e).with_fix("give the path of a workload YAML file (docs/workloads.md has the schema)")
+        InputError::io(path, &e)
+            .with_fix("give the path of a workload YAML file (docs/workloads.md has the schema)")
     })?;
     workload_from_yaml_text(&text, &path.display().to_string())
 }
@@ -31,9 +32,22 @@ pub(crate) fn workload_from_yaml_text(text: &str, origin: &str) -> Result<Worklo
         return Ok(Workload::default());
     }
     serde_saphyr::from_str::<Workload>(text).map_err(|e| {
-        InputError::yaml(origin, &e).with_fix(
+        let mut err = InputError::yaml(origin, &e);
+        err.problem = plain_problem(&err.problem);
+        err.with_fix(
             "see docs/workloads.md for the keys and their values (e.g. `mode: train`, `batch: 4`, \
              `quant: {kind: nf4, double_quant: true}`)",
         )
     })
+}
+
+/// serde's terse messages for a scalar of the wrong type, said in words.
+fn plain_problem(problem: &str) -> String {
+    let expected = match problem.trim() {
+        "invalid u64" | "invalid u32" | "invalid u8" => "a whole number of 0 or more",
+        "invalid f64" | "invalid f32" => "a number",
+        "invalid bool" => "true or false",
+        _ => return problem.to_string(),
+    };
+    format!("{problem}: expected {expected}")
 }

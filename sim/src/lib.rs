@@ -4,9 +4,13 @@
 
 mod allocator;
 mod closed_form;
+pub mod device_map;
+pub mod engines;
 pub mod estimate;
+pub mod input;
 mod model;
 pub mod placement;
+pub mod tensor_parallel;
 mod timeline;
 pub mod workload;
 

@@ -8,7 +8,7 @@
 
 use crate::allocator::CachingAllocator;
 use crate::estimate::Components;
-use crate::model::activations::{self, BlockActivations};
+use crate::model::activations::{ActivationModel, BlockActivations};
 use crate::model::precision::Precision;
 use crate::model::units::{self, Unit, UnitKind};
 use crate::placement::{Placement, Target};
@@ -30,17 +30,51 @@ enum Part {
     Workspace,
 }
 
+/// A moment of the step program, formatted only for the peak it is reported at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Event {
+    Load,
+    Forward { unit: usize, step: u8 },
+    Loss { step: u8 },
+    LossBackward { step: u8 },
+    Backward { unit: usize, step: u8 },
+    OptimizerStep { step: u8 },
+    ActivationsTo { unit: usize, step: u8 },
+    GradientsTo { unit: usize, step: u8 },
+    Prefill { unit: usize },
+    LastLogits,
+}
+
+impl Event {
+    fn describe(self, units: &[Unit]) -> String {
+        let path = |unit: usize| units.get(unit).map(|u| u.path.as_str()).unwrap_or("?");
+        match self {
+            Event::Load => "load".into(),
+            Event::Forward { unit, step } => format!("forward of {} (step {step})", path(unit)),
+            Event::Loss { step } => format!("loss (step {step})"),
+            Event::LossBackward { step } => format!("backward of the loss (step {step})"),
+            Event::Backward { unit, step } => format!("backward of {} (step {step})", path(unit)),
+            Event::OptimizerStep { step } => format!("optimizer step (step {step})"),
+            Event::ActivationsTo { unit, step } => format!("activations to {} (step {step})", path(unit)),
+            Event::GradientsTo { unit, step } => format!("gradients to {} (step {step})", path(unit)),
+            Event::Prefill { unit } => format!("prefill of {}", path(unit)),
+            Event::LastLogits => "logits of the last prompt token".into(),
+        }
+    }
+}
+
 /// One device's replay.
 #[derive(Debug)]
 struct Track {
     allocator: CachingAllocator,
     next_id: u64,
-    live: BTreeMap<u64, (Part, u64)>,
+    /// Live allocations by id (sequential): their part and charged bytes.
+    live: Vec<Option<(Part, u64)>>,
     by_part: [u64; 7],
-    event: String,
+    event: Event,
     peak_allocated: u64,
     peak_reserved: u64,
-    peak_at: String,
+    peak_at: Event,
     peak_parts: [u64; 7],
 }
 
@@ -49,12 +83,12 @@ impl Track {
         Track {
             allocator: CachingAllocator::default(),
             next_id: 0,
-            live: BTreeMap::new(),
+            live: Vec::new(),
             by_part: [0; 7],
-            event: "load".into(),
+            event: Event::Load,
             peak_allocated: 0,
             peak_reserved: 0,
-            peak_at: "load".into(),
+            peak_at: Event::Load,
             peak_parts: [0; 7],
         }
     }
@@ -66,20 +100,21 @@ impl Track {
             return id;
         }
         let charged = self.allocator.alloc(id, bytes);
-        self.live.insert(id, (part, charged));
+        self.live.resize(id as usize + 1, None);
+        self.live[id as usize] = Some((part, charged));
         self.by_part[part as usize] += charged;
         self.observe();
         id
     }
 
     fn free(&mut self, id: u64) {
-        if let Some((part, charged)) = self.live.remove(&id) {
+        if let Some((part, charged)) = self.live.get_mut(id as usize).and_then(Option::take) {
             self.allocator.free(id);
             self.by_part[part as usize] -= charged;
         }
     }
 
-    fn mark(&mut self, event: String) {
+    fn mark(&mut self, event: Event) {
         self.event = event;
         self.observe();
     }
@@ -88,7 +123,7 @@ impl Track {
         self.peak_reserved = self.peak_reserved.max(self.allocator.reserved);
         if self.allocator.allocated > self.peak_allocated {
             self.peak_allocated = self.allocator.allocated;
-            self.peak_at = self.event.clone();
+            self.peak_at = self.event;
             self.peak_parts = self.by_part;
         }
     }
@@ -110,6 +145,8 @@ struct Program<'a> {
     workload: &'a Workload,
     precision: Precision,
     units: Vec<Unit>,
+    /// Each unit's activations for one step, computed once.
+    activations: Vec<BlockActivations>,
     devices: Vec<Option<u32>>,
     shards: u64,
     tracks: BTreeMap<u32, Track>,
@@ -148,15 +185,19 @@ pub(crate) fn simulate(
     for g in devices.iter().flatten() {
         tracks.entry(*g).or_insert_with(Track::new);
     }
-    let mut program = Program { model, workload, precision, units, devices, shards, tracks };
+    let mut program =
+        Program { model, workload, precision, units, activations: Vec::new(), devices, shards, tracks };
+    let blocks = ActivationModel::new(model, workload, precision);
+    program.activations = (0..program.units.len()).map(|i| program.activations_of(i, &blocks)).collect();
     program.load(hardware);
     match workload.mode {
         Mode::Train => {
             program.train_step(true);
             program.train_step(false);
         }
-        Mode::Inference => program.inference(),
+        Mode::Inference => program.inference(&blocks),
     }
+    let program_units = program.units;
     program
         .tracks
         .into_iter()
@@ -177,7 +218,7 @@ pub(crate) fn simulate(
                 DeviceRun {
                     peak_allocated: t.peak_allocated,
                     peak_reserved: t.peak_reserved,
-                    peak_at: t.peak_at,
+                    peak_at: t.peak_at.describe(&program_units),
                     components,
                     steady,
                 },
@@ -242,12 +283,10 @@ impl Program<'_> {
         }
     }
 
-    fn activations_of(&self, unit: usize) -> BlockActivations {
+    fn activations_of(&self, unit: usize, blocks: &ActivationModel) -> BlockActivations {
         let w = self.workload;
         match self.units[unit].kind {
-            UnitKind::Block(layer) => {
-                activations::block(self.model, layer, w, &self.precision, w.batch, w.seq)
-            }
+            UnitKind::Block(layer) => blocks.block(layer, w.batch, w.seq),
             UnitKind::Other | UnitKind::Embedding => self.norm_unit_activations(unit),
             UnitKind::Head => BlockActivations::default(),
         }
@@ -273,6 +312,28 @@ impl Program<'_> {
             vec![self.precision.upcast_bytes() * h * tokens, c * h * tokens]
         };
         BlockActivations { saved, forward_transient: 0, backward_transient: 0, input: 0 }
+    }
+
+    /// When unit `to` runs on another GPU than unit `from`, the hidden states (forward) or their
+    /// gradient (backward) cross over: both GPUs hold a copy while the transfer is in flight.
+    fn cross_boundary(&mut self, to: usize, from: Option<usize>, event: Event) {
+        let (Some(from), Some(dst)) = (from, self.devices[to]) else { return };
+        let Some(src) = self.devices[from] else { return };
+        if src == dst {
+            return;
+        }
+        let w = self.workload;
+        let residual = if self.precision.autocast { 4 } else { self.precision.compute_bytes() };
+        let bytes = residual * self.model.facts.hidden_size * w.batch * w.seq.max(1);
+        let sent = self.tracks.get_mut(&src).map(|t| t.alloc(Part::Activations, bytes));
+        if let Some(track) = self.tracks.get_mut(&dst) {
+            let received = track.alloc(Part::Activations, bytes);
+            track.mark(event);
+            track.free(received);
+        }
+        if let (Some(id), Some(track)) = (sent, self.tracks.get_mut(&src)) {
+            track.free(id);
+        }
     }
 
     /// ZeRO-3: bytes all-gathered on each rank around unit `unit`'s compute — the parts of its
@@ -309,30 +370,29 @@ impl Program<'_> {
         let w = self.workload;
         let checkpoint = w.grad_checkpointing == GradCheckpointing::Full;
         let offload = w.switches.activation_offload;
-        let step = if first { "step 1" } else { "step 2" };
+        let step: u8 = if first { 1 } else { 2 };
         if !first {
             // Gradients zeroed in place stay allocated from the first backward on.
         }
         let mut kept: Vec<Vec<u64>> = vec![Vec::new(); self.units.len()];
         // Forward.
         for (i, slot) in kept.iter_mut().enumerate() {
-            let acts = self.activations_of(i);
+            self.cross_boundary(i, i.checked_sub(1), Event::ActivationsTo { unit: i, step });
+            let acts = self.activations[i].clone();
             let is_block = matches!(self.units[i].kind, UnitKind::Block(_));
             let autocast = 2 * self.units[i].autocast_params;
             let dequant = self.dequant_transient(i);
-            let path = self.units[i].path.clone();
             let gathered = self.gathered_weights(i);
             let Some(track) = self.track(i) else { continue };
-            track.mark(format!("forward of {path} ({step})"));
+            track.mark(Event::Forward { unit: i, step });
             let gather = track.alloc(Part::Weights, gathered);
             let mut ids = Vec::new();
             if is_block && checkpoint {
                 ids.push(track.alloc(Part::Activations, acts.input));
-                let transient: Vec<u64> =
-                    acts.saved.iter().map(|b| track.alloc(Part::Activations, *b)).collect();
+                // Nothing is kept for backward inside a checkpointed layer: each intermediate is
+                // freed once its consumer has run, so only the layer's working set is live.
                 let t = track.alloc(Part::Activations, acts.forward_transient + dequant);
                 track.free(t);
-                transient.into_iter().for_each(|id| track.free(id));
             } else {
                 ids.extend(acts.saved.iter().map(|b| track.alloc(Part::Activations, *b)));
                 ids.push(track.alloc(Part::Weights, autocast));
@@ -356,7 +416,7 @@ impl Program<'_> {
             let logits = c * vocab * tokens;
             let trainer = w.trainer;
             if let Some(track) = self.track(h) {
-                track.mark(format!("loss ({step})"));
+                track.mark(Event::Loss { step });
                 logits_ids.push(track.alloc(Part::Logits, logits));
                 if w.switches.chunked_cross_entropy {
                     // Chunked cross-entropy upcasts one of 8 chunks at a time; only the logits
@@ -365,7 +425,7 @@ impl Program<'_> {
                     // away and a chunk's backward makes only its model-dtype gradient.
                     let chunk = vocab * tokens / 8;
                     let per_chunk = if w.switches.compile { c } else { 4 + 4 + c };
-                    track.mark(format!("backward of the loss ({step})"));
+                    track.mark(Event::LossBackward { step });
                     let grad = track.alloc(Part::Logits, per_chunk * chunk);
                     track.free(grad);
                 } else {
@@ -383,7 +443,7 @@ impl Program<'_> {
                         // The recipe drops its reference to the logits after the loss.
                         logits_ids.drain(..).for_each(|id| track.free(id));
                     }
-                    track.mark(format!("backward of the loss ({step})"));
+                    track.mark(Event::LossBackward { step });
                     let nll_grad = track.alloc(Part::Logits, loss_bytes);
                     let grad = track.alloc(Part::Logits, loss_bytes);
                     track.free(nll_grad);
@@ -397,24 +457,26 @@ impl Program<'_> {
         let optimizer_in_backward = w.switches.optimizer_in_backward;
         let keep_gradients = w.switches.keep_gradients;
         for i in (0..self.units.len()).rev() {
-            let acts = self.activations_of(i);
+            let from = (i + 1 < self.units.len()).then_some(i + 1);
+            self.cross_boundary(i, from, Event::GradientsTo { unit: i, step });
+            let acts = self.activations[i].clone();
             let is_block = matches!(self.units[i].kind, UnitKind::Block(_));
             let grads = self.trainable_grad_bytes(i);
             let grads_new = if keep_gradients && !first { 0 } else { grads };
             let shards = self.shards;
             let zero2 = matches!(w.parallelism, Parallelism::Zero { stage: 2.., .. });
-            let path = self.units[i].path.clone();
             let ids = std::mem::take(&mut kept[i]);
             let gathered = self.gathered_weights(i);
             let Some(track) = self.track(i) else { continue };
             let gather = track.alloc(Part::Weights, gathered);
-            let mut recomputed = Vec::new();
+            let mut recomputed: Vec<u64> = Vec::new();
             if (is_block && checkpoint) || offload {
-                recomputed = acts.saved.iter().map(|b| track.alloc(Part::Activations, *b)).collect();
+                // Recomputed (or reloaded) together and freed together: one block.
+                recomputed.push(track.alloc(Part::Activations, acts.saved.iter().sum()));
             }
             let grad = track.alloc(Part::Gradients, grads_new);
             let t = track.alloc(Part::Activations, acts.backward_transient);
-            track.mark(format!("backward of {path} ({step})"));
+            track.mark(Event::Backward { unit: i, step });
             track.free(t);
             recomputed.into_iter().chain(ids).for_each(|id| track.free(id));
             track.free(gather);
@@ -434,16 +496,13 @@ impl Program<'_> {
             self.create_optimizer_state();
         }
         for track in self.tracks.values_mut() {
-            track.mark(format!("optimizer step ({step})"));
+            track.mark(Event::OptimizerStep { step });
         }
         if !keep_gradients {
             // zero_grad(set_to_none=True): gradients are freed between steps.
             for track in self.tracks.values_mut() {
-                let ids: Vec<u64> = track
-                    .live
-                    .iter()
-                    .filter(|(_, (p, _))| *p == Part::Gradients)
-                    .map(|(id, _)| *id)
+                let ids: Vec<u64> = (0..track.live.len() as u64)
+                    .filter(|id| matches!(track.live[*id as usize], Some((Part::Gradients, _))))
                     .collect();
                 ids.into_iter().for_each(|id| track.free(id));
             }
@@ -452,7 +511,7 @@ impl Program<'_> {
     }
 
     /// Inference: the KV cache for the whole context, then prefill one block at a time.
-    fn inference(&mut self) {
+    fn inference(&mut self, blocks: &ActivationModel) {
         let w = self.workload;
         let prompt = w.prompt.unwrap_or(w.seq).min(w.seq);
         let kv_dtype = w.kv_dtype.unwrap_or(self.precision.compute);
@@ -479,21 +538,11 @@ impl Program<'_> {
             }
         }
         for i in 0..self.units.len() {
-            let acts = activations::block(
-                self.model,
-                match self.units[i].kind {
-                    UnitKind::Block(l) => l,
-                    _ => continue,
-                },
-                w,
-                &self.precision,
-                w.batch,
-                prompt,
-            );
+            let UnitKind::Block(layer) = self.units[i].kind else { continue };
+            let acts = blocks.block(layer, w.batch, prompt);
             let dequant = self.dequant_transient(i);
-            let path = self.units[i].path.clone();
             if let Some(track) = self.track(i) {
-                track.mark(format!("prefill of {path}"));
+                track.mark(Event::Prefill { unit: i });
                 let t = track.alloc(Part::Activations, acts.forward_transient + dequant);
                 track.free(t);
             }
@@ -502,7 +551,7 @@ impl Program<'_> {
             let vocab = self.model.facts.vocab_size;
             let c = self.precision.compute_bytes();
             if let Some(track) = self.track(h) {
-                track.mark("logits of the last prompt token".into());
+                track.mark(Event::LastLogits);
                 let half = track.alloc(Part::Logits, c * vocab * w.batch);
                 let upcast = track.alloc(Part::Logits, 4 * vocab * w.batch);
                 track.free(upcast);

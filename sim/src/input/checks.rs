@@ -2,9 +2,8 @@
 //! cannot run are errors (exit 2, with the key and the fix); choices that run but not as the
 //! user likely expects are warnings.
 
-use super::flags::GGUF_TYPES;
 use super::lora::lora_target_modules;
-use super::suggest::closest;
+use crate::engines::gguf::FileType;
 use crate::workload::{Engine, Finetune, Mode, Parallelism, Quant, Workload};
 use vramplan_profiles::hardware::{Device, HardwareProfile};
 use vramplan_profiles::model::ModelDescription;
@@ -36,16 +35,22 @@ pub fn validate(
     if let Some(dtype) = workload.autocast
         && !matches!(dtype, DType::F16 | DType::BF16)
     {
-        return Err(InputError::new(ORIGIN, format!("autocast to {dtype}: autocast computes in fp16 or bf16"))
-            .at_key("autocast")
-            .with_fix("use `fp16` or `bf16`, or leave autocast out to compute in the weight dtype"));
+        return Err(InputError::new(
+            ORIGIN,
+            format!("autocast to {dtype}: autocast computes in fp16 or bf16"),
+        )
+        .at_key("autocast")
+        .with_fix("use `fp16` or `bf16`, or leave autocast out to compute in the weight dtype"));
     }
     if let Some(dtype) = workload.kv_dtype
         && !dtype.is_float()
     {
-        return Err(InputError::new(ORIGIN, format!("a KV cache in {dtype}: vramplan models float KV caches"))
-            .at_key("kv_dtype")
-            .with_fix("use fp16, bf16, fp32 or fp8 (e4m3 / e5m2)"));
+        return Err(InputError::new(
+            ORIGIN,
+            format!("a KV cache in {dtype}: vramplan models float KV caches"),
+        )
+        .at_key("kv_dtype")
+        .with_fix("use fp16, bf16, fp32 or fp8 (e4m3 / e5m2)"));
     }
     Ok(warnings(workload, model, hardware))
 }
@@ -64,21 +69,32 @@ fn check_sizes(w: &Workload) -> Result<(), InputError> {
     positive(w.seq, "seq", "give the sequence length in tokens (`--seq 2048`)")?;
     positive(w.grad_accum, "grad_accum", "give 1 for no gradient accumulation (`--grad-accum 1`)")?;
     if let Some(prompt) = w.prompt {
-        positive(prompt, "prompt", "give the prompt length in tokens, or leave it out to prefill the whole `seq`")?;
+        positive(
+            prompt,
+            "prompt",
+            "give the prompt length in tokens, or leave it out to prefill the whole `seq`",
+        )?;
         if prompt > w.seq {
             return Err(InputError::new(
                 ORIGIN,
-                format!("the prompt ({prompt} tokens) is longer than the whole context `seq` ({} tokens)", w.seq),
+                format!(
+                    "the prompt ({prompt} tokens) is longer than the whole context `seq` ({} tokens)",
+                    w.seq
+                ),
             )
             .at_key("prompt")
-            .with_fix("`seq` counts prompt and generated tokens together: raise `--seq` or lower `--prompt`"));
+            .with_fix(
+                "`seq` counts prompt and generated tokens together: raise `--seq` or lower `--prompt`",
+            ));
         }
     }
     Ok(())
 }
 
 fn check_quant(w: &Workload) -> Result<(), InputError> {
-    let bad = |key: &str, problem: String, fix: &str| Err(InputError::new(ORIGIN, problem).at_key(key).with_fix(fix));
+    let bad = |key: &str, problem: String, fix: &str| {
+        Err(InputError::new(ORIGIN, problem).at_key(key).with_fix(fix))
+    };
     match &w.quant {
         Quant::Gptq { bits, .. } if !matches!(bits, 2 | 3 | 4 | 8) => {
             bad("quant.bits", format!("GPTQ with {bits} bits"), "GPTQ weights have 2, 3, 4 or 8 bits")
@@ -91,17 +107,22 @@ fn check_quant(w: &Workload) -> Result<(), InputError> {
             "a group size of 0".into(),
             "give the group size of the checkpoint's `quantization_config` (usually 128)",
         ),
-        Quant::Fp8 { block: 0 } => {
-            bad("quant.block", "an fp8 scale block of 0".into(), "give the tile size of the scales (128 for DeepSeek-V3)")
-        }
-        Quant::Gguf { quant_type } if !GGUF_TYPES.contains(&quant_type.as_str()) => {
-            let close = closest(&quant_type.to_ascii_uppercase(), GGUF_TYPES.iter().copied(), 2);
-            let hint = if close.is_empty() { String::new() } else { format!("did you mean `{}`? ", close.join("` or `")) };
-            bad(
-                "quant.quant_type",
-                format!("unknown GGUF type `{quant_type}`"),
-                &format!("{hint}use one of {}", GGUF_TYPES.join(", ")),
-            )
+        Quant::Fp8 { block: 0 } => bad(
+            "quant.block",
+            "an fp8 scale block of 0".into(),
+            "give the tile size of the scales (128 for DeepSeek-V3)",
+        ),
+        Quant::Gguf { quant_type } => {
+            FileType::parse(quant_type)?;
+            if !matches!(w.engine, Engine::LlamaCpp { .. }) {
+                return bad(
+                    "quant",
+                    format!("GGUF weights ({quant_type}) with an engine other than llama.cpp"),
+                    "add `--engine llama.cpp` (transformers dequantizes a GGUF file when it loads it: for plain \
+                     weights give `--dtype` instead)",
+                );
+            }
+            Ok(())
         }
         _ => Ok(()),
     }
@@ -118,7 +139,9 @@ fn check_mode(w: &Workload) -> Result<(), InputError> {
              to train a purely quantized model)",
         )
         .at_key("quant")
-        .with_fix("train LoRA adapters over them (QLoRA: add `--lora-rank 16`), or train without `--quant`"));
+        .with_fix(
+            "train LoRA adapters over them (QLoRA: add `--lora-rank 16`), or train without `--quant`",
+        ));
     }
     if w.engine != Engine::Transformers {
         return Err(InputError::new(ORIGIN, "training with an inference engine (vLLM, llama.cpp)")
@@ -145,9 +168,12 @@ fn check_engine(w: &Workload) -> Result<(), InputError> {
             positive(*n_ctx, "engine.n_ctx", "give the context in tokens (`--n-ctx 4096`)")?;
             positive(*n_ubatch, "engine.n_ubatch", "llama.cpp's default is 512")?;
             if !matches!(w.quant, Quant::None | Quant::Gguf { .. }) {
-                return Err(InputError::new(ORIGIN, "llama.cpp runs GGUF files, not bitsandbytes, GPTQ, AWQ or fp8 weights")
-                    .at_key("quant")
-                    .with_fix("give a GGUF type (`--quant Q4_K_M`), or `--engine vllm` / `transformers`"));
+                return Err(InputError::new(
+                    ORIGIN,
+                    "llama.cpp runs GGUF files, not bitsandbytes, GPTQ, AWQ or fp8 weights",
+                )
+                .at_key("quant")
+                .with_fix("give a GGUF type (`--quant Q4_K_M`), or `--engine vllm` / `transformers`"));
             }
             Ok(())
         }
@@ -155,7 +181,11 @@ fn check_engine(w: &Workload) -> Result<(), InputError> {
     }
 }
 
-fn check_parallelism(w: &Workload, model: &ModelDescription, hardware: &HardwareProfile) -> Result<(), InputError> {
+fn check_parallelism(
+    w: &Workload,
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+) -> Result<(), InputError> {
     let gpus = hardware.devices.len();
     match w.parallelism {
         Parallelism::Zero { stage, .. } if !(1..=3).contains(&stage) => {
@@ -179,11 +209,14 @@ fn check_parallelism(w: &Workload, model: &ModelDescription, hardware: &Hardware
                 .with_fix(format!("use `tp=N` with N from 1 to {gpus}, or a profile with more GPUs")));
             }
             let heads = model.facts.num_attention_heads;
-            if heads > 0 && heads % u64::from(size) != 0 {
-                let sizes: Vec<String> = (1..=gpus as u64).filter(|n| heads % n == 0).map(|n| n.to_string()).collect();
+            if heads > 0 && !heads.is_multiple_of(u64::from(size)) {
+                let sizes: Vec<String> =
+                    (1..=gpus as u64).filter(|n| heads.is_multiple_of(*n)).map(|n| n.to_string()).collect();
                 return Err(InputError::new(
                     ORIGIN,
-                    format!("tensor parallelism over {size} GPUs does not divide the {heads} attention heads"),
+                    format!(
+                        "tensor parallelism over {size} GPUs does not divide the {heads} attention heads"
+                    ),
                 )
                 .at_key("parallelism.size")
                 .with_fix(format!("use a size that divides {heads}: {}", sizes.join(", "))));
@@ -206,7 +239,11 @@ fn warnings(w: &Workload, model: &ModelDescription, hardware: &HardwareProfile) 
     let weights = weight_dtype(w, model);
     let mut bf16_uses = Vec::new();
     if !gguf && weights == DType::BF16 {
-        bf16_uses.push(if w.weight_dtype.is_some() { "bf16 weights" } else { "bf16 weights (the checkpoint's dtype)" });
+        bf16_uses.push(if w.weight_dtype.is_some() {
+            "bf16 weights"
+        } else {
+            "bf16 weights (the checkpoint's dtype)"
+        });
     }
     if w.autocast == Some(DType::BF16) {
         bf16_uses.push("bf16 autocast");

@@ -5,8 +5,10 @@
 //! that the words a flag accepts and the message for one it does not are the same everywhere.
 
 use super::suggest::{closest, ticked, ticked_or};
+use crate::engines::gguf::FileType;
 use crate::workload::{
-    AttentionImpl, Engine, Finetune, GradCheckpointing, Mode, Optimizer, Parallelism, Quant, Trainer, Workload,
+    AttentionImpl, Engine, Finetune, GradCheckpointing, Mode, Optimizer, Parallelism, Quant, Trainer,
+    Workload,
 };
 use vramplan_profiles::{DType, InputError};
 
@@ -62,13 +64,48 @@ const DEFAULT_MAX_NUM_BATCHED_TOKENS: u64 = 8192;
 /// llama.cpp's default `--ubatch-size`.
 const DEFAULT_N_UBATCH: u64 = 512;
 
-/// llama.cpp's quantization types as `llama-quantize` names them (and the GGUF tensor types of
-/// whole-file conversions).
-pub(crate) const GGUF_TYPES: &[&str] = &[
-    "F32", "F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_1", "Q5_0", "Q4_K_M", "Q4_K_S", "Q4_1",
-    "Q4_0", "Q3_K_L", "Q3_K_M", "Q3_K_S", "Q2_K", "Q2_K_S", "IQ4_NL", "IQ4_XS", "IQ3_M", "IQ3_S", "IQ3_XS",
-    "IQ3_XXS", "IQ2_M", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_M", "IQ1_S", "TQ2_0", "TQ1_0", "MXFP4_MOE",
+/// llama.cpp's quantization types as `llama-quantize` names them; those the simulator models
+/// (`engines::gguf::FileType`) are accepted, see [`gguf_type_names`].
+const GGUF_CANDIDATES: &[&str] = &[
+    "F32",
+    "F16",
+    "BF16",
+    "Q8_0",
+    "Q6_K",
+    "Q5_K_M",
+    "Q5_K_S",
+    "Q5_1",
+    "Q5_0",
+    "Q4_K_M",
+    "Q4_K_S",
+    "Q4_1",
+    "Q4_0",
+    "Q3_K_L",
+    "Q3_K_M",
+    "Q3_K_S",
+    "Q2_K",
+    "Q2_K_S",
+    "IQ4_NL",
+    "IQ4_XS",
+    "IQ3_M",
+    "IQ3_S",
+    "IQ3_XS",
+    "IQ3_XXS",
+    "IQ2_M",
+    "IQ2_S",
+    "IQ2_XS",
+    "IQ2_XXS",
+    "IQ1_M",
+    "IQ1_S",
+    "TQ2_0",
+    "TQ1_0",
+    "MXFP4_MOE",
 ];
+
+/// The GGUF types the simulator models, as `llama-quantize` names them.
+pub(crate) fn gguf_type_names() -> Vec<&'static str> {
+    GGUF_CANDIDATES.iter().copied().filter(|name| FileType::parse(name).is_ok()).collect()
+}
 
 impl WorkloadFlags {
     /// `workload` with these flags applied over it.
@@ -131,8 +168,11 @@ impl WorkloadFlags {
             match &mut w.quant {
                 Quant::Nf4 { double_quant } | Quant::Fp4 { double_quant } => *double_quant = true,
                 _ => {
-                    return Err(InputError::new("--double-quant", "double quantization is a bitsandbytes 4-bit option")
-                        .with_fix("use it with `--quant nf4` or `--quant fp4`, or leave it out"));
+                    return Err(InputError::new(
+                        "--double-quant",
+                        "double quantization is a bitsandbytes 4-bit option",
+                    )
+                    .with_fix("use it with `--quant nf4` or `--quant fp4`, or leave it out"));
                 }
             }
         }
@@ -145,7 +185,9 @@ impl WorkloadFlags {
                         "--group-size",
                         "a group size applies to GPTQ and AWQ weights (and the fp8 scale block)",
                     )
-                    .with_fix("use it with `--quant gptq`, `--quant awq` or `--quant fp8`, or leave it out"));
+                    .with_fix(
+                        "use it with `--quant gptq`, `--quant awq` or `--quant fp8`, or leave it out",
+                    ));
                 }
             }
         }
@@ -187,7 +229,9 @@ impl WorkloadFlags {
                 };
                 if let Some(flag) = flag {
                     return Err(InputError::new(flag, "LoRA settings without LoRA: no rank is given")
-                        .with_fix("add `--lora-rank 16` (or `finetune: {kind: lora, ...}` in the workload file)"));
+                        .with_fix(
+                            "add `--lora-rank 16` (or `finetune: {kind: lora, ...}` in the workload file)",
+                        ));
                 }
             }
         }
@@ -242,7 +286,10 @@ impl WorkloadFlags {
                 if let Some(t) = self.max_num_batched_tokens {
                     *max_num_batched_tokens = t;
                 }
-                engine_flag_unused(&[("--n-ctx", self.n_ctx.is_some()), ("--n-ubatch", self.n_ubatch.is_some())], "llama.cpp")
+                engine_flag_unused(
+                    &[("--n-ctx", self.n_ctx.is_some()), ("--n-ubatch", self.n_ubatch.is_some())],
+                    "llama.cpp",
+                )
             }
             Engine::LlamaCpp { n_ctx, n_ubatch } => {
                 if let Some(c) = self.n_ctx {
@@ -267,7 +314,10 @@ impl WorkloadFlags {
                     ],
                     "vllm",
                 )?;
-                engine_flag_unused(&[("--n-ctx", self.n_ctx.is_some()), ("--n-ubatch", self.n_ubatch.is_some())], "llama.cpp")
+                engine_flag_unused(
+                    &[("--n-ctx", self.n_ctx.is_some()), ("--n-ubatch", self.n_ubatch.is_some())],
+                    "llama.cpp",
+                )
             }
         }
     }
@@ -276,8 +326,10 @@ impl WorkloadFlags {
 /// Refuses an engine setting given for another engine.
 fn engine_flag_unused(flags: &[(&str, bool)], engine: &str) -> Result<(), InputError> {
     match flags.iter().find(|(_, given)| *given) {
-        Some((flag, _)) => Err(InputError::new(*flag, format!("this is a {engine} setting, and the engine is not {engine}"))
-            .with_fix(format!("add `--engine {engine}`, or leave {flag} out"))),
+        Some((flag, _)) => {
+            Err(InputError::new(*flag, format!("this is a {engine} setting, and the engine is not {engine}"))
+                .with_fix(format!("add `--engine {engine}`, or leave {flag} out")))
+        }
         None => Ok(()),
     }
 }
@@ -292,7 +344,8 @@ enum EngineKind {
 /// A flag's words: the canonical one first in each entry, then accepted aliases.
 type Words<T> = &'static [(&'static [&'static str], T)];
 
-const MODES: Words<Mode> = &[(&["train", "training"], Mode::Train), (&["inference", "infer"], Mode::Inference)];
+const MODES: Words<Mode> =
+    &[(&["train", "training"], Mode::Train), (&["inference", "infer"], Mode::Inference)];
 const AUTOCAST: Words<Option<DType>> = &[
     (&["fp16", "float16", "half"], Some(DType::F16)),
     (&["bf16", "bfloat16"], Some(DType::BF16)),
@@ -344,7 +397,8 @@ fn unknown_value<'a>(
 ) -> InputError {
     let close = closest(&text.trim().to_ascii_lowercase(), spellings, 2);
     let hint = if close.is_empty() { String::new() } else { format!("did you mean {}? ", ticked_or(&close)) };
-    InputError::new(flag, format!("unknown value `{text}`")).with_fix(format!("{hint}accepted: {}", ticked(accepted)))
+    InputError::new(flag, format!("unknown value `{text}`"))
+        .with_fix(format!("{hint}accepted: {}", ticked(accepted)))
 }
 
 fn parse_dtype(flag: &str, text: &str) -> Result<DType, InputError> {
@@ -372,25 +426,36 @@ fn parse_quant(text: &str, current: &Quant) -> Result<Quant, InputError> {
         "nf4" | "4bit" | "bnb-nf4" => Quant::Nf4 { double_quant: keep_double },
         "fp4" | "bnb-fp4" => Quant::Fp4 { double_quant: keep_double },
         "awq" | "awq-4bit" => Quant::Awq { bits: 4, group_size: group_of(false) },
-        "fp8" => Quant::Fp8 { block: if let Quant::Fp8 { block } = current { *block } else { DEFAULT_FP8_BLOCK } },
+        "fp8" => {
+            Quant::Fp8 { block: if let Quant::Fp8 { block } = current { *block } else { DEFAULT_FP8_BLOCK } }
+        }
         _ => {
             if let Some(bits) = gptq_bits(&lower) {
                 return Ok(Quant::Gptq { bits, group_size: group_of(true) });
             }
-            let upper = text.trim().to_ascii_uppercase().replace('-', "_");
-            if GGUF_TYPES.contains(&upper.as_str()) {
-                return Ok(Quant::Gguf { quant_type: upper });
+            if let Ok(file_type) = FileType::parse(text) {
+                return Ok(Quant::Gguf { quant_type: file_type.name().to_string() });
             }
+            let upper = text.trim().to_ascii_uppercase().replace('-', "_");
+            let gguf = gguf_type_names();
             let mut accepted = vec!["none", "int8", "nf4", "fp4", "gptq", "gptq-8bit", "awq", "fp8"];
-            let spellings: Vec<&str> = accepted.iter().copied().chain(GGUF_TYPES.iter().copied()).collect();
-            let close = closest(&upper, GGUF_TYPES.iter().copied(), 2);
+            let spellings: Vec<&str> = accepted.iter().copied().chain(gguf.iter().copied()).collect();
+            let close = closest(&upper, gguf.iter().copied(), 2);
             let close = if close.is_empty() { closest(&lower, spellings, 2) } else { close };
             accepted.push("a GGUF type (`Q4_K_M`, `Q8_0`, …)");
-            let hint = if close.is_empty() { String::new() } else { format!("did you mean {}? ", ticked_or(&close)) };
+            let hint = if close.is_empty() {
+                String::new()
+            } else {
+                format!("did you mean {}? ", ticked_or(&close))
+            };
             let weight_dtype = DType::parse(text).is_some_and(DType::is_float);
             let dtype_hint = if weight_dtype { " (a plain weight dtype is `--dtype`)" } else { "" };
             return Err(InputError::new("--quant", format!("unknown quantization `{text}`{dtype_hint}"))
-                .with_fix(format!("{hint}accepted: {}; GGUF types: {}", accepted.join(", "), GGUF_TYPES.join(", "))));
+                .with_fix(format!(
+                    "{hint}accepted: {}; GGUF types: {}",
+                    accepted.join(", "),
+                    gguf.join(", ")
+                )));
         }
     };
     Ok(quant)
@@ -453,16 +518,28 @@ mod tests {
     fn words_are_case_and_separator_insensitive() {
         assert_eq!(pick("--optimizer", "Paged_AdamW8bit", OPTIMIZERS).ok(), Some(Optimizer::PagedAdamw8bit));
         let err = pick("--optimizer", "adamv", OPTIMIZERS).unwrap_err();
-        assert!(err.fix.as_deref().is_some_and(|f| f.contains("`adamw`") && f.contains("`adafactor`")), "{err}");
+        assert!(
+            err.fix.as_deref().is_some_and(|f| f.contains("`adamw`") && f.contains("`adafactor`")),
+            "{err}"
+        );
     }
 
     #[test]
     fn quant_spellings() {
-        assert_eq!(parse_quant("q4_k_m", &Quant::None).ok(), Some(Quant::Gguf { quant_type: "Q4_K_M".into() }));
-        assert_eq!(parse_quant("gptq-8bit", &Quant::None).ok(), Some(Quant::Gptq { bits: 8, group_size: 128 }));
-        assert_eq!(parse_quant("gptq", &Quant::Gptq { bits: 4, group_size: 32 }).ok(), Some(Quant::Gptq { bits: 4, group_size: 32 }));
+        assert_eq!(
+            parse_quant("q4_k_m", &Quant::None).ok(),
+            Some(Quant::Gguf { quant_type: "Q4_K_M".into() })
+        );
+        assert_eq!(
+            parse_quant("gptq-8bit", &Quant::None).ok(),
+            Some(Quant::Gptq { bits: 8, group_size: 128 })
+        );
+        assert_eq!(
+            parse_quant("gptq", &Quant::Gptq { bits: 4, group_size: 32 }).ok(),
+            Some(Quant::Gptq { bits: 4, group_size: 32 })
+        );
         assert!(parse_quant("gptq-5bit", &Quant::None).is_err());
-        assert!(parse_quant("bf16", &Quant::None).unwrap_err().problem.contains("--dtype"));
+        assert!(parse_quant("float16", &Quant::None).unwrap_err().problem.contains("--dtype"));
         assert_eq!(parse_parallel("tp=4").ok(), Some(Parallelism::Tensor { size: 4 }));
         assert!(parse_parallel("tp=x").is_err());
     }

@@ -102,11 +102,12 @@ fn output_heads(model: &ModelDescription) -> BTreeSet<&str> {
         if m.kind != ModuleKind::Linear || blocks.iter().any(|b| within(b, &m.path)) {
             return;
         }
-        let out_features = m.tensors.iter().find(|t| t.name == "weight").and_then(|t| match m.class.as_str() {
-            // GPT-2's Conv1D stores its weight [in, out].
-            "Conv1D" => t.shape.last().copied(),
-            _ => t.shape.first().copied(),
-        });
+        let out_features =
+            m.tensors.iter().find(|t| t.name == "weight").and_then(|t| match m.class.as_str() {
+                // GPT-2's Conv1D stores its weight [in, out].
+                "Conv1D" => t.shape.last().copied(),
+                _ => t.shape.first().copied(),
+            });
         let named = matches!(m.name(), "lm_head" | "embed_out");
         if named || (vocab > 0 && out_features == Some(vocab)) {
             heads.insert(m.path.as_str());
@@ -150,7 +151,10 @@ fn target_error(model: &ModelDescription, target: &str, problem: &str) -> InputE
 fn no_default_targets(model: &ModelDescription) -> InputError {
     InputError::new(
         "LoRA targets",
-        format!("no targets given, and PEFT has no default targets for model type `{}`", model.facts.model_type),
+        format!(
+            "no targets given, and PEFT has no default targets for model type `{}`",
+            model.facts.model_type
+        ),
     )
     .at_key("finetune.targets")
     .with_fix(format!(

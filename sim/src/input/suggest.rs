@@ -22,7 +22,11 @@ pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
 
 /// Up to `limit` candidates close to `wanted`: those within a third of its length in edit
 /// distance (at least 1, at most 3), nearest first, ties in candidate order.
-pub(crate) fn closest<'a>(wanted: &str, candidates: impl IntoIterator<Item = &'a str>, limit: usize) -> Vec<&'a str> {
+pub(crate) fn closest<'a>(
+    wanted: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+    limit: usize,
+) -> Vec<&'a str> {
     let budget = (wanted.chars().count() / 3).clamp(1, 3);
     let mut near: Vec<(usize, usize, &'a str)> = candidates
         .into_iter()

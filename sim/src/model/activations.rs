@@ -45,6 +45,13 @@ fn trains_with_dropout(model_type: &str) -> bool {
     matches!(model_type, "bert" | "gpt2" | "gpt_bigcode" | "opt" | "t5" | "xlnet")
 }
 
+/// True if the model applies rotary position embeddings: it holds an `inv_freq` buffer.
+fn uses_rotary(model: &ModelDescription) -> bool {
+    let mut found = false;
+    model.root.visit(&mut |m| found |= m.tensors.iter().any(|t| t.name == "inv_freq"));
+    found
+}
+
 /// Per-token sizes of one block's shape.
 struct Shape {
     hidden: u64,
@@ -62,7 +69,7 @@ struct Shape {
     cross_attention: bool,
 }
 
-fn shape(model: &ModelDescription, layer: usize, training: bool) -> Shape {
+fn shape(model: &ModelDescription, layer: usize, training: bool, rotary: bool) -> Shape {
     let f = &model.facts;
     let facts = f.layers.get(layer);
     let moe_layer = facts.is_some_and(|l| l.moe);
@@ -79,8 +86,6 @@ fn shape(model: &ModelDescription, layer: usize, training: bool) -> Shape {
         }
         AttentionKind::Standard => (f.num_attention_heads, f.head_dim),
     };
-    let rotary = model.root.find("model.rotary_emb").is_some()
-        || model.tensors().iter().any(|(p, _)| p.ends_with("inv_freq"));
     Shape {
         hidden: f.hidden_size,
         heads,
@@ -100,18 +105,38 @@ fn shape(model: &ModelDescription, layer: usize, training: bool) -> Shape {
     }
 }
 
-/// Activations of block `layer` for `batch` sequences of `seq` tokens (training keeps tensors
-/// for backward; inference keeps none, only its transient peak).
-pub(crate) fn block(
+/// The activation model of one model under one workload: traits of the whole model worked out
+/// once, then [`ActivationModel::block`] per block.
+pub(crate) struct ActivationModel<'a> {
+    model: &'a ModelDescription,
+    workload: &'a Workload,
+    precision: Precision,
+    rotary: bool,
+}
+
+impl<'a> ActivationModel<'a> {
+    pub(crate) fn new(model: &'a ModelDescription, workload: &'a Workload, precision: Precision) -> Self {
+        ActivationModel { model, workload, precision, rotary: uses_rotary(model) }
+    }
+
+    /// Activations of block `layer` for `batch` sequences of `seq` tokens (training keeps
+    /// tensors for backward; inference keeps none, only its transient peak).
+    pub(crate) fn block(&self, layer: usize, batch: u64, seq: u64) -> BlockActivations {
+        block(self.model, layer, self.workload, &self.precision, batch, seq, self.rotary)
+    }
+}
+
+fn block(
     model: &ModelDescription,
     layer: usize,
     workload: &Workload,
     precision: &Precision,
     batch: u64,
     seq: u64,
+    rotary: bool,
 ) -> BlockActivations {
     let training = workload.mode == Mode::Train;
-    let sh = shape(model, layer, training);
+    let sh = shape(model, layer, training, rotary);
     let tokens = batch * seq;
     let c = precision.compute_bytes();
     let up = precision.upcast_bytes();

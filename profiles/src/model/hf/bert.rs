@@ -21,10 +21,10 @@
 //! `BertEmbeddings` is in `_no_split_modules` next to `BertLayer` (its three lookups are summed),
 //! so it is built as a block that placement keeps whole; only the `BertLayer`s are layers.
 
-use super::HfConfig;
+use super::{CoreSizes, HfConfig, STANDARD_SIZE_KEYS, dense_layers, describe};
 use crate::model::{
-    ArchFacts, AttentionKind, Builder, ImportOptions, LayerFacts, ModelDescription, Module, Naming, NormKind,
-    StackKind, Tensor,
+    ArchFacts, AttentionKind, Builder, ImportOptions, ModelDescription, Module, Naming, NormKind, StackKind,
+    Tensor,
 };
 use crate::{DType, InputError};
 use serde_json::Value;
@@ -47,10 +47,8 @@ pub(crate) fn build(
         "BertForSequenceClassification" => Head::SequenceClassification,
         _ => Head::None,
     };
-    let layers = config.positive(&["num_hidden_layers"])?;
-    let hidden = config.positive(&["hidden_size"])?;
-    let heads = config.positive(&["num_attention_heads"])?;
-    let head_dim = config.head_dim(&[], hidden, heads, "num_attention_heads")?;
+    let CoreSizes { layers, hidden, heads, heads_key } = STANDARD_SIZE_KEYS.read(config)?;
+    let head_dim = config.head_dim(&[], hidden, heads, heads_key)?;
     let intermediate = config.positive_or(&["intermediate_size"], 3072)?;
     let vocab = config.positive(&["vocab_size"])?;
     let max_positions = config.positive_or(&["max_position_embeddings"], 512)?;
@@ -162,6 +160,7 @@ pub(crate) fn build(
         }
     };
 
+    let stack = if is_decoder { StackKind::Decoder } else { StackKind::Encoder };
     let facts = ArchFacts {
         model_type: "bert".into(),
         hidden_size: hidden,
@@ -177,26 +176,10 @@ pub(crate) fn build(
         activation: config.string_opt(&["hidden_act"])?.unwrap_or_else(|| "gelu".into()),
         moe: None,
         tie_word_embeddings: tie && head == Head::MaskedLm,
-        layers: (0..layers)
-            .map(|i| LayerFacts {
-                path: format!("{list}.{i}"),
-                stack: if is_decoder { StackKind::Decoder } else { StackKind::Encoder },
-                moe: false,
-                attention_window: None,
-                cross_attention,
-            })
-            .collect(),
+        layers: dense_layers(&list, layers, stack, cross_attention),
         no_split_classes: vec!["BertEmbeddings".into(), "BertLayer".into()],
     };
-    let mut description = ModelDescription {
-        name: config.origin().to_string(),
-        architecture: arch.to_string(),
-        naming: options.naming,
-        dtype,
-        facts,
-        root,
-        notes,
-    };
+    let mut description = describe(config, arch, options, dtype, facts, root, notes);
     if head == Head::MaskedLm {
         if tie {
             description.tie("cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight")?;

@@ -6,15 +6,15 @@
 //! word_embeddings_layernorm, h.N.{input_layernorm, self_attention.{query_key_value, dense},
 //! post_attention_layernorm, mlp.{dense_h_to_4h, dense_4h_to_h}}, ln_f}`, `lm_head`.
 
-use super::HfConfig;
+use super::{CoreSizes, HfConfig, SizeKeys, dense_layers, describe, tie_if};
 use crate::InputError;
-use crate::model::{
-    ArchFacts, AttentionKind, Builder, ImportOptions, LayerFacts, ModelDescription, NormKind, StackKind,
-};
+use crate::model::{ArchFacts, AttentionKind, Builder, ImportOptions, ModelDescription, NormKind, StackKind};
 
-const LAYER_KEYS: &[&str] = &["n_layer", "num_hidden_layers"];
-const HIDDEN_KEYS: &[&str] = &["hidden_size", "n_embed"];
-const HEAD_KEYS: &[&str] = &["n_head", "num_attention_heads"];
+const SIZE_KEYS: SizeKeys = SizeKeys {
+    layers: &["n_layer", "num_hidden_layers"],
+    hidden: &["hidden_size", "n_embed"],
+    heads: &["n_head", "num_attention_heads"],
+};
 
 /// BLOOM was trained on 2048-token sequences; ALiBi sets no hard limit.
 const TRAINED_SEQUENCE: u64 = 2048;
@@ -24,10 +24,7 @@ pub(crate) fn build(
     arch: &str,
     options: ImportOptions,
 ) -> Result<ModelDescription, InputError> {
-    let layers = config.positive(LAYER_KEYS)?;
-    let hidden = config.positive(HIDDEN_KEYS)?;
-    let heads = config.positive(HEAD_KEYS)?;
-    let heads_key = config.get(HEAD_KEYS).map_or(HEAD_KEYS[0], |(key, _)| key);
+    let CoreSizes { layers, hidden, heads, heads_key } = SIZE_KEYS.read(config)?;
     let head_dim = config.head_dim(&[], hidden, heads, heads_key)?;
     let vocab = config.positive(&["vocab_size"])?;
     let max_positions = config.positive_or(&["seq_length", "max_position_embeddings"], TRAINED_SEQUENCE)?;
@@ -80,28 +77,9 @@ pub(crate) fn build(
         activation: "gelu".into(),
         moe: None,
         tie_word_embeddings: tie,
-        layers: (0..layers)
-            .map(|i| LayerFacts {
-                path: format!("{list}.{i}"),
-                stack: StackKind::Decoder,
-                moe: false,
-                attention_window: None,
-                cross_attention: false,
-            })
-            .collect(),
+        layers: dense_layers(list, layers, StackKind::Decoder, false),
         no_split_classes: vec!["BloomBlock".into()],
     };
-    let mut description = ModelDescription {
-        name: config.origin().to_string(),
-        architecture: arch.to_string(),
-        naming: options.naming,
-        dtype,
-        facts,
-        root,
-        notes: Vec::new(),
-    };
-    if tie {
-        description.tie("lm_head.weight", "transformer.word_embeddings.weight")?;
-    }
-    Ok(description)
+    let description = describe(config, arch, options, dtype, facts, root, Vec::new());
+    tie_if(tie, description, "lm_head.weight", "transformer.word_embeddings.weight")
 }

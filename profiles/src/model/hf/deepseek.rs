@@ -7,14 +7,21 @@
 //! `q_lora_rank` is null, as in V2-Lite), `…self_attn.{kv_a_proj_with_mqa, kv_a_layernorm,
 //! kv_b_proj, o_proj}`; MoE layers `…mlp.{experts, gate, shared_experts}` where 4.x has
 //! `experts.E.{gate_proj, up_proj, down_proj}` and 5.x fuses them into `experts.gate_up_proj`
-//! `[E, 2I, H]` / `experts.down_proj` `[E, H, I]`; V3's router `DeepseekV3TopkRouter` has a weight
-//! and the persistent `e_score_correction_bias` buffer (kept in fp32). The multi-token-prediction
-//! layers of the V3 checkpoints (`num_nextn_predict_layers`) are not part of the model
-//! transformers builds; a note says how large they are. FP8 checkpoints (`quantization_config`)
-//! are described as stored: see the `fp8` module of the Llama family.
+//! `[E, 2I, H]` / `experts.down_proj` `[E, H, I]` (`DeepseekV2Experts` / `DeepseekV3Experts`); the
+//! router is `DeepseekV2MoEGate` (4.x) / `DeepseekV2TopkRouter` (5.x) for V2 and
+//! `DeepseekV3TopkRouter` for V3, whose persistent `e_score_correction_bias` buffer 5.x loads in
+//! fp32 (`_keep_in_fp32_modules_strict`; a meta-device build shows the model dtype) and 4.x in the
+//! model dtype. Every MoE layer has `shared_experts`, of width `moe_intermediate_size ×
+//! n_shared_experts` (empty when that is 0). Like transformers, layers from
+//! `first_k_dense_replace` on are MoE whatever `moe_layer_freq` says (DeepSeek's own remote code
+//! honours it; a note says so when it is not 1). V2's `mlp_bias` gives its dense MLPs and shared
+//! experts (and 4.x's per-expert modules) biases; V3 has none. The multi-token-prediction layers
+//! of the V3 checkpoints (`num_nextn_predict_layers`) are not part of the model transformers
+//! builds; a note says how large they are. FP8 checkpoints (`quantization_config`) are described
+//! as stored: see the `fp8` module of the Llama family.
 
 use super::HfConfig;
-use super::llama::{causal_lm, finish, gated_mlp, layer_facts};
+use super::llama::{BaseModel, MODEL, causal_lm, finish, gated_mlp, layer_facts};
 use crate::model::{
     ArchFacts, AttentionKind, Builder, ImportOptions, ModelDescription, Module, MoeFacts, Naming, NormKind,
     Tensor,
@@ -41,6 +48,8 @@ struct Experts {
     top_k: u32,
     intermediate: u64,
     shared: u64,
+    /// V2's `mlp_bias`: biases on every `DeepseekV2MLP` projection.
+    bias: bool,
 }
 
 pub(crate) fn build(
@@ -79,6 +88,7 @@ pub(crate) fn build(
             .unwrap_or(u32::MAX),
         intermediate: config.positive_or(&["moe_intermediate_size"], if v3 { 2048 } else { 1407 })?,
         shared: config.uint_or(&["n_shared_experts"], if v3 { 1 } else { 2 })?,
+        bias: !v3 && config.bool_or(&["mlp_bias"], false)?,
     };
     let first_dense = config.uint_or(&["first_k_dense_replace"], if v3 { 3 } else { 0 })?;
     let moe_every = config.positive_or(&["moe_layer_freq"], 1)?;
@@ -86,7 +96,7 @@ pub(crate) fn build(
     let dtype = config.dtype()?;
     let b = Builder::new(dtype, options.naming);
 
-    let sparse: Vec<bool> = (0..layers).map(|i| i >= first_dense && i % moe_every == 0).collect();
+    let sparse: Vec<bool> = (0..layers).map(|i| i >= first_dense).collect();
     let list = "model.layers";
     let norm_class = format!("{prefix}RMSNorm");
     let blocks = sparse
@@ -97,7 +107,7 @@ pub(crate) fn build(
             let mlp = if *is_sparse {
                 moe_block(&b, v3, options.naming, &path, hidden, experts)
             } else {
-                gated_mlp(&b, &path, "mlp", &format!("{prefix}MLP"), hidden, intermediate, false)
+                gated_mlp(&b, &path, "mlp", &format!("{prefix}MLP"), hidden, intermediate, experts.bias)
             };
             b.block(list, &i.to_string(), &format!("{prefix}DecoderLayer"))
                 .with_child(attention(&b, prefix, &path, mla))
@@ -106,13 +116,20 @@ pub(crate) fn build(
                 .with_child(b.norm(&path, "post_attention_layernorm", &norm_class, hidden, false))
         })
         .collect();
-    let root = causal_lm(&b, arch, prefix, hidden, vocab, blocks, mla.qk_rope);
+    let embed_tokens = b.embedding(MODEL, "embed_tokens", vocab, hidden);
+    let root = causal_lm(
+        &b,
+        arch,
+        prefix,
+        BaseModel { embed_tokens, blocks, hidden, vocab, rotary_dim: mla.qk_rope },
+    );
 
     let mut notes = Vec::new();
     if moe_every != 1 {
         notes.push(format!(
-            "`moe_layer_freq` {moe_every}: MoE only in layers from {first_dense} whose index is a multiple \
-             of it, as DeepSeek's own modeling code does (transformers' port ignores the key)"
+            "`moe_layer_freq` {moe_every} is ignored, as transformers ignores it: every layer from \
+             {first_dense} on is MoE (DeepSeek's own remote code would make only those whose index is a \
+             multiple of {moe_every} MoE)"
         ));
     }
     if mtp_layers > 0 {
@@ -196,30 +213,32 @@ fn moe_block(b: &Builder, v3: bool, naming: Naming, layer: &str, hidden: u64, e:
     let experts = match naming {
         Naming::V4 => b.expert_list(&p, "experts", e.routed, |_, path| {
             Module::new(path, expert_class.as_str(), crate::model::ModuleKind::Container)
-                .with_child(b.linear(path, "gate_proj", hidden, inter, false))
-                .with_child(b.linear(path, "up_proj", hidden, inter, false))
-                .with_child(b.linear(path, "down_proj", inter, hidden, false))
+                .with_child(b.linear(path, "gate_proj", hidden, inter, e.bias))
+                .with_child(b.linear(path, "up_proj", hidden, inter, e.bias))
+                .with_child(b.linear(path, "down_proj", inter, hidden, e.bias))
         }),
         Naming::V5 => b.fused_experts(
             &p,
             "experts",
-            if v3 { "DeepseekV3NaiveMoe" } else { "DeepseekV2Experts" },
+            &format!("{prefix}Experts"),
             e.routed,
             &[("gate_up_proj", &[routed, 2 * inter, hidden]), ("down_proj", &[routed, hidden, inter])],
         ),
     };
     let gate = match (v3, naming) {
-        (true, _) => b
+        // 5.x keeps the correction bias in fp32; 4.x loads it in the model dtype.
+        (true, Naming::V5) => b
             .router(&p, "gate", "DeepseekV3TopkRouter", hidden, e.routed, false)
             .with_tensor(Tensor::buffer("e_score_correction_bias", &[routed], DType::F32, true)),
+        (true, Naming::V4) => b
+            .router(&p, "gate", "DeepseekV3TopkRouter", hidden, e.routed, false)
+            .with_tensor(Tensor::buffer("e_score_correction_bias", &[routed], b.dtype, true)),
         (false, Naming::V4) => b.router(&p, "gate", "DeepseekV2MoEGate", hidden, e.routed, false),
-        (false, Naming::V5) => b.router(&p, "gate", "Linear", hidden, e.routed, false),
+        (false, Naming::V5) => b.router(&p, "gate", "DeepseekV2TopkRouter", hidden, e.routed, false),
     };
-    let block = block.with_child(experts).with_child(gate);
-    if e.shared == 0 {
-        return block;
-    }
-    block.with_child(gated_mlp(b, &p, "shared_experts", &expert_class, hidden, inter * e.shared, false))
+    // Built even when `n_shared_experts` is 0, as transformers does (zero-width projections).
+    let shared = gated_mlp(b, &p, "shared_experts", &expert_class, hidden, inter * e.shared, e.bias);
+    block.with_child(experts).with_child(gate).with_child(shared)
 }
 
 /// What the checkpoint holds besides the model transformers builds: the multi-token-prediction

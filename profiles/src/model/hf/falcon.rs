@@ -19,16 +19,17 @@
 //! Buffers: `transformer.rotary_emb.inv_freq` (fp32, `head_dim / 2`, not saved; built even for
 //! ALiBi models); 5.x also keeps `original_inv_freq`.
 
-use super::HfConfig;
+use super::{CoreSizes, HfConfig, SizeKeys, dense_layers, describe, tie_if};
 use crate::InputError;
 use crate::model::{
-    ArchFacts, AttentionKind, Builder, ImportOptions, LayerFacts, ModelDescription, Module, NormKind,
-    StackKind,
+    ArchFacts, AttentionKind, Builder, ImportOptions, ModelDescription, Module, NormKind, StackKind,
 };
 
-const LAYER_KEYS: &[&str] = &["num_hidden_layers", "n_layer"];
-const HIDDEN_KEYS: &[&str] = &["hidden_size", "n_embed"];
-const HEAD_KEYS: &[&str] = &["num_attention_heads", "n_head"];
+const SIZE_KEYS: SizeKeys = SizeKeys {
+    layers: &["num_hidden_layers", "n_layer"],
+    hidden: &["hidden_size", "n_embed"],
+    heads: &["num_attention_heads", "n_head"],
+};
 const KV_HEAD_KEYS: &[&str] = &["num_kv_heads", "n_head_kv"];
 
 pub(crate) fn build(
@@ -36,10 +37,7 @@ pub(crate) fn build(
     arch: &str,
     options: ImportOptions,
 ) -> Result<ModelDescription, InputError> {
-    let layers = config.positive(LAYER_KEYS)?;
-    let hidden = config.positive(HIDDEN_KEYS)?;
-    let heads = config.positive(HEAD_KEYS)?;
-    let heads_key = config.get(HEAD_KEYS).map_or(HEAD_KEYS[0], |(key, _)| key);
+    let CoreSizes { layers, hidden, heads, heads_key } = SIZE_KEYS.read(config)?;
     let head_dim = config.head_dim(&[], hidden, heads, heads_key)?;
     let vocab = config.positive(&["vocab_size"])?;
     let max_positions = config.positive_or(&["max_position_embeddings"], 2048)?;
@@ -141,34 +139,15 @@ pub(crate) fn build(
         activation: config.string_opt(&["activation"])?.unwrap_or_else(|| "gelu".into()),
         moe: None,
         tie_word_embeddings: tie,
-        layers: (0..layers)
-            .map(|i| LayerFacts {
-                path: format!("{list}.{i}"),
-                stack: StackKind::Decoder,
-                moe: false,
-                attention_window: None,
-                cross_attention: false,
-            })
-            .collect(),
+        layers: dense_layers(list, layers, StackKind::Decoder, false),
         no_split_classes: vec!["FalconDecoderLayer".into()],
     };
     let mut notes = Vec::new();
     if alibi {
         notes.push("positions are ALiBi biases; `rotary_emb` is built but unused".to_string());
     }
-    let mut description = ModelDescription {
-        name: config.origin().to_string(),
-        architecture: arch.to_string(),
-        naming: options.naming,
-        dtype,
-        facts,
-        root,
-        notes,
-    };
-    if tie {
-        description.tie("lm_head.weight", "transformer.word_embeddings.weight")?;
-    }
-    Ok(description)
+    let description = describe(config, arch, options, dtype, facts, root, notes);
+    tie_if(tie, description, "lm_head.weight", "transformer.word_embeddings.weight")
 }
 
 /// `FalconLinear`: an `nn.Linear` subclass with the same tensors.

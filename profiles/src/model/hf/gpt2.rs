@@ -15,16 +15,18 @@
 //!   4.x and 5.x; GPT-2 4.x keeps one per attention module (`attn.bias`, `[1, 1, P, P]` bool, and
 //!   the scalar `attn.masked_bias`), which 5.x dropped.
 
-use super::HfConfig;
+use super::{CoreSizes, HfConfig, SizeKeys, dense_layers, describe, tie_if};
 use crate::model::{
-    ArchFacts, AttentionKind, Builder, ImportOptions, LayerFacts, ModelDescription, Module, Naming, NormKind,
-    StackKind, Tensor,
+    ArchFacts, AttentionKind, Builder, ImportOptions, ModelDescription, Module, Naming, NormKind, StackKind,
+    Tensor,
 };
 use crate::{DType, InputError};
 
-const LAYER_KEYS: &[&str] = &["n_layer", "num_hidden_layers"];
-const HIDDEN_KEYS: &[&str] = &["n_embd", "hidden_size"];
-const HEAD_KEYS: &[&str] = &["n_head", "num_attention_heads"];
+const SIZE_KEYS: SizeKeys = SizeKeys {
+    layers: &["n_layer", "num_hidden_layers"],
+    hidden: &["n_embd", "hidden_size"],
+    heads: &["n_head", "num_attention_heads"],
+};
 const POSITION_KEYS: &[&str] = &["n_positions", "max_position_embeddings"];
 
 /// The two classes this file builds and the names that differ between them.
@@ -73,10 +75,7 @@ pub(crate) fn build(
     options: ImportOptions,
 ) -> Result<ModelDescription, InputError> {
     let flavour = if arch == "GPTBigCodeForCausalLM" { Flavour::BigCode } else { Flavour::Gpt2 };
-    let layers = config.positive(LAYER_KEYS)?;
-    let hidden = config.positive(HIDDEN_KEYS)?;
-    let heads = config.positive(HEAD_KEYS)?;
-    let heads_key = config.get(HEAD_KEYS).map_or(HEAD_KEYS[0], |(key, _)| key);
+    let CoreSizes { layers, hidden, heads, heads_key } = SIZE_KEYS.read(config)?;
     let head_dim = config.head_dim(&[], hidden, heads, heads_key)?;
     let inner = config.positive_or(&["n_inner"], 4 * hidden)?;
     let vocab = config.positive(&["vocab_size"])?;
@@ -131,30 +130,11 @@ pub(crate) fn build(
             .unwrap_or_else(|| flavour.default_activation().into()),
         moe: None,
         tie_word_embeddings: tie,
-        layers: (0..layers)
-            .map(|i| LayerFacts {
-                path: format!("{list}.{i}"),
-                stack: StackKind::Decoder,
-                moe: false,
-                attention_window: None,
-                cross_attention,
-            })
-            .collect(),
+        layers: dense_layers(list, layers, StackKind::Decoder, cross_attention),
         no_split_classes: vec![format!("{}Block", flavour.prefix())],
     };
-    let mut description = ModelDescription {
-        name: config.origin().to_string(),
-        architecture: arch.to_string(),
-        naming: options.naming,
-        dtype,
-        facts,
-        root,
-        notes: Vec::new(),
-    };
-    if tie {
-        description.tie("lm_head.weight", "transformer.wte.weight")?;
-    }
-    Ok(description)
+    let description = describe(config, arch, options, dtype, facts, root, Vec::new());
+    tie_if(tie, description, "lm_head.weight", "transformer.wte.weight")
 }
 
 /// Block `index` of `list` (`transformer.h.N`), children in transformers' registration order.

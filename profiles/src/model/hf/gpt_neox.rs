@@ -6,21 +6,17 @@
 //! attention.dense, mlp.dense_h_to_4h, mlp.dense_4h_to_h}`, `gpt_neox.final_layer_norm`,
 //! `gpt_neox.rotary_emb`, `embed_out`.
 
-use super::HfConfig;
+use super::{CoreSizes, HfConfig, STANDARD_SIZE_KEYS, dense_layers, describe, tie_if};
 use crate::InputError;
-use crate::model::{
-    ArchFacts, AttentionKind, Builder, ImportOptions, LayerFacts, ModelDescription, NormKind, StackKind,
-};
+use crate::model::{ArchFacts, AttentionKind, Builder, ImportOptions, ModelDescription, NormKind, StackKind};
 
 pub(crate) fn build(
     config: &HfConfig,
     arch: &str,
     options: ImportOptions,
 ) -> Result<ModelDescription, InputError> {
-    let layers = config.positive(&["num_hidden_layers"])?;
-    let hidden = config.positive(&["hidden_size"])?;
-    let heads = config.positive(&["num_attention_heads"])?;
-    let head_dim = config.head_dim(&[], hidden, heads, "num_attention_heads")?;
+    let CoreSizes { layers, hidden, heads, heads_key } = STANDARD_SIZE_KEYS.read(config)?;
+    let head_dim = config.head_dim(&[], hidden, heads, heads_key)?;
     let intermediate = config.positive_or(&["intermediate_size"], 4 * hidden)?;
     let vocab = config.positive(&["vocab_size"])?;
     let max_positions = config.positive_or(&["max_position_embeddings"], 2048)?;
@@ -86,28 +82,9 @@ pub(crate) fn build(
         activation: config.string_opt(&["hidden_act"])?.unwrap_or_else(|| "gelu".into()),
         moe: None,
         tie_word_embeddings: tie,
-        layers: (0..layers)
-            .map(|i| LayerFacts {
-                path: format!("{list}.{i}"),
-                stack: StackKind::Decoder,
-                moe: false,
-                attention_window: None,
-                cross_attention: false,
-            })
-            .collect(),
+        layers: dense_layers(list, layers, StackKind::Decoder, false),
         no_split_classes: vec!["GPTNeoXLayer".into()],
     };
-    let mut description = ModelDescription {
-        name: config.origin().to_string(),
-        architecture: arch.to_string(),
-        naming: options.naming,
-        dtype,
-        facts,
-        root,
-        notes: Vec::new(),
-    };
-    if tie {
-        description.tie("embed_out.weight", "gpt_neox.embed_in.weight")?;
-    }
-    Ok(description)
+    let description = describe(config, arch, options, dtype, facts, root, Vec::new());
+    tie_if(tie, description, "embed_out.weight", "gpt_neox.embed_in.weight")
 }

@@ -10,6 +10,18 @@
 //! attention sinks (gpt-oss), sliding windows, tied embeddings by default (Gemma), and the
 //! mixture-of-experts block, whose 4.x and 5.x layouts live in [`moe`]. The FP8 block
 //! quantization of a `quantization_config` is applied by [`fp8`], for this family and DeepSeek.
+//!
+//! Absent keys take the defaults of each transformers config class, which are not always derived
+//! from the other sizes: Mistral and Mixtral default to 8 key/value heads, Qwen3-MoE and Gemma 2
+//! to 4, Qwen2 and Qwen3 to 32, Gemma to 16, gpt-oss to 8; Gemma and Gemma 2 default to a
+//! `head_dim` of 256, Qwen3 to 128 and gpt-oss to 64 (an explicit `null` means `hidden_size /
+//! num_attention_heads`, and `null` key/value heads mean one per attention head). Version
+//! differences this module reproduces: 5.x Gemma embeds with `GemmaTextScaledWordEmbedding`, which
+//! holds a scalar `embed_scale` buffer; 4.x Qwen2-MoE keeps a rotary module in every attention
+//! block besides the model-level one, and 4.x names Qwen2-MoE's and OLMoE's attention after the
+//! default SDPA implementation (`Qwen2MoeSdpaAttention`; `attn_implementation="eager"` would give
+//! `Qwen2MoeAttention`); 5.x's default rotary embedding ignores `partial_rotary_factor` except in
+//! Phi-3, where 4.x applies it everywhere.
 
 mod fp8;
 mod moe;
@@ -17,10 +29,11 @@ mod moe;
 use super::HfConfig;
 use crate::InputError;
 use crate::model::{
-    ArchFacts, AttentionKind, Builder, ImportOptions, LayerFacts, ModelDescription, Module, MoeFacts,
-    NormKind, StackKind, Tensor,
+    ArchFacts, AttentionKind, Builder, ImportOptions, LayerFacts, ModelDescription, Module, ModuleKind,
+    MoeFacts, Naming, NormKind, StackKind, Tensor, tree::join,
 };
 use moe::MoeStyle;
+use serde_json::Value;
 
 pub(super) use fp8::apply_quantization;
 
@@ -53,11 +66,17 @@ enum QkNorm {
 enum WindowRule {
     /// Always full attention.
     None,
-    /// `sliding_window`, when set, for every layer (Mistral, Mixtral, Phi-3).
-    EveryLayer,
-    /// `layer_types` when given, else `sliding_window` for layers from `max_window_layers` on
-    /// when `use_sliding_window` is true (Qwen2, Qwen3 and their MoE variants).
+    /// `sliding_window` (this default when the key is absent, none when it is null) for every
+    /// layer (Mistral: 4096; Mixtral, Phi-3: none).
+    EveryLayer(Option<u64>),
+    /// Qwen2, Qwen3: a window only when `use_sliding_window` is true, of `sliding_window` (4096
+    /// when absent); then `layer_types` when given, else layers from `max_window_layers` (28) on.
     Qwen,
+    /// Qwen2-MoE: as [`WindowRule::Qwen`] in 4.x (which has no `layer_types`); 5.x reads
+    /// `layer_types` and otherwise slides on even layers below `max_window_layers`.
+    Qwen2Moe,
+    /// Qwen3-MoE: `sliding_window` on every layer when `use_sliding_window` is true.
+    QwenEveryLayer,
     /// `layer_types` when given, else sliding on even layers and full on odd ones, with this
     /// default window (Gemma 2, gpt-oss).
     Alternating(u64),
@@ -81,6 +100,16 @@ struct Family {
     attention_sinks: bool,
     moe: Option<MoeStyle>,
     window: WindowRule,
+    /// Key/value heads when `num_key_value_heads` is absent; `None`: one per attention head.
+    kv_heads_default: Option<u64>,
+    /// `head_dim` when the key is absent; `None`: `hidden_size / num_attention_heads`.
+    head_dim_default: Option<u64>,
+    /// 5.x Gemma: `embed_tokens` is a `…TextScaledWordEmbedding` with an `embed_scale` buffer.
+    scaled_embedding: bool,
+    /// 5.x applies `partial_rotary_factor` to the default rotary embedding (Phi-3 only).
+    partial_rotary_in_default_rope: bool,
+    /// The rope type when the config gives none (`yarn` for gpt-oss).
+    rope_type_default: &'static str,
     tie_default: bool,
     max_positions_default: u64,
     activation_default: &'static str,
@@ -97,6 +126,11 @@ const LLAMA: Family = Family {
     attention_sinks: false,
     moe: None,
     window: WindowRule::None,
+    kv_heads_default: None,
+    head_dim_default: None,
+    scaled_embedding: false,
+    partial_rotary_in_default_rope: false,
+    rope_type_default: "default",
     tie_default: false,
     max_positions_default: 2048,
     activation_default: "silu",
@@ -110,7 +144,8 @@ fn family(arch: &str) -> Option<Family> {
             model_type: "mistral",
             attention_bias: AttentionBias::None,
             mlp_bias_key: false,
-            window: WindowRule::EveryLayer,
+            window: WindowRule::EveryLayer(Some(4096)),
+            kv_heads_default: Some(8),
             max_positions_default: 131072,
             ..LLAMA
         },
@@ -120,7 +155,8 @@ fn family(arch: &str) -> Option<Family> {
             attention_bias: AttentionBias::None,
             mlp_bias_key: false,
             moe: Some(MoeStyle::Mixtral),
-            window: WindowRule::EveryLayer,
+            window: WindowRule::EveryLayer(None),
+            kv_heads_default: Some(8),
             max_positions_default: 131072,
             ..LLAMA
         },
@@ -130,6 +166,7 @@ fn family(arch: &str) -> Option<Family> {
             attention_bias: AttentionBias::QkvAlways,
             mlp_bias_key: false,
             window: WindowRule::Qwen,
+            kv_heads_default: Some(32),
             max_positions_default: 32768,
             ..LLAMA
         },
@@ -139,7 +176,8 @@ fn family(arch: &str) -> Option<Family> {
             attention_bias: AttentionBias::QkvFromKey,
             mlp_bias_key: false,
             moe: Some(MoeStyle::Qwen2Moe),
-            window: WindowRule::Qwen,
+            window: WindowRule::Qwen2Moe,
+            kv_heads_default: Some(16),
             max_positions_default: 32768,
             ..LLAMA
         },
@@ -149,6 +187,8 @@ fn family(arch: &str) -> Option<Family> {
             mlp_bias_key: false,
             qk_norm: QkNorm::PerHead,
             window: WindowRule::Qwen,
+            kv_heads_default: Some(32),
+            head_dim_default: Some(128),
             max_positions_default: 32768,
             ..LLAMA
         },
@@ -158,7 +198,8 @@ fn family(arch: &str) -> Option<Family> {
             mlp_bias_key: false,
             qk_norm: QkNorm::PerHead,
             moe: Some(MoeStyle::Qwen3Moe),
-            window: WindowRule::Qwen,
+            window: WindowRule::QwenEveryLayer,
+            kv_heads_default: Some(4),
             max_positions_default: 32768,
             ..LLAMA
         },
@@ -166,6 +207,9 @@ fn family(arch: &str) -> Option<Family> {
             prefix: "Gemma",
             model_type: "gemma",
             mlp_bias_key: false,
+            kv_heads_default: Some(16),
+            head_dim_default: Some(256),
+            scaled_embedding: true,
             tie_default: true,
             max_positions_default: 8192,
             activation_default: "gelu_pytorch_tanh",
@@ -177,6 +221,9 @@ fn family(arch: &str) -> Option<Family> {
             mlp_bias_key: false,
             sandwich_norms: true,
             window: WindowRule::Alternating(4096),
+            kv_heads_default: Some(4),
+            head_dim_default: Some(256),
+            scaled_embedding: true,
             tie_default: true,
             max_positions_default: 8192,
             activation_default: "gelu_pytorch_tanh",
@@ -188,7 +235,8 @@ fn family(arch: &str) -> Option<Family> {
             attention_bias: AttentionBias::None,
             mlp_bias_key: false,
             fused_projections: true,
-            window: WindowRule::EveryLayer,
+            window: WindowRule::EveryLayer(None),
+            partial_rotary_in_default_rope: true,
             max_positions_default: 4096,
             ..LLAMA
         },
@@ -209,6 +257,9 @@ fn family(arch: &str) -> Option<Family> {
             attention_sinks: true,
             moe: Some(MoeStyle::GptOss),
             window: WindowRule::Alternating(128),
+            kv_heads_default: Some(8),
+            head_dim_default: Some(64),
+            rope_type_default: "yarn",
             max_positions_default: 131072,
             ..LLAMA
         },
@@ -238,20 +289,33 @@ pub(crate) fn build(
     let layers = config.positive(&["num_hidden_layers"])?;
     let hidden = config.positive(&["hidden_size"])?;
     let heads = config.positive(&["num_attention_heads"])?;
-    let head_dim = config.head_dim(&["head_dim"], hidden, heads, "num_attention_heads")?;
-    let kv_heads = config.positive_or(&["num_key_value_heads"], heads)?;
+    let head_dim = match (config.object().get("head_dim"), family.head_dim_default) {
+        (None, Some(default)) => default,
+        _ => config.head_dim(&["head_dim"], hidden, heads, "num_attention_heads")?,
+    };
+    let kv_key = "num_key_value_heads";
+    let kv_heads = match config.object().get(kv_key) {
+        None => family.kv_heads_default.unwrap_or(heads),
+        Some(Value::Null) => heads,
+        Some(_) => config.positive(&[kv_key])?,
+    };
     if !heads.is_multiple_of(kv_heads) {
-        return Err(InputError::new(
-            config.origin(),
-            format!("{kv_heads} key/value heads do not divide {heads} attention heads"),
-        )
-        .at_key("num_key_value_heads")
-        .with_fix("grouped-query attention needs the head count to be a multiple of the key/value heads"));
+        let problem = match config.object().get(kv_key) {
+            None => format!(
+                "`{kv_key}` is absent, so transformers gives `{}` its default of {kv_heads} key/value \
+                 heads, which do not divide {heads} attention heads",
+                family.model_type
+            ),
+            _ => format!("{kv_heads} key/value heads do not divide {heads} attention heads"),
+        };
+        return Err(InputError::new(config.origin(), problem).at_key(kv_key).with_fix(
+            "give `num_key_value_heads`: grouped-query attention needs the head count to be a multiple \
+             of the key/value heads",
+        ));
     }
     let vocab = config.positive(&["vocab_size"])?;
     let max_positions = config.positive_or(&["max_position_embeddings"], family.max_positions_default)?;
     let tie = config.bool_or(&["tie_word_embeddings"], family.tie_default)?;
-    let partial_rotary = config.float_opt(&["partial_rotary_factor"])?.unwrap_or(1.0);
     let activation = config
         .string_opt(&["hidden_activation", "hidden_act"])?
         .unwrap_or_else(|| family.activation_default.to_string());
@@ -269,7 +333,7 @@ pub(crate) fn build(
     let b = Builder::new(dtype, options.naming);
     let dims = Dims { hidden, heads, kv_heads, head_dim };
 
-    let windows = attention_windows(config, family.window, layers)?;
+    let windows = attention_windows(config, family.window, options.naming, layers)?;
     let (moe_shape, sparse) = match family.moe {
         Some(style) => {
             let (shape, sparse) = moe::read_shape(config, style, layers)?;
@@ -286,12 +350,22 @@ pub(crate) fn build(
         _ => config.positive(&["intermediate_size"])?,
     };
 
+    let rotary_dim = rotary_dim(config, &family, options.naming, head_dim)?;
     let list = "model.layers";
     let norm_class = format!("{prefix}RMSNorm");
     let mut blocks = Vec::with_capacity(layers as usize);
     for (i, is_sparse) in sparse.iter().enumerate() {
         let path = format!("{list}.{i}");
-        let attention = attention(&b, &family, dims, &path, qkv_bias, o_bias);
+        let mut attention = attention(&b, &family, dims, &path, qkv_bias, o_bias);
+        if options.naming == Naming::V4 && matches!(family.moe, Some(MoeStyle::Qwen2Moe | MoeStyle::Olmoe)) {
+            // 4.x picks the attention class by implementation; SDPA is the default.
+            attention.class = format!("{prefix}SdpaAttention");
+            if family.moe == Some(MoeStyle::Qwen2Moe) {
+                let rotary =
+                    b.rotary(&attention.path, "rotary_emb", &format!("{prefix}RotaryEmbedding"), rotary_dim);
+                attention = attention.with_child(rotary);
+            }
+        }
         let mlp = match (&moe_shape, is_sparse) {
             (Some((style, shape)), true) => {
                 moe::sparse_block(&b, *style, options.naming, &path, hidden, shape)
@@ -312,8 +386,12 @@ pub(crate) fn build(
         }
         blocks.push(block);
     }
-    let rotary_dim = (head_dim as f64 * partial_rotary) as u64;
-    let root = causal_lm(&b, arch, prefix, hidden, vocab, blocks, rotary_dim);
+    let embed_tokens = if family.scaled_embedding && options.naming == Naming::V5 {
+        scaled_embedding(&b, &format!("{prefix}TextScaledWordEmbedding"), vocab, hidden)
+    } else {
+        b.embedding(MODEL, "embed_tokens", vocab, hidden)
+    };
+    let root = causal_lm(&b, arch, prefix, BaseModel { embed_tokens, blocks, hidden, vocab, rotary_dim });
 
     let moe_facts = moe_shape.as_ref().filter(|_| sparse.iter().any(|s| *s)).map(|(_, shape)| MoeFacts {
         experts: shape.experts,
@@ -356,11 +434,23 @@ pub(crate) fn build(
 fn attention_windows(
     config: &HfConfig,
     rule: WindowRule,
+    naming: Naming,
     layers: u64,
 ) -> Result<Vec<Option<u64>>, InputError> {
     let count = layers as usize;
-    let window = config.opt_positive(&["sliding_window"])?;
-    let from_types = |default: u64| -> Result<Option<Vec<Option<u64>>>, InputError> {
+    // `sliding_window` with `default` when the key is absent (null disables the window).
+    let window_or = |default: Option<u64>| -> Result<Option<u64>, InputError> {
+        match config.object().get("sliding_window") {
+            None => Ok(default),
+            Some(_) => config.opt_positive(&["sliding_window"]),
+        }
+    };
+    // Qwen: the window exists only when `use_sliding_window` is true.
+    let qwen_window = || -> Result<Option<u64>, InputError> {
+        let enabled = config.bool_or(&["use_sliding_window"], false)?;
+        Ok(if enabled { window_or(Some(4096))? } else { None })
+    };
+    let from_types = |window: Option<u64>| -> Result<Option<Vec<Option<u64>>>, InputError> {
         let Some(types) = config.string_list(&["layer_types"])? else { return Ok(None) };
         if types.len() != count {
             return Err(InputError::new(
@@ -373,7 +463,7 @@ fn attention_windows(
         types
             .iter()
             .map(|t| match t.as_str() {
-                "sliding_attention" => Ok(Some(window.unwrap_or(default))),
+                "sliding_attention" => Ok(window),
                 "full_attention" => Ok(None),
                 other => Err(InputError::new(
                     config.origin(),
@@ -384,22 +474,66 @@ fn attention_windows(
             .collect::<Result<Vec<_>, _>>()
             .map(Some)
     };
+    let max_window_layers = || -> Result<usize, InputError> {
+        Ok(usize::try_from(config.uint_or(&["max_window_layers"], 28)?).unwrap_or(usize::MAX))
+    };
     Ok(match rule {
         WindowRule::None => vec![None; count],
-        WindowRule::EveryLayer => vec![window; count],
-        WindowRule::Qwen => match from_types(4096)? {
-            Some(windows) => windows,
-            None => {
-                let enabled = config.bool_or(&["use_sliding_window"], false)?;
-                let first = config.uint_or(&["max_window_layers"], 0)? as usize;
-                (0..count).map(|i| window.filter(|_| enabled && i >= first)).collect()
+        WindowRule::EveryLayer(default) => vec![window_or(default)?; count],
+        WindowRule::QwenEveryLayer => vec![qwen_window()?; count],
+        WindowRule::Qwen2Moe if naming == Naming::V5 => {
+            let window = qwen_window()?;
+            match from_types(window)? {
+                Some(windows) => windows,
+                None => {
+                    let below = max_window_layers()?;
+                    (0..count).map(|i| window.filter(|_| i % 2 == 0 && i < below)).collect()
+                }
             }
-        },
-        WindowRule::Alternating(default) => match from_types(default)? {
-            Some(windows) => windows,
-            None => (0..count).map(|i| (i % 2 == 0).then_some(window.unwrap_or(default))).collect(),
-        },
+        }
+        WindowRule::Qwen | WindowRule::Qwen2Moe => {
+            let window = qwen_window()?;
+            let types = if rule == WindowRule::Qwen { from_types(window)? } else { None };
+            match types {
+                Some(windows) => windows,
+                None => {
+                    let first = max_window_layers()?;
+                    (0..count).map(|i| window.filter(|_| i >= first)).collect()
+                }
+            }
+        }
+        WindowRule::Alternating(default) => {
+            let window = window_or(Some(default))?;
+            match from_types(window)? {
+                Some(windows) => windows,
+                None => (0..count).map(|i| window.filter(|_| i % 2 == 0)).collect(),
+            }
+        }
     })
+}
+
+/// The width the rotary embedding rotates (`inv_freq` holds half as many values, rounded up as
+/// `torch.arange(0, dim, 2)` does): `head_dim`, scaled by `partial_rotary_factor` where the
+/// transformers version applies it.
+fn rotary_dim(config: &HfConfig, family: &Family, naming: Naming, head_dim: u64) -> Result<u64, InputError> {
+    let rope = match config.get(&["rope_parameters", "rope_scaling"]) {
+        Some((_, Value::Object(settings))) => Some(settings),
+        _ => None,
+    };
+    let rope_type = rope
+        .and_then(|settings| settings.get("rope_type").or_else(|| settings.get("type")))
+        .and_then(Value::as_str)
+        .unwrap_or(family.rope_type_default);
+    // 5.x also reads the factor inside `rope_parameters`; 4.x only the top-level key.
+    let nested =
+        rope.filter(|_| naming == Naming::V5).and_then(|settings| settings.get("partial_rotary_factor"));
+    let factor = match config.float_opt(&["partial_rotary_factor"])? {
+        Some(factor) => factor,
+        None => nested.and_then(Value::as_f64).unwrap_or(1.0),
+    };
+    let applied = naming == Naming::V4 || family.partial_rotary_in_default_rope || rope_type != "default";
+    let dim = if applied { (head_dim as f64 * factor) as u64 } else { head_dim };
+    Ok(dim.div_ceil(2) * 2)
 }
 
 /// `self_attn` of one layer.
@@ -482,23 +616,36 @@ fn fused_mlp(b: &Builder, layer: &str, prefix: &str, hidden: u64, intermediate: 
     ))
 }
 
+/// The path of the base model inside every `…ForCausalLM` of this family and DeepSeek.
+pub(super) const MODEL: &str = "model";
+
+/// 5.x Gemma's `embed_tokens`: an embedding that multiplies by `sqrt(hidden_size)`, kept in a
+/// non-persistent scalar buffer `embed_scale` of the model dtype.
+fn scaled_embedding(b: &Builder, class: &str, vocab: u64, hidden: u64) -> Module {
+    Module::new(join(MODEL, "embed_tokens"), class, ModuleKind::Embedding)
+        .with_tensor(Tensor::parameter("weight", &[vocab, hidden], b.dtype))
+        .with_tensor(Tensor::buffer("embed_scale", &[], b.dtype, false))
+}
+
+/// What a `…ForCausalLM` root is made of besides its class names.
+pub(super) struct BaseModel {
+    pub(super) embed_tokens: Module,
+    pub(super) blocks: Vec<Module>,
+    pub(super) hidden: u64,
+    pub(super) vocab: u64,
+    /// The width the model-level rotary embedding rotates.
+    pub(super) rotary_dim: u64,
+}
+
 /// The `…ForCausalLM` root: `model.{embed_tokens, layers, norm, rotary_emb}` and `lm_head`.
-pub(super) fn causal_lm(
-    b: &Builder,
-    arch: &str,
-    prefix: &str,
-    hidden: u64,
-    vocab: u64,
-    blocks: Vec<Module>,
-    rotary_dim: u64,
-) -> Module {
-    let base = "model";
+pub(super) fn causal_lm(b: &Builder, arch: &str, prefix: &str, parts: BaseModel) -> Module {
+    let BaseModel { embed_tokens, blocks, hidden, vocab, rotary_dim } = parts;
     let model = b
-        .container("", base, &format!("{prefix}Model"))
-        .with_child(b.embedding(base, "embed_tokens", vocab, hidden))
-        .with_child(b.module_list(base, "layers", blocks))
-        .with_child(b.norm(base, "norm", &format!("{prefix}RMSNorm"), hidden, false))
-        .with_child(b.rotary(base, "rotary_emb", &format!("{prefix}RotaryEmbedding"), rotary_dim));
+        .container("", MODEL, &format!("{prefix}Model"))
+        .with_child(embed_tokens)
+        .with_child(b.module_list(MODEL, "layers", blocks))
+        .with_child(b.norm(MODEL, "norm", &format!("{prefix}RMSNorm"), hidden, false))
+        .with_child(b.rotary(MODEL, "rotary_emb", &format!("{prefix}RotaryEmbedding"), rotary_dim));
     b.container("", "", arch).with_child(model).with_child(b.linear("", "lm_head", hidden, vocab, false))
 }
 

@@ -1,5 +1,6 @@
 //! HF `config.json` importers: one module per architecture family, a dispatch on the
-//! `architectures` entry, and the typed config accessor they share.
+//! `architectures` entry, the typed config accessor they share, and the few steps every importer
+//! takes alike (reading the core sizes, listing dense layers, assembling the description).
 //!
 //! Each importer builds the module tree transformers builds for that class, with the same
 //! module and parameter names, in the naming the options ask for (5.x by default).
@@ -19,8 +20,8 @@ mod xlnet;
 
 pub use config::HfConfig;
 
-use super::{ImportOptions, ModelDescription};
-use crate::InputError;
+use super::{ArchFacts, ImportOptions, LayerFacts, ModelDescription, Module, StackKind};
+use crate::{DType, InputError};
 use std::path::Path;
 
 /// The top-level classes vramplan builds from a `config.json`.
@@ -110,4 +111,89 @@ pub fn from_config(config: &HfConfig, options: ImportOptions) -> Result<ModelDes
     }?;
     super::summary::validate(&model, config.origin())?;
     Ok(model)
+}
+
+/// Where a config keeps the three sizes every importer starts from; in each list the first key
+/// present wins (e.g. `n_layer` before `num_hidden_layers` in GPT-2's own configs).
+struct SizeKeys {
+    layers: &'static [&'static str],
+    hidden: &'static [&'static str],
+    heads: &'static [&'static str],
+}
+
+/// The key names transformers' current config classes use.
+const STANDARD_SIZE_KEYS: SizeKeys =
+    SizeKeys { layers: &["num_hidden_layers"], hidden: &["hidden_size"], heads: &["num_attention_heads"] };
+
+/// The block count, hidden width and attention-head count of a config, all required positive.
+struct CoreSizes {
+    layers: u64,
+    hidden: u64,
+    heads: u64,
+    /// The key the head count came from, which errors about the head width point at.
+    heads_key: &'static str,
+}
+
+impl SizeKeys {
+    /// Reads layers, hidden width and heads, in that order, so the first bad key is the one
+    /// reported.
+    fn read(&self, config: &HfConfig) -> Result<CoreSizes, InputError> {
+        let layers = config.positive(self.layers)?;
+        let hidden = config.positive(self.hidden)?;
+        let heads = config.positive(self.heads)?;
+        // `positive` found one of the keys, so `get` does too.
+        let heads_key = config.get(self.heads).map_or("", |(key, _)| key);
+        Ok(CoreSizes { layers, hidden, heads, heads_key })
+    }
+}
+
+/// The facts of the `count` blocks `{list}.0`, `{list}.1`, … of one stack, all with a dense MLP
+/// and full attention; `cross_attention` says whether they also attend to an encoder's output.
+fn dense_layers(list: &str, count: u64, stack: StackKind, cross_attention: bool) -> Vec<LayerFacts> {
+    (0..count)
+        .map(|i| LayerFacts {
+            path: format!("{list}.{i}"),
+            stack,
+            moe: false,
+            attention_window: None,
+            cross_attention,
+        })
+        .collect()
+}
+
+/// The description of a model imported from `config`: named after the config's origin, with
+/// `arch` as its class and the naming the options asked for; ties come afterwards (`tie_if`).
+fn describe(
+    config: &HfConfig,
+    arch: &str,
+    options: ImportOptions,
+    dtype: DType,
+    facts: ArchFacts,
+    root: Module,
+    notes: Vec<String>,
+) -> ModelDescription {
+    ModelDescription {
+        name: config.origin().to_string(),
+        architecture: arch.to_string(),
+        naming: options.naming,
+        dtype,
+        facts,
+        root,
+        notes,
+    }
+}
+
+/// `description` with `tensor_path` tied to `canonical_path` when `tied` (an output head's
+/// weight to the input embedding's, as the config's `tie_word_embeddings` says); fails if either
+/// tensor was not built.
+fn tie_if(
+    tied: bool,
+    mut description: ModelDescription,
+    tensor_path: &str,
+    canonical_path: &str,
+) -> Result<ModelDescription, InputError> {
+    if tied {
+        description.tie(tensor_path, canonical_path)?;
+    }
+    Ok(description)
 }

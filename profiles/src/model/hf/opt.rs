@@ -15,11 +15,11 @@
 //! - `enable_bias` (default true) gives every projection a bias; `layer_norm_elementwise_affine`
 //!   false leaves the LayerNorms without weights.
 
-use super::HfConfig;
+use super::{CoreSizes, HfConfig, STANDARD_SIZE_KEYS, dense_layers, describe, tie_if};
 use crate::InputError;
 use crate::model::{
-    ArchFacts, AttentionKind, Builder, ImportOptions, LayerFacts, ModelDescription, Module, ModuleKind,
-    NormKind, StackKind,
+    ArchFacts, AttentionKind, Builder, ImportOptions, ModelDescription, Module, ModuleKind, NormKind,
+    StackKind,
 };
 
 /// How far OPT shifts position ids (`OPTLearnedPositionalEmbedding.offset`).
@@ -30,10 +30,8 @@ pub(crate) fn build(
     arch: &str,
     options: ImportOptions,
 ) -> Result<ModelDescription, InputError> {
-    let layers = config.positive(&["num_hidden_layers"])?;
-    let hidden = config.positive(&["hidden_size"])?;
-    let heads = config.positive(&["num_attention_heads"])?;
-    let head_dim = config.head_dim(&[], hidden, heads, "num_attention_heads")?;
+    let CoreSizes { layers, hidden, heads, heads_key } = STANDARD_SIZE_KEYS.read(config)?;
+    let head_dim = config.head_dim(&[], hidden, heads, heads_key)?;
     let ffn = config.positive_or(&["ffn_dim"], 3072)?;
     let vocab = config.positive(&["vocab_size"])?;
     let max_positions = config.positive_or(&["max_position_embeddings"], 2048)?;
@@ -110,28 +108,9 @@ pub(crate) fn build(
         activation: config.string_opt(&["activation_function"])?.unwrap_or_else(|| "relu".into()),
         moe: None,
         tie_word_embeddings: tie,
-        layers: (0..layers)
-            .map(|i| LayerFacts {
-                path: format!("{list}.{i}"),
-                stack: StackKind::Decoder,
-                moe: false,
-                attention_window: None,
-                cross_attention: false,
-            })
-            .collect(),
+        layers: dense_layers(list, layers, StackKind::Decoder, false),
         no_split_classes: vec!["OPTDecoderLayer".into()],
     };
-    let mut description = ModelDescription {
-        name: config.origin().to_string(),
-        architecture: arch.to_string(),
-        naming: options.naming,
-        dtype,
-        facts,
-        root,
-        notes: Vec::new(),
-    };
-    if tie {
-        description.tie("lm_head.weight", "model.decoder.embed_tokens.weight")?;
-    }
-    Ok(description)
+    let description = describe(config, arch, options, dtype, facts, root, Vec::new());
+    tie_if(tie, description, "lm_head.weight", "model.decoder.embed_tokens.weight")
 }

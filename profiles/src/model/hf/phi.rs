@@ -9,11 +9,9 @@
 //! Buffers: `model.rotary_emb.inv_freq` (fp32, `rotary_dim / 2` values, not saved); 5.x also keeps
 //! `original_inv_freq`, a copy of it.
 
-use super::HfConfig;
+use super::{CoreSizes, HfConfig, STANDARD_SIZE_KEYS, dense_layers, describe, tie_if};
 use crate::InputError;
-use crate::model::{
-    ArchFacts, AttentionKind, Builder, ImportOptions, LayerFacts, ModelDescription, NormKind, StackKind,
-};
+use crate::model::{ArchFacts, AttentionKind, Builder, ImportOptions, ModelDescription, NormKind, StackKind};
 
 /// transformers' default share of each head that is rotated (`PhiConfig`).
 const DEFAULT_PARTIAL_ROTARY_FACTOR: f64 = 0.5;
@@ -23,11 +21,9 @@ pub(crate) fn build(
     arch: &str,
     options: ImportOptions,
 ) -> Result<ModelDescription, InputError> {
-    let layers = config.positive(&["num_hidden_layers"])?;
-    let hidden = config.positive(&["hidden_size"])?;
-    let heads = config.positive(&["num_attention_heads"])?;
+    let CoreSizes { layers, hidden, heads, heads_key } = STANDARD_SIZE_KEYS.read(config)?;
     let kv_heads = config.positive_or(&["num_key_value_heads"], heads)?;
-    let head_dim = config.head_dim(&["head_dim"], hidden, heads, "num_attention_heads")?;
+    let head_dim = config.head_dim(&["head_dim"], hidden, heads, heads_key)?;
     let attention_width = heads.checked_mul(head_dim).filter(|w| *w <= 1 << 32).ok_or_else(|| {
         InputError::new(config.origin(), format!("{heads} heads of width {head_dim} are implausibly wide"))
             .at_key("head_dim")
@@ -105,30 +101,11 @@ pub(crate) fn build(
         activation: config.string_opt(&["hidden_act"])?.unwrap_or_else(|| "gelu_new".into()),
         moe: None,
         tie_word_embeddings: tie,
-        layers: (0..layers)
-            .map(|i| LayerFacts {
-                path: format!("{list}.{i}"),
-                stack: StackKind::Decoder,
-                moe: false,
-                attention_window: None,
-                cross_attention: false,
-            })
-            .collect(),
+        layers: dense_layers(list, layers, StackKind::Decoder, false),
         no_split_classes: vec!["PhiDecoderLayer".into()],
     };
-    let mut description = ModelDescription {
-        name: config.origin().to_string(),
-        architecture: arch.to_string(),
-        naming: options.naming,
-        dtype,
-        facts,
-        root,
-        notes: Vec::new(),
-    };
-    if tie {
-        description.tie("lm_head.weight", "model.embed_tokens.weight")?;
-    }
-    Ok(description)
+    let description = describe(config, arch, options, dtype, facts, root, Vec::new());
+    tie_if(tie, description, "lm_head.weight", "model.embed_tokens.weight")
 }
 
 /// The share of each head that is rotated: `partial_rotary_factor` at the top level (4.x

@@ -14,11 +14,10 @@
 //! 0's self-attention of each stack. `lm_head` is tied to `shared` unless `tie_word_embeddings` is
 //! false (T5 v1.1 and Flan-T5 ship a separate `lm_head`).
 
-use super::HfConfig;
+use super::{HfConfig, dense_layers, describe, tie_if};
 use crate::InputError;
 use crate::model::{
-    ArchFacts, AttentionKind, Builder, ImportOptions, LayerFacts, ModelDescription, Module, NormKind,
-    StackKind,
+    ArchFacts, AttentionKind, Builder, ImportOptions, ModelDescription, Module, NormKind, StackKind,
 };
 
 /// Shapes shared by every block.
@@ -66,9 +65,10 @@ pub(crate) fn build(
         .with_child(decoder)
         .with_child(b.linear("", "lm_head", d_model, vocab, false));
 
-    let layers = layer_facts("encoder", encoder_layers, StackKind::Encoder)
+    // Decoder blocks also attend to the encoder's output.
+    let layers = dense_layers("encoder.block", encoder_layers, StackKind::Encoder, false)
         .into_iter()
-        .chain(layer_facts("decoder", decoder_layers, StackKind::Decoder))
+        .chain(dense_layers("decoder.block", decoder_layers, StackKind::Decoder, true))
         .collect();
     let facts = ArchFacts {
         model_type: "t5".into(),
@@ -88,34 +88,10 @@ pub(crate) fn build(
         layers,
         no_split_classes: vec!["T5Block".into()],
     };
-    let mut description = ModelDescription {
-        name: config.origin().to_string(),
-        architecture: arch.to_string(),
-        naming: options.naming,
-        dtype,
-        facts,
-        root,
-        notes: Vec::new(),
-    };
+    let mut description = describe(config, arch, options, dtype, facts, root, Vec::new());
     description.tie("encoder.embed_tokens.weight", "shared.weight")?;
     description.tie("decoder.embed_tokens.weight", "shared.weight")?;
-    if tie {
-        description.tie("lm_head.weight", "shared.weight")?;
-    }
-    Ok(description)
-}
-
-/// The blocks of one stack; decoder blocks also attend to the encoder's output.
-fn layer_facts(prefix: &str, count: u64, stack: StackKind) -> Vec<LayerFacts> {
-    (0..count)
-        .map(|i| LayerFacts {
-            path: format!("{prefix}.block.{i}"),
-            stack,
-            moe: false,
-            attention_window: None,
-            cross_attention: stack == StackKind::Decoder,
-        })
-        .collect()
+    tie_if(tie, description, "lm_head.weight", "shared.weight")
 }
 
 /// `feed_forward_proj`: `ACT` or `gated-ACT` (transformers maps `gated-gelu` to `gelu_new`).

@@ -12,11 +12,16 @@
 //! limit (relative positions); `max_positions` is the 512-token length it was trained on.
 //! `untie_r` only matters to the TensorFlow checkpoint converter: every layer has its own biases.
 
-use super::HfConfig;
+use super::{CoreSizes, HfConfig, SizeKeys, dense_layers, describe, tie_if};
 use crate::InputError;
 use crate::model::{
-    ArchFacts, AttentionKind, Builder, ImportOptions, LayerFacts, ModelDescription, NormKind, StackKind,
-    Tensor,
+    ArchFacts, AttentionKind, Builder, ImportOptions, ModelDescription, NormKind, StackKind, Tensor,
+};
+
+const SIZE_KEYS: SizeKeys = SizeKeys {
+    layers: &["n_layer", "num_hidden_layers"],
+    hidden: &["d_model", "hidden_size"],
+    heads: &["n_head", "num_attention_heads"],
 };
 
 /// The sequence length XLNet was pre-trained on.
@@ -27,10 +32,7 @@ pub(crate) fn build(
     arch: &str,
     options: ImportOptions,
 ) -> Result<ModelDescription, InputError> {
-    let layers = config.positive(&["n_layer", "num_hidden_layers"])?;
-    let d_model = config.positive(&["d_model", "hidden_size"])?;
-    let heads = config.positive(&["n_head", "num_attention_heads"])?;
-    let heads_key = config.get(&["n_head", "num_attention_heads"]).map_or("n_head", |(key, _)| key);
+    let CoreSizes { layers, hidden: d_model, heads, heads_key } = SIZE_KEYS.read(config)?;
     let derived_head = config.head_dim(&[], d_model, heads, heads_key)?;
     let d_head = config.positive_or(&["d_head"], derived_head)?;
     if d_head != derived_head {
@@ -95,29 +97,10 @@ pub(crate) fn build(
         activation: config.string_opt(&["ff_activation"])?.unwrap_or_else(|| "gelu".into()),
         moe: None,
         tie_word_embeddings: tie,
-        layers: (0..layers)
-            .map(|i| LayerFacts {
-                path: format!("{list}.{i}"),
-                // XLNetLMHeadModel generates autoregressively, caching per-layer states (`mems`).
-                stack: StackKind::Decoder,
-                moe: false,
-                attention_window: None,
-                cross_attention: false,
-            })
-            .collect(),
+        // XLNetLMHeadModel generates autoregressively, caching per-layer states (`mems`).
+        layers: dense_layers(list, layers, StackKind::Decoder, false),
         no_split_classes: Vec::new(),
     };
-    let mut description = ModelDescription {
-        name: config.origin().to_string(),
-        architecture: arch.to_string(),
-        naming: options.naming,
-        dtype,
-        facts,
-        root,
-        notes: Vec::new(),
-    };
-    if tie {
-        description.tie("lm_loss.weight", "transformer.word_embedding.weight")?;
-    }
-    Ok(description)
+    let description = describe(config, arch, options, dtype, facts, root, Vec::new());
+    tie_if(tie, description, "lm_loss.weight", "transformer.word_embedding.weight")
 }

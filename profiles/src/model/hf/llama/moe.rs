@@ -169,15 +169,22 @@ pub(super) fn sparse_block(
                 .with_child(b.router(&p, "gate", "Linear", hidden, shape.experts, false))
                 .with_child(b.expert_list(&p, "experts", shape.experts, make))
         }
-        Naming::V5 => block
-            .with_child(b.router(&p, "gate", &format!("{prefix}TopKRouter"), hidden, shape.experts, false))
-            .with_child(b.fused_experts(
+        Naming::V5 => {
+            let router = b.router(&p, "gate", &format!("{prefix}TopKRouter"), hidden, shape.experts, false);
+            let fused = b.fused_experts(
                 &p,
                 "experts",
                 &format!("{prefix}Experts"),
                 shape.experts,
                 &[("gate_up_proj", &[experts, 2 * inter, hidden]), ("down_proj", &[experts, hidden, inter])],
-            )),
+            );
+            // `Qwen3MoeSparseMoeBlock` creates its experts before its router; the others after.
+            if style == MoeStyle::Qwen3Moe {
+                block.with_child(fused).with_child(router)
+            } else {
+                block.with_child(router).with_child(fused)
+            }
+        }
     };
     if style == MoeStyle::Qwen2Moe {
         return block

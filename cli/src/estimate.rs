@@ -1,0 +1,248 @@
+//! `vramplan estimate MODEL --hardware HW [--workload FILE] [flags] [--device-map FILE] [--json]`:
+//! reads the inputs, merges the workload flags over the file, checks the workload, places the
+//! model (a device map, or everything on GPU 0), asks the simulator, and prints the table or the
+//! JSON. Exit 0 when it fits, 1 when it does not.
+
+use crate::NamingArg;
+use clap::Args;
+use std::io::Write;
+use std::path::PathBuf;
+use vramplan_profiles::InputError;
+use vramplan_profiles::hardware;
+use vramplan_profiles::model::{self, ImportOptions, Naming};
+use vramplan_sim::input::{self, WorkloadFlags};
+use vramplan_sim::workload::{Engine, Parallelism, Workload};
+use vramplan_sim::{Placement, device_map};
+
+/// Exit code when the workload does not fit.
+const EXIT_DOES_NOT_FIT: i32 = 1;
+
+#[derive(Args, Debug)]
+pub(crate) struct EstimateArgs {
+    /// A built-in name (`llama-3-8b`), a config.json, a model folder, or a custom YAML.
+    model: String,
+    /// A built-in profile (`t4`, `a100-80gb-x4`), a short form (`2xt4`) or a YAML file.
+    #[arg(long)]
+    hardware: String,
+    /// A workload YAML file (docs/workloads.md); the flags below override it.
+    #[arg(long, value_name = "FILE")]
+    workload: Option<PathBuf>,
+    /// An accelerate device_map JSON placing the model's modules (default: everything on GPU 0).
+    #[arg(long, value_name = "FILE")]
+    device_map: Option<PathBuf>,
+    /// Module naming: transformers 5.x (default) or 4.x, as the device map uses.
+    #[arg(long, value_enum, default_value_t = NamingArg::V5)]
+    naming: NamingArg,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    flags: FlagArgs,
+}
+
+/// The workload flags (see docs/workloads.md); each overrides the file's value.
+#[derive(Args, Debug)]
+#[command(next_help_heading = "Workload (overrides --workload)")]
+struct FlagArgs {
+    /// train | inference
+    #[arg(long)]
+    mode: Option<String>,
+    /// Micro-batch (training) or concurrent sequences (inference).
+    #[arg(long)]
+    batch: Option<u64>,
+    /// Tokens per sequence (inference: prompt + generated).
+    #[arg(long)]
+    seq: Option<u64>,
+    /// Inference: prompt tokens prefilled at once (default: --seq).
+    #[arg(long)]
+    prompt: Option<u64>,
+    /// Gradient-accumulation steps.
+    #[arg(long)]
+    grad_accum: Option<u64>,
+    /// Weight dtype: fp32 | fp16 | bf16 | fp8 … (default: the checkpoint's).
+    #[arg(long)]
+    dtype: Option<String>,
+    /// Mixed precision on fp32 weights: fp16 | bf16 | none.
+    #[arg(long)]
+    autocast: Option<String>,
+    /// none | int8 | nf4 | fp4 | gptq | gptq-8bit | awq | fp8 | a GGUF type (Q4_K_M, Q8_0, …).
+    #[arg(long)]
+    quant: Option<String>,
+    /// bitsandbytes 4-bit: quantize the absmax constants too.
+    #[arg(long)]
+    double_quant: bool,
+    /// GPTQ / AWQ group size (default 128), or the fp8 scale block.
+    #[arg(long)]
+    group_size: Option<u32>,
+    /// LoRA rank (given: LoRA adapters instead of a full fine-tune).
+    #[arg(long)]
+    lora_rank: Option<u64>,
+    /// LoRA alpha (default 8, PEFT's).
+    #[arg(long)]
+    lora_alpha: Option<u64>,
+    /// Modules LoRA wraps: q_proj,v_proj | all-linear (default: PEFT's for the architecture).
+    #[arg(long)]
+    lora_targets: Option<String>,
+    /// Activation checkpointing: off | full | selective.
+    #[arg(long)]
+    grad_ckpt: Option<String>,
+    /// adamw | adamw8bit | paged-adamw8bit | paged-adamw | sgd | sgd-momentum | adafactor.
+    #[arg(long)]
+    optimizer: Option<String>,
+    /// Attention: eager | sdpa | flash.
+    #[arg(long)]
+    attn: Option<String>,
+    /// single | ddp | zero1 | zero2 | zero3 | fsdp | tp=N.
+    #[arg(long)]
+    parallel: Option<String>,
+    /// ZeRO / FSDP: optimizer states in CPU memory.
+    #[arg(long)]
+    offload_optimizer: bool,
+    /// ZeRO-3 / FSDP: parameters in CPU memory.
+    #[arg(long)]
+    offload_params: bool,
+    /// transformers | vllm | llama.cpp.
+    #[arg(long)]
+    engine: Option<String>,
+    /// vLLM: fraction of GPU memory it may take (default 0.9).
+    #[arg(long)]
+    gpu_memory_utilization: Option<f64>,
+    /// vLLM: tokens per forward pass (default 8192).
+    #[arg(long)]
+    max_num_batched_tokens: Option<u64>,
+    /// llama.cpp: context tokens (default: --seq).
+    #[arg(long)]
+    n_ctx: Option<u64>,
+    /// llama.cpp: physical batch (default 512).
+    #[arg(long)]
+    n_ubatch: Option<u64>,
+    /// KV-cache dtype (default: the compute dtype): fp16 | bf16 | fp8 …
+    #[arg(long)]
+    kv_dtype: Option<String>,
+    /// Training framework: transformers | torchtune.
+    #[arg(long)]
+    trainer: Option<String>,
+    /// Cross-entropy chunk by chunk.
+    #[arg(long)]
+    chunked_ce: bool,
+    /// Step the optimizer per parameter during backward, freeing each gradient.
+    #[arg(long)]
+    optimizer_in_backward: bool,
+    /// Move saved activations to CPU memory between forward and backward.
+    #[arg(long)]
+    activation_offload: bool,
+    /// torch.compile (fused pointwise chains).
+    #[arg(long)]
+    compile: bool,
+    /// Keep gradients allocated between steps (zero_grad(set_to_none=False)).
+    #[arg(long)]
+    keep_gradients: bool,
+}
+
+impl FlagArgs {
+    fn to_flags(&self) -> WorkloadFlags {
+        WorkloadFlags {
+            mode: self.mode.clone(),
+            batch: self.batch,
+            seq: self.seq,
+            prompt: self.prompt,
+            grad_accum: self.grad_accum,
+            dtype: self.dtype.clone(),
+            autocast: self.autocast.clone(),
+            quant: self.quant.clone(),
+            double_quant: self.double_quant,
+            group_size: self.group_size,
+            lora_rank: self.lora_rank,
+            lora_alpha: self.lora_alpha,
+            lora_targets: self.lora_targets.clone(),
+            grad_ckpt: self.grad_ckpt.clone(),
+            optimizer: self.optimizer.clone(),
+            attn: self.attn.clone(),
+            parallel: self.parallel.clone(),
+            offload_optimizer: self.offload_optimizer,
+            offload_params: self.offload_params,
+            engine: self.engine.clone(),
+            gpu_memory_utilization: self.gpu_memory_utilization,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            n_ctx: self.n_ctx,
+            n_ubatch: self.n_ubatch,
+            kv_dtype: self.kv_dtype.clone(),
+            trainer: self.trainer.clone(),
+            chunked_ce: self.chunked_ce,
+            optimizer_in_backward: self.optimizer_in_backward,
+            activation_offload: self.activation_offload,
+            compile: self.compile,
+            keep_gradients: self.keep_gradients,
+        }
+    }
+}
+
+/// Without a device map: everything on GPU 0, except that one copy of the model on a profile
+/// with several GPUs (no DDP, ZeRO or tensor parallelism) is spread the way people run it there,
+/// an even split of the layers in order, under transformers (vLLM and llama.cpp place the
+/// model themselves).
+fn default_placement(
+    model: &model::ModelDescription,
+    hardware: &hardware::HardwareProfile,
+    workload: &Workload,
+) -> Placement {
+    let gpus = hardware.devices.len() as u32;
+    if gpus > 1
+        && workload.parallelism == Parallelism::Single
+        && matches!(workload.engine, Engine::Transformers)
+    {
+        Placement::even_layers(model, gpus)
+    } else {
+        Placement::single(0)
+    }
+}
+
+/// Runs `vramplan estimate`; the exit code is 0 when every device fits, 1 when one does not.
+pub(crate) fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<i32, InputError> {
+    let naming = match args.naming {
+        NamingArg::V5 => Naming::V5,
+        NamingArg::V4 => Naming::V4,
+    };
+    let model = model::load(&args.model, ImportOptions { naming })?;
+    let hardware = hardware::load(&args.hardware)?;
+    let from_file = match &args.workload {
+        Some(path) => input::workload_from_yaml(path)?,
+        None => Workload::default(),
+    };
+    let workload = args.flags.to_flags().apply(from_file)?;
+    let warnings = input::validate(&workload, &model, &hardware)?;
+    let placement = match &args.device_map {
+        Some(path) => {
+            if workload.parallelism != Parallelism::Single {
+                return Err(InputError::new(
+                    "--device-map",
+                    "a device map spreads one copy of the model over GPUs (naive model parallelism); \
+                     DDP, ZeRO, FSDP and tensor parallelism place the model themselves",
+                )
+                .with_fix("leave out --device-map, or use `--parallel single` with it"));
+            }
+            device_map::placement_from_device_map(path, &model, &hardware)?
+        }
+        None => default_placement(&model, &hardware, &workload),
+    };
+    let mut estimate = vramplan_sim::estimate(&model, &hardware, &workload, &placement)?;
+    let mut all_warnings = warnings;
+    if args.device_map.is_none() && placement.gpus().len() > 1 {
+        all_warnings.push(format!(
+            "no --device-map: the model's layers are split evenly over the {} GPUs (like \
+             `device_map=\"balanced\"`), one batch in flight; give the map you use, or run \
+             `vramplan plan` for the best one",
+            placement.gpus().len()
+        ));
+    }
+    for w in std::mem::take(&mut estimate.warnings) {
+        if !all_warnings.contains(&w) {
+            all_warnings.push(w);
+        }
+    }
+    estimate.warnings = all_warnings;
+    let text =
+        if args.json { crate::json_text(&estimate) } else { vramplan_reports::estimate_table(&estimate) };
+    crate::print(out, &text)?;
+    Ok(if estimate.fits { 0 } else { EXIT_DOES_NOT_FIT })
+}

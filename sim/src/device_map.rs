@@ -1,0 +1,355 @@
+//! Reading an accelerate `device_map` JSON (`{"model.embed_tokens": 0, "model.layers.0": 0, …,
+//! "lm_head": "cpu"}`) into a [`Placement`], refusing what `from_pretrained(device_map=…)` would
+//! refuse or misplace: names that are not modules or tensors of the model, tensors no entry
+//! covers, GPUs the hardware profile does not have, and device strings (`"cuda:1"`, `"mps"`)
+//! where the GPU's index is meant.
+
+use crate::input::suggest::{closest, ticked, ticked_or};
+use crate::placement::{Placement, Target};
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::Value;
+use std::fmt;
+use std::path::Path;
+use vramplan_profiles::InputError;
+use vramplan_profiles::hardware::HardwareProfile;
+use vramplan_profiles::model::{ModelDescription, Module, TensorKind};
+
+/// How many unplaced tensors or unknown names an error lists before counting the rest.
+const LISTED: usize = 5;
+
+/// Reads the device map at `path` for `model` on `hardware`.
+pub fn placement_from_device_map(
+    path: &Path,
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+) -> Result<Placement, InputError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        InputError::io(path, &e).with_fix(
+            "give the path of a device_map JSON file (module name → GPU index, \"cpu\" or \"disk\")",
+        )
+    })?;
+    placement_from_device_map_text(&text, &path.display().to_string(), model, hardware)
+}
+
+/// Parses device-map JSON `text` read from `origin`.
+pub(crate) fn placement_from_device_map_text(
+    text: &str,
+    origin: &str,
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+) -> Result<Placement, InputError> {
+    let entries = match serde_json::from_str::<Entries>(text) {
+        Ok(Entries(entries)) => entries,
+        Err(e) if e.is_data() => {
+            return Err(InputError::new(origin, "a device map is one JSON object: module name → device")
+                .with_fix(
+                    "write it as `{\"model.embed_tokens\": 0, \"model.layers.0\": 0, \"lm_head\": \"cpu\"}`",
+                ));
+        }
+        Err(e) => {
+            return Err(InputError::json(origin, &e).with_fix(
+                "a device map is one JSON object: `{\"model.embed_tokens\": 0, \"model.layers.0\": 0, \"lm_head\": \"cpu\"}`",
+            ));
+        }
+    };
+    if entries.is_empty() {
+        return Err(InputError::new(origin, "the device map is empty")
+            .with_fix("map module names to devices, or `{\"\": 0}` for the whole model on GPU 0"));
+    }
+    let at = |key: &str, err: InputError| match locate_key(text, key) {
+        Some((line, column)) => err.at_line(line, column),
+        None => err.at_key(key),
+    };
+    let mut placed: Vec<(String, Target)> = Vec::with_capacity(entries.len());
+    let mut unknown: Vec<&str> = Vec::new();
+    for (key, value) in &entries {
+        if placed.iter().any(|(k, _)| k == key) {
+            return Err(at(key, InputError::new(origin, format!("`{key}` is listed twice")))
+                .with_fix("keep one entry per name"));
+        }
+        let target = parse_target(value, hardware).map_err(|(problem, fix)| {
+            at(key, InputError::new(origin, format!("{}: {problem}", shown_key(key))).with_fix(fix))
+        })?;
+        if !key.is_empty() && model.root.find(key).is_none() && model.root.tensor(key).is_none() {
+            unknown.push(key);
+        }
+        placed.push((key.clone(), target));
+    }
+    if let Some(first) = unknown.first() {
+        return Err(at(first, unknown_names_error(origin, &unknown, model)));
+    }
+    let placement = Placement::from_entries(placed);
+    check_everything_placed(origin, &placement, model)?;
+    Ok(placement)
+}
+
+/// The object's entries in file order, repeats kept.
+struct Entries(Vec<(String, Value)>);
+
+impl<'de> Deserialize<'de> for Entries {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct EntriesVisitor;
+        impl<'de> Visitor<'de> for EntriesVisitor {
+            type Value = Entries;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object mapping module names to devices")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Entries, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry::<String, Value>()? {
+                    entries.push(entry);
+                }
+                Ok(Entries(entries))
+            }
+        }
+        deserializer.deserialize_map(EntriesVisitor)
+    }
+}
+
+/// A key as messages show it: `` `model.norm` ``, or `"" (the whole model)`.
+fn shown_key(key: &str) -> String {
+    if key.is_empty() { "`\"\"` (the whole model)".to_string() } else { format!("`{key}`") }
+}
+
+/// A device: a GPU index the profile has, `"cpu"` or `"disk"`; else the problem and the fix.
+fn parse_target(value: &Value, hardware: &HardwareProfile) -> Result<Target, (String, String)> {
+    let gpus = hardware.devices.len();
+    let range = match gpus {
+        0 => "the profile has no GPU".to_string(),
+        1 => "the profile has GPU 0".to_string(),
+        n => format!("the profile has GPUs 0 to {}", n - 1),
+    };
+    match value {
+        Value::Number(n) => match n.as_u64().map(u32::try_from) {
+            Some(Ok(index)) if (index as usize) < gpus => Ok(Target::Gpu(index)),
+            Some(_) => Err((
+                format!("GPU {n} is not in the hardware profile `{}`", hardware.name),
+                format!("{range}; use one of them, \"cpu\" or \"disk\", or a profile with more GPUs"),
+            )),
+            None => Err((
+                format!("`{n}` is not a GPU index"),
+                format!("write a GPU index (0, 1, …), \"cpu\" or \"disk\"; {range}"),
+            )),
+        },
+        Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
+            "cpu" => Ok(Target::Cpu),
+            "disk" => Ok(Target::Disk),
+            lower => {
+                let index =
+                    lower.strip_prefix("cuda:").or(lower.strip_prefix("cuda").map(|_| "0")).unwrap_or(lower);
+                let fix = match index.parse::<u32>() {
+                    Ok(i) if lower.starts_with("cuda") || lower == index => {
+                        format!("write the GPU index as a number, without quotes: {i} ({range})")
+                    }
+                    _ => format!("use a GPU index (0, 1, …), \"cpu\" or \"disk\"; {range}"),
+                };
+                Err((format!("device \"{s}\" is not a GPU index, \"cpu\" or \"disk\""), fix))
+            }
+        },
+        other => Err((
+            format!("`{other}` is not a device"),
+            format!("use a GPU index (0, 1, …), \"cpu\" or \"disk\"; {range}"),
+        )),
+    }
+}
+
+fn unknown_names_error(origin: &str, unknown: &[&str], model: &ModelDescription) -> InputError {
+    let listed: Vec<&str> = unknown.iter().take(LISTED).copied().collect();
+    let more = unknown.len().saturating_sub(LISTED);
+    let problem = format!(
+        "{} {} not {} or parameter{} of {}{}",
+        ticked(&listed),
+        if unknown.len() == 1 { "is" } else { "are" },
+        if unknown.len() == 1 { "a module" } else { "modules" },
+        if unknown.len() == 1 { "" } else { "s" },
+        model.name,
+        if more > 0 { format!(" (and {more} more)") } else { String::new() },
+    );
+    let hints: Vec<String> = listed.iter().filter_map(|name| suggest_path(model, name)).collect();
+    let top: Vec<&str> = model.root.children.iter().map(|c| c.path.as_str()).collect();
+    let fix = if hints.is_empty() {
+        format!("use the names `vramplan inspect` prints; the model's top-level modules are {}", ticked(&top))
+    } else {
+        format!("{} (module names are those `vramplan inspect` prints)", hints.join("; "))
+    };
+    InputError::new(origin, problem).with_fix(fix)
+}
+
+/// A "did you mean" for a name that is not in the model: the same name under a prefix the user
+/// left out (`layers.0` → `model.layers.0`), else the path with its first unknown component
+/// replaced by the closest name there (`model.layer.0` → `model.layers.0`), or the range of an
+/// index past a list's end.
+fn suggest_path(model: &ModelDescription, name: &str) -> Option<String> {
+    let suffix = format!(".{name}");
+    let mut under_prefix: Option<&str> = None;
+    model.root.visit(&mut |m| {
+        if under_prefix.is_none() && m.path.ends_with(&suffix) {
+            under_prefix = Some(&m.path);
+        }
+    });
+    if let Some(path) = under_prefix {
+        return Some(format!("`{name}` → did you mean `{path}`?"));
+    }
+    let components: Vec<&str> = name.split('.').collect();
+    let mut current: &Module = &model.root;
+    for (i, component) in components.iter().enumerate() {
+        if let Some(child) = current.children.iter().find(|c| c.name() == *component) {
+            current = child;
+            continue;
+        }
+        let rest = components.get(i + 1..).unwrap_or_default().join(".");
+        let numbered =
+            !current.children.is_empty() && current.children.iter().all(|c| c.name().parse::<u64>().is_ok());
+        if numbered && component.parse::<u64>().is_ok() {
+            return Some(format!(
+                "`{name}`: `{}` holds {} entries, 0 to {}",
+                current.path,
+                current.children.len(),
+                current.children.len() - 1
+            ));
+        }
+        let child_names = current.children.iter().map(Module::name);
+        let tensor_names = current.tensors.iter().map(|t| t.name.as_str());
+        let close = closest(component, child_names.chain(tensor_names), 2);
+        if close.is_empty() {
+            return None;
+        }
+        let prefix = if current.path.is_empty() { String::new() } else { format!("{}.", current.path) };
+        let fixed: Vec<String> = close
+            .iter()
+            .map(|c| if rest.is_empty() { format!("{prefix}{c}") } else { format!("{prefix}{c}.{rest}") })
+            .collect();
+        let exists = |p: &String| model.root.find(p).is_some() || model.root.tensor(p).is_some();
+        let found: Vec<&String> = fixed.iter().filter(|p| exists(p)).collect();
+        let best: Vec<String> = if found.is_empty() {
+            close.iter().map(|c| format!("{prefix}{c}")).collect()
+        } else {
+            found.into_iter().cloned().collect()
+        };
+        let best: Vec<&str> = best.iter().map(String::as_str).collect();
+        return Some(format!("`{name}` → did you mean {}?", ticked_or(&best)));
+    }
+    None
+}
+
+/// Refuses a map that leaves tensors of the state dict (parameters, quantization constants,
+/// persistent buffers) on no device, as accelerate does, naming the modules they make up.
+fn check_everything_placed(
+    origin: &str,
+    placement: &Placement,
+    model: &ModelDescription,
+) -> Result<(), InputError> {
+    let mut unplaced_tensors = 0usize;
+    let mut examples: Vec<String> = Vec::new();
+    model.root.visit(&mut |m| {
+        for t in m.tensors.iter().filter(|t| in_state_dict(t.kind)) {
+            let path = if m.path.is_empty() { t.name.clone() } else { format!("{}.{}", m.path, t.name) };
+            if placement.target_of(&path).is_none() {
+                unplaced_tensors += 1;
+                if examples.len() < 3 {
+                    examples.push(path);
+                }
+            }
+        }
+    });
+    if unplaced_tensors == 0 {
+        return Ok(());
+    }
+    let mut modules: Vec<&str> = Vec::new();
+    let mut module_count = 0usize;
+    unplaced_modules(&model.root, placement, &mut |path| {
+        module_count += 1;
+        if modules.len() < LISTED {
+            modules.push(path);
+        }
+    });
+    let examples: Vec<&str> = examples.iter().map(String::as_str).collect();
+    let more = module_count.saturating_sub(modules.len());
+    Err(InputError::new(
+        origin,
+        format!(
+            "{unplaced_tensors} tensor{} of {} {} on no device (e.g. {})",
+            if unplaced_tensors == 1 { "" } else { "s" },
+            model.name,
+            if unplaced_tensors == 1 { "is" } else { "are" },
+            ticked(&examples)
+        ),
+    )
+    .with_fix(format!(
+        "add entries for {}{}, e.g. `\"{}\": 0`, or `\"\": 0` for everything the map does not list",
+        ticked(&modules),
+        if more > 0 { format!(" and {more} more") } else { String::new() },
+        modules.first().copied().unwrap_or("lm_head"),
+    )))
+}
+
+/// Tensors `model.state_dict()` holds: everything but non-persistent buffers.
+fn in_state_dict(kind: TensorKind) -> bool {
+    !matches!(kind, TensorKind::Buffer { persistent: false })
+}
+
+/// Calls `f` with each largest module all of whose state-dict tensors are unplaced (and that
+/// has some).
+fn unplaced_modules<'a>(module: &'a Module, placement: &Placement, f: &mut dyn FnMut(&'a str)) {
+    let (total, unplaced) = count_unplaced(module, placement);
+    if total == 0 {
+        return;
+    }
+    if unplaced == total && !module.path.is_empty() {
+        f(&module.path);
+        return;
+    }
+    if unplaced == 0 {
+        return;
+    }
+    let own_unplaced = module
+        .tensors
+        .iter()
+        .filter(|t| in_state_dict(t.kind))
+        .any(|t| placement.target_of(&tensor_path(module, &t.name)).is_none());
+    if own_unplaced && !module.path.is_empty() {
+        f(&module.path);
+        return;
+    }
+    for child in &module.children {
+        unplaced_modules(child, placement, f);
+    }
+}
+
+/// (state-dict tensors, of which unplaced) in `module` and below.
+fn count_unplaced(module: &Module, placement: &Placement) -> (usize, usize) {
+    let mut total = 0;
+    let mut unplaced = 0;
+    module.visit(&mut |m| {
+        for t in m.tensors.iter().filter(|t| in_state_dict(t.kind)) {
+            total += 1;
+            if placement.target_of(&tensor_path(m, &t.name)).is_none() {
+                unplaced += 1;
+            }
+        }
+    });
+    (total, unplaced)
+}
+
+fn tensor_path(module: &Module, name: &str) -> String {
+    if module.path.is_empty() { name.to_string() } else { format!("{}.{name}", module.path) }
+}
+
+/// The 1-based line and column of `"key"` used as an object key in `text`.
+fn locate_key(text: &str, key: &str) -> Option<(u64, u64)> {
+    let quoted = format!("\"{key}\"");
+    let mut from = 0;
+    while let Some(found) = text.get(from..).and_then(|rest| rest.find(&quoted)) {
+        let start = from + found;
+        let after = text.get(start + quoted.len()..).unwrap_or("");
+        if after.trim_start().starts_with(':') {
+            let before = text.get(..start).unwrap_or("");
+            let line = before.matches('\n').count() as u64 + 1;
+            let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+            let column = before.get(line_start..).map_or(0, |s| s.chars().count()) as u64 + 1;
+            return Some((line, column));
+        }
+        from = start + quoted.len();
+    }
+    None
+}

@@ -1,0 +1,23 @@
+//! Memory budgets of the inference engines people serve models with, as the engines themselves
+//! compute them, so vramplan's answer matches what the engine will log:
+//! - [`vllm`]: the paged KV cache vLLM sizes from `gpu_memory_utilization` after a profiling
+//!   forward pass, per tensor-parallel rank;
+//! - [`llamacpp`]: llama.cpp's model, KV and compute buffers for a GGUF file;
+//! - [`gguf`]: GGUF tensor types and the per-tensor type mix of each llama.cpp file type.
+//!
+//! Every constant carries its source here and in `docs/memory-model.md` ("Inference engines").
+
+pub mod gguf;
+pub mod llamacpp;
+pub mod vllm;
+
+use vramplan_profiles::DType;
+use vramplan_profiles::model::ModelDescription;
+
+/// The dtype activations are computed in: the weights' dtype (`--dtype` / the workload's
+/// `weight_dtype`), or bf16 when weights are stored in a narrower or non-float type (fp8, packed
+/// integers), which both engines run in 16-bit.
+pub(crate) fn activation_dtype(model: &ModelDescription, weight_dtype: Option<DType>) -> DType {
+    let dtype = weight_dtype.unwrap_or(model.dtype);
+    if dtype.is_float() && dtype.bits() >= 16 { dtype } else { DType::BF16 }
+}

@@ -1,0 +1,309 @@
+//! vLLM's memory budget on one tensor-parallel rank (the V1 engine, as of vLLM 0.19):
+//!
+//! ```text
+//! KV cache = gpu_memory_utilization × total − weights − activation peak − non-torch memory
+//! tokens   = floor(KV cache / (16 × KV bytes per token)) × 16
+//! ```
+//!
+//! `total` is the memory CUDA reports for the device (`torch.cuda.mem_get_info()[1]`: nvidia-smi's
+//! total less the driver's reserve). vLLM measures the terms in `determine_available_memory`:
+//! - **weights**: the torch memory of loading the model (`Model loading took X GiB`): the rank's
+//!   shard ([`crate::tensor_parallel::shard_bytes`]) plus the rotary `cos_sin_cache` vLLM builds
+//!   (`max_position × rotary_dim` in the model dtype, one per model);
+//! - **activation peak**: the torch peak of `profile_run`, a forward pass over
+//!   `max_num_batched_tokens` tokens followed by a sampler run over `max_num_seqs` sequences;
+//!   modelled term by term in [`activation_peak`];
+//! - **non-torch memory**: memory that appears outside torch's allocator during profiling
+//!   (cuBLAS workspaces; NCCL and custom all-reduce buffers at TP ≥ 2): a measured constant.
+//!
+//! CUDA-graph memory is captured after the KV cache is allocated and, in vLLM 0.19 by default,
+//! is *not* subtracted (the llm-d logs satisfy the identity above without it to 0.01 GiB); it is
+//! reported, and must fit with the CUDA context in the `1 − gpu_memory_utilization` left over.
+
+use super::activation_dtype;
+use crate::tensor_parallel::{kv_bytes_per_token, kv_heads_per_rank, query_heads_per_rank, shard_bytes};
+use crate::workload::{Engine, Workload};
+use serde::Serialize;
+use std::borrow::Cow;
+use vramplan_profiles::hardware::Device;
+use vramplan_profiles::model::{AttentionKind, ModelDescription, StackKind, TensorKind};
+use vramplan_profiles::{DType, InputError};
+
+const GIB: u64 = 1 << 30;
+
+/// Tokens per KV-cache block (`CacheConfig.block_size` default, vllm/config/cache.py).
+pub const BLOCK_SIZE: u64 = 16;
+
+/// Non-torch memory during profiling at TP 1: 0.25 GiB (llm-d-planner vLLM 0.19 logs on H100,
+/// `non_torch_forward_gib`; docs/memory-model.md and measurements/README §3).
+pub const NON_TORCH_TP1_BYTES: u64 = GIB / 4;
+
+/// Non-torch memory during profiling at TP ≥ 2: 2.07 GiB (the same logs at TP 2: NCCL and
+/// custom all-reduce buffers; measurements/README §3 "about 2.1 GiB").
+pub const NON_TORCH_TP_BYTES: u64 = GIB * 207 / 100;
+
+/// CUDA-graph memory with vLLM 0.19's default `FULL_AND_PIECEWISE` capture (sizes up to 512):
+/// 0.91 GiB, the median of the five llm-d-planner v0.19 measurements (0.76 to 1.57 GiB). Not
+/// derivable from the model; reported, not subtracted from the KV cache.
+pub const CUDA_GRAPH_BYTES: u64 = GIB * 91 / 100;
+
+/// vLLM raises its scheduler defaults on GPUs with at least this much memory that are not A100s
+/// (`EngineArgs.get_batch_defaults`, vllm/engine/arg_utils.py).
+pub const LARGE_GPU_BYTES: u64 = 70 * GIB;
+
+/// `max_num_seqs` for `vllm serve` on large GPUs (H100, H200, MI300X) and on the others.
+pub const MAX_NUM_SEQS_LARGE_GPU: u64 = 1024;
+pub const MAX_NUM_SEQS_OTHER_GPU: u64 = 256;
+
+/// Bytes of an fp32 element (the sampler's logits).
+const F32: u64 = 4;
+
+/// One rank's budget.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VllmBudget {
+    pub tensor_parallel: u32,
+    /// Memory CUDA reports for the device (vLLM's "total").
+    pub total_bytes: u64,
+    /// `gpu_memory_utilization × total`.
+    pub requested_bytes: u64,
+    pub weights_bytes: u64,
+    pub activation_peak_bytes: u64,
+    /// The stage of the profiling run that sets the peak (`sampler`, `model.layers.0 mlp`).
+    pub activation_peak_at: String,
+    pub non_torch_bytes: u64,
+    /// Captured after the KV cache; not part of the identity (see the module docs).
+    pub cuda_graph_bytes: u64,
+    pub kv_cache_bytes: u64,
+    pub kv_bytes_per_token: u64,
+    /// Tokens the paged cache holds (`GPU KV cache size: N tokens`).
+    pub kv_capacity_tokens: u64,
+    /// Sequences per step: the profile run samples this many.
+    pub max_num_seqs: u64,
+    /// One request of `max_model_len` (the workload's `seq`) fits in the KV cache, and the CUDA
+    /// context and CUDA graphs fit in the memory left outside `gpu_memory_utilization`.
+    pub fits: bool,
+    /// The longest context the KV cache holds (vLLM's "estimated maximum model length"), capped
+    /// at the model's positions.
+    pub max_model_len_that_fits: u64,
+}
+
+/// vLLM's budget for `model` on one `device` of a `tp`-way tensor-parallel group, under
+/// `workload` (whose engine must be [`Engine::Vllm`]; `seq` is `max_model_len`,
+/// `weight_dtype` is `--dtype`, `kv_dtype` is `--kv-cache-dtype`).
+pub fn budget(
+    model: &ModelDescription,
+    device: &Device,
+    workload: &Workload,
+    tp: u32,
+) -> Result<VllmBudget, InputError> {
+    let Engine::Vllm { gpu_memory_utilization, max_num_batched_tokens } = workload.engine else {
+        return Err(InputError::new("workload", "the engine is not vLLM").at_key("engine.kind").with_fix(
+            "set `engine: {kind: vllm, gpu_memory_utilization: 0.9, max_num_batched_tokens: 8192}`",
+        ));
+    };
+    check(model, gpu_memory_utilization, max_num_batched_tokens, tp)?;
+    let weights: Cow<ModelDescription> = match workload.weight_dtype {
+        Some(dtype) if dtype != model.dtype => Cow::Owned(model.cast(dtype)),
+        _ => Cow::Borrowed(model),
+    };
+    let act_dtype = activation_dtype(model, workload.weight_dtype);
+    let kv_dtype = workload.kv_dtype.unwrap_or(act_dtype);
+
+    let total_bytes = device.memory_bytes.saturating_sub(device.driver_reserve_bytes);
+    let requested_bytes = (total_bytes as f64 * gpu_memory_utilization).floor() as u64;
+    let weights_bytes = shard_bytes(&weights, tp).saturating_add(rotary_cache_bytes(model, act_dtype));
+    let max_num_seqs = default_max_num_seqs(device, total_bytes).min(max_num_batched_tokens);
+    let (activation_peak_bytes, activation_peak_at) =
+        activation_peak(model, tp, act_dtype, max_num_batched_tokens, max_num_seqs);
+    let non_torch_bytes = if tp > 1 { NON_TORCH_TP_BYTES } else { NON_TORCH_TP1_BYTES };
+    let kv_cache_bytes = requested_bytes
+        .saturating_sub(weights_bytes)
+        .saturating_sub(activation_peak_bytes)
+        .saturating_sub(non_torch_bytes);
+    let kv_bytes_per_token = kv_bytes_per_token(model, tp, kv_dtype);
+    let block_bytes = kv_bytes_per_token.saturating_mul(BLOCK_SIZE);
+    let kv_capacity_tokens = kv_cache_bytes.checked_div(block_bytes).unwrap_or(0) * BLOCK_SIZE;
+    let positions = if model.facts.max_positions > 0 { model.facts.max_positions } else { u64::MAX };
+    let outside = device.context_reserve_bytes.saturating_add(CUDA_GRAPH_BYTES);
+    let fits = kv_capacity_tokens >= workload.seq
+        && kv_capacity_tokens > 0
+        && outside <= total_bytes.saturating_sub(requested_bytes);
+    Ok(VllmBudget {
+        tensor_parallel: tp,
+        total_bytes,
+        requested_bytes,
+        weights_bytes,
+        activation_peak_bytes,
+        activation_peak_at,
+        non_torch_bytes,
+        cuda_graph_bytes: CUDA_GRAPH_BYTES,
+        kv_cache_bytes,
+        kv_bytes_per_token,
+        kv_capacity_tokens,
+        max_num_seqs,
+        fits,
+        max_model_len_that_fits: kv_capacity_tokens.min(positions),
+    })
+}
+
+/// The settings vLLM itself refuses.
+fn check(model: &ModelDescription, utilization: f64, batched_tokens: u64, tp: u32) -> Result<(), InputError> {
+    if !(utilization > 0.0 && utilization <= 1.0) {
+        return Err(InputError::new(
+            "workload",
+            format!("gpu_memory_utilization {utilization} is not a fraction in (0, 1]"),
+        )
+        .at_key("engine.gpu_memory_utilization")
+        .with_fix("use vLLM's default 0.9, or a value such as 0.95"));
+    }
+    if batched_tokens == 0 {
+        return Err(InputError::new("workload", "max_num_batched_tokens is 0")
+            .at_key("engine.max_num_batched_tokens")
+            .with_fix("use vLLM's default for `vllm serve`: 8192 on H100-class GPUs, 2048 on others"));
+    }
+    if tp == 0 {
+        return Err(InputError::new("--tensor-parallel-size", "0 ranks")
+            .with_fix("use 1 for a single GPU, or the number of GPUs to shard over"));
+    }
+    let tp64 = u64::from(tp);
+    let heads = model.facts.num_attention_heads;
+    if !heads.is_multiple_of(tp64) {
+        return Err(InputError::new(
+            "--tensor-parallel-size",
+            format!("{heads} attention heads do not split over {tp} ranks; vLLM requires a divisor"),
+        )
+        .with_fix(format!("use a tensor-parallel size that divides {heads}")));
+    }
+    let kv = model.facts.num_kv_heads.max(1);
+    let standard = model.facts.attention == AttentionKind::Standard;
+    if standard && ((kv >= tp64 && !kv.is_multiple_of(tp64)) || (kv < tp64 && !tp64.is_multiple_of(kv))) {
+        return Err(InputError::new(
+            "--tensor-parallel-size",
+            format!("{kv} KV heads neither split over nor replicate evenly across {tp} ranks"),
+        )
+        .with_fix(format!("use a tensor-parallel size that divides {kv} or is a multiple of it")));
+    }
+    Ok(())
+}
+
+/// `max_num_seqs` of `vllm serve`: 1024 on GPUs of at least 70 GiB that are not A100s, 256 on
+/// the others.
+fn default_max_num_seqs(device: &Device, total_bytes: u64) -> u64 {
+    if total_bytes >= LARGE_GPU_BYTES && !device.name.to_ascii_lowercase().contains("a100") {
+        MAX_NUM_SEQS_LARGE_GPU
+    } else {
+        MAX_NUM_SEQS_OTHER_GPU
+    }
+}
+
+/// vLLM's rotary `cos_sin_cache`: `max_position × rotary_dim` values in the model dtype (cos and
+/// sin halves side by side), one buffer shared by every layer. `rotary_dim` is read from the
+/// description's `inv_freq` buffer (`rotary_dim / 2` values); models without rotary embeddings
+/// have none.
+fn rotary_cache_bytes(model: &ModelDescription, dtype: DType) -> u64 {
+    let mut half_dim = None;
+    model.root.visit(&mut |module| {
+        if half_dim.is_none() {
+            half_dim = module
+                .tensors
+                .iter()
+                .find(|t| t.name == "inv_freq" && matches!(t.kind, TensorKind::Buffer { .. }))
+                .map(|t| t.numel());
+        }
+    });
+    half_dim.map_or(0, |half| dtype.bytes_for(model.facts.max_positions.saturating_mul(2 * half)))
+}
+
+/// The torch peak of vLLM's `profile_run` on one rank: the largest of the stages below, for `T`
+/// = `max_num_batched_tokens` tokens, `R` = `max_num_seqs` sampled sequences, `b` bytes per
+/// activation, per-rank widths (heads, intermediate sizes divided by `tp`). Every stage holds
+/// the residual stream and the layer's hidden states (`2·T·H·b`); with `torch.compile` (vLLM's
+/// default) a temporary is freed after its last use.
+///
+/// - **attention**: the fused QKV output `T·(q + 2·kv)·hd·b` and the attention output `T·q·hd·b`;
+///   then the attention output, `o_proj`'s output `T·H·b` and, at TP ≥ 2, the all-reduce's
+///   out-of-place result `T·H·b`. MLA (prefill path): Q `T·q·(nope+rope)`, the latent
+///   `T·(2·lora+rope)` (projection and its norm), `kv_b_proj`'s output `T·q·(nope+v)`, K and the
+///   padded V `2·T·q·(nope+rope)` and the padded output `T·q·(nope+rope)`, all `× b`;
+/// - **dense MLP**: gate/up `2·T·I·b` with the activation output `T·I·b` (one `T·I·b` for an
+///   ungated MLP), then the activation output with `down_proj`'s output and the all-reduce;
+/// - **MoE** (vLLM's fused Triton experts): router logits `T·E·b`, top-k weights and ids
+///   (`T·k·12`), the shared `cache13` buffer `T·k·max(2·Ie, H)·b`, `cache2` `T·k·Ie·b`, the
+///   output `T·H·b`, the shared experts' output `T·H·b` and the all-reduce; the shared experts
+///   alone take `3·T·Is·b`;
+/// - **sampler**: the forward's hidden states `T·H·b` (still referenced), the sampled rows
+///   `R·H·b`, the logits `R·V·b` (gathered over the vocab-parallel head), their fp32 copy
+///   `R·V·4` (none when the model runs in fp32) and FlashInfer's top-k/top-p sampler's masked
+///   logits and probabilities `2·R·V·4`.
+pub fn activation_peak(
+    model: &ModelDescription,
+    tp: u32,
+    dtype: DType,
+    tokens: u64,
+    sequences: u64,
+) -> (u64, String) {
+    let facts = &model.facts;
+    let b = dtype.bytes_for(1).max(1);
+    let tp64 = u64::from(tp.max(1));
+    let t = tokens;
+    let h = facts.hidden_size;
+    let ar = if tp64 > 1 { t * h * b } else { 0 };
+    let base = 2 * t * h * b;
+    let heads = query_heads_per_rank(model, tp);
+
+    let attention = match facts.attention {
+        AttentionKind::Standard => {
+            let hd = facts.head_dim;
+            let kv = kv_heads_per_rank(model, tp);
+            let qkv = t * (heads + 2 * kv) * hd * b;
+            let out = t * heads * hd * b;
+            base + (qkv + out).max(out + t * h * b + ar)
+        }
+        AttentionKind::MultiLatent {
+            kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, ..
+        } => {
+            let qk = qk_nope_head_dim + qk_rope_head_dim;
+            let q = t * heads * qk;
+            let latent = t * (2 * kv_lora_rank + qk_rope_head_dim);
+            let kv_b = t * heads * (qk_nope_head_dim + v_head_dim);
+            let k_v_out = 3 * t * heads * qk;
+            base + (q + latent + kv_b + k_v_out) * b
+        }
+    };
+    let dense_mlp = |intermediate: u64| -> u64 {
+        let i = intermediate.div_ceil(tp64);
+        let up = if facts.gated_mlp { 3 * t * i * b } else { 2 * t * i * b };
+        base + up.max(t * i * b + t * h * b + ar)
+    };
+    let moe_mlp = facts.moe.as_ref().map(|moe| {
+        let k = u64::from(moe.top_k);
+        let ie = moe.expert_intermediate_size.div_ceil(tp64);
+        let is = moe.shared_intermediate_size.div_ceil(tp64);
+        let router = t * u64::from(moe.experts) * b + t * k * 12;
+        let cache13 = t * k * (2 * ie).max(h) * b;
+        let cache2 = t * k * ie * b;
+        let shared_out = if is > 0 { t * h * b } else { 0 };
+        let routed = base + router + cache13 + cache2 + t * h * b + shared_out + ar;
+        let shared = base + 3 * t * is * b;
+        routed.max(shared)
+    });
+
+    let mut peak = (attention, "attention".to_string());
+    let mut consider = |bytes: u64, at: String| {
+        if bytes > peak.0 {
+            peak = (bytes, at);
+        }
+    };
+    for layer in facts.layers.iter().filter(|l| l.stack == StackKind::Decoder) {
+        match (layer.moe, &moe_mlp) {
+            (true, Some(bytes)) => consider(*bytes, format!("{} moe", layer.path)),
+            _ => consider(dense_mlp(facts.intermediate_size), format!("{} mlp", layer.path)),
+        }
+    }
+    let r = sequences.min(t);
+    let v = facts.vocab_size;
+    let fp32_copy = if b == F32 { 0 } else { r * v * F32 };
+    let sampler = t * h * b + r * h * b + r * v * b + fp32_copy + 2 * r * v * F32;
+    consider(sampler, "sampler".to_string());
+    peak
+}
