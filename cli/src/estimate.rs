@@ -13,6 +13,7 @@ use vramplan_profiles::model::{self, ImportOptions, Naming};
 use vramplan_sim::input::{self, WorkloadFlags};
 use vramplan_sim::workload::{Engine, Parallelism, Workload};
 use vramplan_sim::{Placement, device_map};
+use vramplan_solver::export::read_plan_file;
 
 /// Exit code when the workload does not fit.
 const EXIT_DOES_NOT_FIT: i32 = 1;
@@ -30,6 +31,10 @@ pub(crate) struct EstimateArgs {
     /// An accelerate device_map JSON placing the model's modules (default: everything on GPU 0).
     #[arg(long, value_name = "FILE")]
     device_map: Option<PathBuf>,
+    /// A plan written by `vramplan plan -o plan.yaml`: its device map, and its workload unless
+    /// --workload is given (the flags still override).
+    #[arg(long, value_name = "FILE", conflicts_with = "device_map")]
+    plan: Option<PathBuf>,
     /// Module naming: transformers 5.x (default) or 4.x, as the device map uses.
     #[arg(long, value_enum, default_value_t = NamingArg::V5)]
     naming: NamingArg,
@@ -43,7 +48,7 @@ pub(crate) struct EstimateArgs {
 /// The workload flags (see docs/workloads.md); each overrides the file's value.
 #[derive(Args, Debug)]
 #[command(next_help_heading = "Workload (overrides --workload)")]
-struct FlagArgs {
+pub(crate) struct FlagArgs {
     /// train | inference
     #[arg(long)]
     mode: Option<String>,
@@ -177,6 +182,33 @@ impl FlagArgs {
     }
 }
 
+/// The workload: the file's (or the defaults), the flags over it, checked against the model and
+/// the hardware; with the warnings the checks raise.
+pub(crate) fn read_workload(
+    file: Option<&std::path::Path>,
+    flags: &FlagArgs,
+    model: &model::ModelDescription,
+    hardware: &hardware::HardwareProfile,
+) -> Result<(Workload, Vec<String>), InputError> {
+    let from_file = match file {
+        Some(path) => input::workload_from_yaml(path)?,
+        None => Workload::default(),
+    };
+    workload_over(from_file, flags, model, hardware)
+}
+
+/// The flags over `base`, checked against the model and the hardware.
+fn workload_over(
+    base: Workload,
+    flags: &FlagArgs,
+    model: &model::ModelDescription,
+    hardware: &hardware::HardwareProfile,
+) -> Result<(Workload, Vec<String>), InputError> {
+    let workload = flags.to_flags().apply(base)?;
+    let warnings = input::validate(&workload, model, hardware)?;
+    Ok((workload, warnings))
+}
+
 /// Without a device map: everything on GPU 0, except that one copy of the model on a profile
 /// with several GPUs (no DDP, ZeRO or tensor parallelism) is spread the way people run it there,
 /// an even split of the layers in order, under transformers (vLLM and llama.cpp place the
@@ -199,20 +231,21 @@ fn default_placement(
 
 /// Runs `vramplan estimate`; the exit code is 0 when every device fits, 1 when one does not.
 pub(crate) fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<i32, InputError> {
-    let naming = match args.naming {
-        NamingArg::V5 => Naming::V5,
-        NamingArg::V4 => Naming::V4,
+    let plan_file = args.plan.as_deref().map(read_plan_file).transpose()?;
+    let naming = match (args.naming, &plan_file) {
+        (_, Some(p)) if p.target == vramplan_solver::Runtime::AccelerateV4.name() => Naming::V4,
+        (NamingArg::V5, _) => Naming::V5,
+        (NamingArg::V4, _) => Naming::V4,
     };
     let model = model::load(&args.model, ImportOptions { naming })?;
     let hardware = hardware::load(&args.hardware)?;
-    let from_file = match &args.workload {
-        Some(path) => input::workload_from_yaml(path)?,
-        None => Workload::default(),
+    let (workload, warnings) = match (&plan_file, &args.workload) {
+        (Some(p), None) => workload_over(p.workload.clone(), &args.flags, &model, &hardware)?,
+        _ => read_workload(args.workload.as_deref(), &args.flags, &model, &hardware)?,
     };
-    let workload = args.flags.to_flags().apply(from_file)?;
-    let warnings = input::validate(&workload, &model, &hardware)?;
-    let placement = match &args.device_map {
-        Some(path) => {
+    let placement = match (&args.device_map, &plan_file) {
+        (_, Some(p)) => Placement::from_entries(p.entries()?),
+        (Some(path), None) => {
             if workload.parallelism != Parallelism::Single {
                 return Err(InputError::new(
                     "--device-map",
@@ -223,11 +256,11 @@ pub(crate) fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<i32, Input
             }
             device_map::placement_from_device_map(path, &model, &hardware)?
         }
-        None => default_placement(&model, &hardware, &workload),
+        (None, None) => default_placement(&model, &hardware, &workload),
     };
     let mut estimate = vramplan_sim::estimate(&model, &hardware, &workload, &placement)?;
     let mut all_warnings = warnings;
-    if args.device_map.is_none() && placement.gpus().len() > 1 {
+    if args.device_map.is_none() && plan_file.is_none() && placement.gpus().len() > 1 {
         all_warnings.push(format!(
             "no --device-map: the model's layers are split evenly over the {} GPUs (like \
              `device_map=\"balanced\"`), one batch in flight; give the map you use, or run \

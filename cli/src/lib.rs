@@ -4,7 +4,9 @@
 //! Exit codes (the contract in DESIGN.md): 0 success; 1 the question has a negative answer;
 //! 2 bad input (the message says what and where); 3 no usable device for `validate`.
 
+mod check;
 mod estimate;
+mod plan;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
@@ -49,6 +51,10 @@ enum Command {
     },
     /// Simulate one step of a workload: per-device peaks, where the memory goes, fits or not.
     Estimate(Box<estimate::EstimateArgs>),
+    /// Place the model on the GPUs: an exact ILP, exports for accelerate, llama.cpp and others.
+    Plan(Box<plan::PlanArgs>),
+    /// Check a device map: per-device memory, and the device mismatches the target runtime hits.
+    Check(Box<check::CheckArgs>),
 }
 
 #[derive(Subcommand, Debug)]
@@ -92,6 +98,8 @@ where
             inspect(&model, dtype.as_deref(), naming, json, out)
         }
         Command::Estimate(args) => estimate::run(&args, out),
+        Command::Plan(args) => plan::run(&args, out),
+        Command::Check(args) => check::run(&args, out),
     };
     match result {
         Ok(code) => code,

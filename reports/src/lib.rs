@@ -1,10 +1,14 @@
 //! Human output: the tables `inspect` and `profiles` print (and, with later issues, `estimate`,
 //! `plan` and plots). Each function returns text; the command line prints it.
 
+mod check;
 mod estimate;
+mod plan;
 mod table;
 
+pub use check::check_table;
 pub use estimate::estimate_table;
+pub use plan::plan_table;
 pub use table::{Table, group_digits};
 
 use vramplan_profiles::hardware::HardwareProfile;

@@ -3,10 +3,10 @@
 
 use crate::model::activations;
 use crate::model::precision::Precision;
-use crate::model::units::{self, UnitKind};
-use crate::workload::{Finetune, Parallelism, Workload};
+use crate::model::units;
+use crate::workload::{Parallelism, Workload};
 use serde::Serialize;
-use vramplan_profiles::model::{ModelDescription, ModuleKind};
+use vramplan_profiles::model::ModelDescription;
 
 /// Model states on one data-parallel rank: weights, gradients, optimizer states (with master
 /// weights), in bytes.
@@ -51,26 +51,9 @@ pub fn saved_activation_bytes(model: &ModelDescription, workload: &Workload, lay
     activations.block(layer, workload.batch, workload.seq).saved.iter().sum()
 }
 
-/// The linear modules LoRA wraps: a target names a module by its path or its last components
-/// (`q_proj`), as PEFT matches them; `all-linear` is every linear but the output head.
+/// The linear modules LoRA wraps, as PEFT resolves the workload's targets (the architecture's
+/// defaults when none are given). Targets that match nothing were refused by the input checks;
+/// here they wrap nothing.
 pub(crate) fn lora_targets(model: &ModelDescription, workload: &Workload) -> Vec<String> {
-    let Finetune::Lora { targets, .. } = &workload.finetune else { return Vec::new() };
-    let precision = Precision::of(model, workload);
-    let head: Vec<String> = units::units(model, &Workload::default(), &precision, &[])
-        .into_iter()
-        .filter(|u| u.kind == UnitKind::Head)
-        .map(|u| u.path)
-        .collect();
-    let mut out = Vec::new();
-    model.root.visit(&mut |m| {
-        if m.kind != ModuleKind::Linear {
-            return;
-        }
-        let all = targets.iter().any(|t| t == "all-linear") && !head.contains(&m.path);
-        let named = targets.iter().any(|t| m.path == *t || m.path.ends_with(&format!(".{t}")));
-        if all || named {
-            out.push(m.path.clone());
-        }
-    });
-    out
+    crate::input::lora_target_modules(workload, model).unwrap_or_default()
 }

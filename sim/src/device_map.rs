@@ -1,8 +1,15 @@
 //! Reading an accelerate `device_map` JSON (`{"model.embed_tokens": 0, "model.layers.0": 0, …,
-//! "lm_head": "cpu"}`) into a [`Placement`], refusing what `from_pretrained(device_map=…)` would
-//! refuse or misplace: names that are not modules or tensors of the model, tensors no entry
-//! covers, GPUs the hardware profile does not have, and device strings (`"cuda:1"`, `"mps"`)
-//! where the GPU's index is meant.
+//! "lm_head": "cpu"}`).
+//!
+//! [`read_device_map`] reads the entries as written, in file order and with repeated names kept,
+//! refusing what is not a device map of this model on this hardware: malformed JSON, names that
+//! are not modules or tensors of the model, GPUs the hardware profile does not have, and device
+//! strings (`"cuda:1"`, `"mps"`) where the GPU's index is meant. `vramplan check` judges the rest
+//! (names listed twice, tensors no entry covers) as findings.
+//!
+//! [`placement_from_device_map`] is what `estimate` places a model with: the same reading, and
+//! a name listed twice or a tensor left on no device refused too, as `from_pretrained` would
+//! refuse or misplace them. [`unplaced`] says which tensors a placement leaves on no device.
 
 use crate::input::suggest::{closest, ticked, ticked_or};
 use crate::placement::{Placement, Target};
@@ -17,27 +24,67 @@ use vramplan_profiles::model::{ModelDescription, Module, TensorKind};
 /// How many unplaced tensors or unknown names an error lists before counting the rest.
 const LISTED: usize = 5;
 
-/// Reads the device map at `path` for `model` on `hardware`.
+/// Reads the device map at `path` for `model` on `hardware` into a placement.
 pub fn placement_from_device_map(
     path: &Path,
     model: &ModelDescription,
     hardware: &HardwareProfile,
 ) -> Result<Placement, InputError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        InputError::io(path, &e).with_fix(
-            "give the path of a device_map JSON file (module name → GPU index, \"cpu\" or \"disk\")",
-        )
-    })?;
+    let text = read_text(path)?;
     placement_from_device_map_text(&text, &path.display().to_string(), model, hardware)
 }
 
-/// Parses device-map JSON `text` read from `origin`.
+/// Reads the device map at `path` for `model` on `hardware`: its `(name, device)` entries in
+/// file order, a name listed twice kept twice. Malformed JSON, an empty map, a name that is not
+/// a module or tensor of the model and a device the profile does not have are bad input.
+pub fn read_device_map(
+    path: &Path,
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+) -> Result<Vec<(String, Target)>, InputError> {
+    let text = read_text(path)?;
+    entries_from_text(&text, &path.display().to_string(), model, hardware)
+}
+
+fn read_text(path: &Path) -> Result<String, InputError> {
+    std::fs::read_to_string(path).map_err(|e| {
+        InputError::io(path, &e).with_fix(
+            "give the path of a device_map JSON file (module name → GPU index, \"cpu\" or \"disk\")",
+        )
+    })
+}
+
+/// Parses device-map JSON `text` read from `origin` into a placement, refusing a name listed
+/// twice and tensors left on no device.
 pub(crate) fn placement_from_device_map_text(
     text: &str,
     origin: &str,
     model: &ModelDescription,
     hardware: &HardwareProfile,
 ) -> Result<Placement, InputError> {
+    let entries = entries_from_text(text, origin, model, hardware)?;
+    for (i, (key, _)) in entries.iter().enumerate() {
+        if entries[..i].iter().any(|(k, _)| k == key) {
+            let err = InputError::new(origin, format!("{} is listed twice", shown_key(key)));
+            let err = match locate_key(text, key, 1) {
+                Some((line, column)) => err.at_line(line, column),
+                None => err.at_key(key.as_str()),
+            };
+            return Err(err.with_fix("keep one entry per name"));
+        }
+    }
+    let placement = Placement::from_entries(entries);
+    check_everything_placed(origin, &placement, model)?;
+    Ok(placement)
+}
+
+/// The entries of device-map JSON `text` read from `origin`, in file order, repeats kept.
+fn entries_from_text(
+    text: &str,
+    origin: &str,
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+) -> Result<Vec<(String, Target)>, InputError> {
     let entries = match serde_json::from_str::<Entries>(text) {
         Ok(Entries(entries)) => entries,
         Err(e) if e.is_data() => {
@@ -56,21 +103,21 @@ pub(crate) fn placement_from_device_map_text(
         return Err(InputError::new(origin, "the device map is empty")
             .with_fix("map module names to devices, or `{\"\": 0}` for the whole model on GPU 0"));
     }
-    let at = |key: &str, err: InputError| match locate_key(text, key) {
+    let at = |key: &str, err: InputError| match locate_key(text, key, 0) {
         Some((line, column)) => err.at_line(line, column),
         None => err.at_key(key),
     };
     let mut placed: Vec<(String, Target)> = Vec::with_capacity(entries.len());
     let mut unknown: Vec<&str> = Vec::new();
     for (key, value) in &entries {
-        if placed.iter().any(|(k, _)| k == key) {
-            return Err(at(key, InputError::new(origin, format!("`{key}` is listed twice")))
-                .with_fix("keep one entry per name"));
-        }
         let target = parse_target(value, hardware).map_err(|(problem, fix)| {
             at(key, InputError::new(origin, format!("{}: {problem}", shown_key(key))).with_fix(fix))
         })?;
-        if !key.is_empty() && model.root.find(key).is_none() && model.root.tensor(key).is_none() {
+        if !key.is_empty()
+            && model.root.find(key).is_none()
+            && model.root.tensor(key).is_none()
+            && !unknown.contains(&key.as_str())
+        {
             unknown.push(key);
         }
         placed.push((key.clone(), target));
@@ -78,9 +125,7 @@ pub(crate) fn placement_from_device_map_text(
     if let Some(first) = unknown.first() {
         return Err(at(first, unknown_names_error(origin, &unknown, model)));
     }
-    let placement = Placement::from_entries(placed);
-    check_everything_placed(origin, &placement, model)?;
-    Ok(placement)
+    Ok(placed)
 }
 
 /// The object's entries in file order, repeats kept.
@@ -232,54 +277,70 @@ fn suggest_path(model: &ModelDescription, name: &str) -> Option<String> {
     None
 }
 
-/// Refuses a map that leaves tensors of the state dict (parameters, quantization constants,
-/// persistent buffers) on no device, as accelerate does, naming the modules they make up.
+/// What a placement leaves on no device: tensors of the state dict (parameters, quantization
+/// constants, persistent buffers, a tied tensor under each of its names, as accelerate's
+/// `check_device_map` walks `state_dict()`), and the largest modules they make up.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Unplaced {
+    /// Full tensor paths, in model order.
+    pub tensors: Vec<String>,
+    /// The largest modules all of whose state-dict tensors are unplaced, or that own one, in
+    /// model order.
+    pub modules: Vec<String>,
+}
+
+/// The tensors `placement` leaves on no device.
+pub fn unplaced(model: &ModelDescription, placement: &Placement) -> Unplaced {
+    let mut tensors = Vec::new();
+    model.root.visit(&mut |m| {
+        for t in m.tensors.iter().filter(|t| in_state_dict(t.kind)) {
+            let path = tensor_path(m, &t.name);
+            if placement.target_of(&path).is_none() {
+                tensors.push(path);
+            }
+        }
+    });
+    let mut modules = Vec::new();
+    if !tensors.is_empty() {
+        unplaced_modules(&model.root, placement, &mut |path| modules.push(path.to_string()));
+    }
+    Unplaced { tensors, modules }
+}
+
+/// Refuses a map that leaves tensors of the state dict on no device, as accelerate does, naming
+/// the modules they make up. `"": 0` is offered as the catch-all only when no entry names
+/// another GPU: accelerate hooks every submodule of `""` to GPU 0 before it reads the entries
+/// inside, so a module listed on GPU 1 under it would run its parts on GPU 0.
 fn check_everything_placed(
     origin: &str,
     placement: &Placement,
     model: &ModelDescription,
 ) -> Result<(), InputError> {
-    let mut unplaced_tensors = 0usize;
-    let mut examples: Vec<String> = Vec::new();
-    model.root.visit(&mut |m| {
-        for t in m.tensors.iter().filter(|t| in_state_dict(t.kind)) {
-            let path = if m.path.is_empty() { t.name.clone() } else { format!("{}.{}", m.path, t.name) };
-            if placement.target_of(&path).is_none() {
-                unplaced_tensors += 1;
-                if examples.len() < 3 {
-                    examples.push(path);
-                }
-            }
-        }
-    });
-    if unplaced_tensors == 0 {
+    let Unplaced { tensors, modules } = unplaced(model, placement);
+    if tensors.is_empty() {
         return Ok(());
     }
-    let mut modules: Vec<&str> = Vec::new();
-    let mut module_count = 0usize;
-    unplaced_modules(&model.root, placement, &mut |path| {
-        module_count += 1;
-        if modules.len() < LISTED {
-            modules.push(path);
-        }
-    });
-    let examples: Vec<&str> = examples.iter().map(String::as_str).collect();
-    let more = module_count.saturating_sub(modules.len());
+    let examples: Vec<&str> = tensors.iter().take(3).map(String::as_str).collect();
+    let listed: Vec<&str> = modules.iter().take(LISTED).map(String::as_str).collect();
+    let more = modules.len().saturating_sub(listed.len());
+    let only_gpu_0 = placement.gpus().iter().all(|&gpu| gpu == 0);
     Err(InputError::new(
         origin,
         format!(
-            "{unplaced_tensors} tensor{} of {} {} on no device (e.g. {})",
-            if unplaced_tensors == 1 { "" } else { "s" },
+            "{} tensor{} of {} {} on no device (e.g. {})",
+            tensors.len(),
+            if tensors.len() == 1 { "" } else { "s" },
             model.name,
-            if unplaced_tensors == 1 { "is" } else { "are" },
+            if tensors.len() == 1 { "is" } else { "are" },
             ticked(&examples)
         ),
     )
     .with_fix(format!(
-        "add entries for {}{}, e.g. `\"{}\": 0`, or `\"\": 0` for everything the map does not list",
-        ticked(&modules),
+        "add entries for {}{}, e.g. `\"{}\": 0`{}",
+        ticked(&listed),
         if more > 0 { format!(" and {more} more") } else { String::new() },
-        modules.first().copied().unwrap_or("lm_head"),
+        listed.first().copied().unwrap_or("lm_head"),
+        if only_gpu_0 { ", or `\"\": 0` for everything the map does not list" } else { "" },
     )))
 }
 
@@ -289,7 +350,7 @@ fn in_state_dict(kind: TensorKind) -> bool {
 }
 
 /// Calls `f` with each largest module all of whose state-dict tensors are unplaced (and that
-/// has some).
+/// has some), or that owns an unplaced one.
 fn unplaced_modules<'a>(module: &'a Module, placement: &Placement, f: &mut dyn FnMut(&'a str)) {
     let (total, unplaced) = count_unplaced(module, placement);
     if total == 0 {
@@ -335,19 +396,24 @@ fn tensor_path(module: &Module, name: &str) -> String {
     if module.path.is_empty() { name.to_string() } else { format!("{}.{name}", module.path) }
 }
 
-/// The 1-based line and column of `"key"` used as an object key in `text`.
-fn locate_key(text: &str, key: &str) -> Option<(u64, u64)> {
+/// The 1-based line and column of the `nth` (from 0) occurrence of `"key"` used as an object
+/// key in `text`.
+fn locate_key(text: &str, key: &str, nth: usize) -> Option<(u64, u64)> {
     let quoted = format!("\"{key}\"");
     let mut from = 0;
+    let mut seen = 0;
     while let Some(found) = text.get(from..).and_then(|rest| rest.find(&quoted)) {
         let start = from + found;
         let after = text.get(start + quoted.len()..).unwrap_or("");
         if after.trim_start().starts_with(':') {
-            let before = text.get(..start).unwrap_or("");
-            let line = before.matches('\n').count() as u64 + 1;
-            let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-            let column = before.get(line_start..).map_or(0, |s| s.chars().count()) as u64 + 1;
-            return Some((line, column));
+            if seen == nth {
+                let before = text.get(..start).unwrap_or("");
+                let line = before.matches('\n').count() as u64 + 1;
+                let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+                let column = before.get(line_start..).map_or(0, |s| s.chars().count()) as u64 + 1;
+                return Some((line, column));
+            }
+            seen += 1;
         }
         from = start + quoted.len();
     }

@@ -95,8 +95,8 @@ pub fn estimate(
             )
             .with_fix(format!("the profile has GPUs 0 to {}", hardware.devices.len().saturating_sub(1))));
         };
-        // nvidia-smi counts the allocator's segments plus the CUDA context, kernels and the
-        // driver's own reserve, none of which PyTorch sees.
+        // nvidia-smi counts the allocator's segments plus the CUDA context and the kernels it
+        // loads, which PyTorch does not see.
         let outside_torch = device.context_reserve_bytes;
         let device_used = run.peak_reserved + outside_torch;
         let mut components = run.components;

@@ -3,6 +3,7 @@
 //! and hardware from `vramplan-profiles` and knows nothing about solving.
 
 mod allocator;
+pub mod charges;
 mod closed_form;
 pub mod device_map;
 pub mod engines;

@@ -156,8 +156,90 @@ struct Program<'a> {
 /// (`:4096:2:16:8` = 4096 KiB × 2 + 16 KiB × 8 = 8,519,680 B; PyTorch PR #83461), allocated
 /// through the caching allocator at the first matmul; plus the cuBLASLt workspace (1 MiB, 32 MiB
 /// on Hopper; PyTorch PR #120925).
-fn cublas_workspace(compute_major: u32) -> u64 {
+pub(crate) fn cublas_workspace(compute_major: u32) -> u64 {
     8_519_680 + if compute_major >= 9 { 32 << 20 } else { 1 << 20 }
+}
+
+/// The per-unit charges of [`crate::charges`], from the same step program the replay runs.
+pub(crate) fn charges(
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+    workload: &Workload,
+    placement: &Placement,
+    lora_targets: &[String],
+) -> crate::charges::Charges {
+    use crate::charges::{Charges, UnitCharge, UnitRole};
+    let program = Program::new(model, hardware, workload, placement, lora_targets);
+    let blocks = ActivationModel::new(model, workload, program.precision);
+    let w = workload;
+    let checkpoint = w.grad_checkpointing == GradCheckpointing::Full;
+    let prompt = w.prompt.unwrap_or(w.seq).min(w.seq);
+    let kv = program.kv_cache_bytes();
+    let units = (0..program.units.len())
+        .map(|i| {
+            let unit = &program.units[i];
+            let weight_bytes = program.held_weight_bytes(i);
+            let role = match unit.kind {
+                UnitKind::Block(layer) => UnitRole::Block(layer),
+                UnitKind::Embedding => UnitRole::Embedding,
+                UnitKind::Head => UnitRole::Head,
+                UnitKind::Other => UnitRole::Other,
+            };
+            let dequant = program.dequant_transient(i);
+            let (resident, peak, transient) = match w.mode {
+                Mode::Train => {
+                    let acts = &program.activations[i];
+                    let grads = program.trainable_grad_bytes(i);
+                    let states = program.optimizer_state_held(i);
+                    let is_block = matches!(unit.kind, UnitKind::Block(_));
+                    let saved: u64 = acts.saved.iter().sum();
+                    let kept = if w.switches.activation_offload {
+                        0
+                    } else if is_block && checkpoint {
+                        acts.input
+                    } else {
+                        saved + 2 * unit.autocast_params
+                    };
+                    let recompute =
+                        if (is_block && checkpoint) || w.switches.activation_offload { saved } else { 0 };
+                    let gathered = program.gathered_weights(i);
+                    let (resident_grads, peak) =
+                        if w.switches.keep_gradients { (grads, kept) } else { (0, kept.max(grads)) };
+                    let mut transient = gathered
+                        + (acts.forward_transient + dequant).max(recompute + acts.backward_transient);
+                    if unit.kind == UnitKind::Head {
+                        transient += program.loss_peak_bytes();
+                    }
+                    (weight_bytes + states + resident_grads, peak, transient)
+                }
+                Mode::Inference => {
+                    let (peak, mut transient) = match unit.kind {
+                        UnitKind::Block(layer) => {
+                            (kv[i], blocks.block(layer, w.batch, prompt).forward_transient + dequant)
+                        }
+                        _ => (0, 0),
+                    };
+                    if unit.kind == UnitKind::Head {
+                        transient += program.last_logits_bytes();
+                    }
+                    (weight_bytes, peak, transient)
+                }
+            };
+            UnitCharge {
+                path: unit.path.clone(),
+                role,
+                resident_bytes: resident,
+                weight_bytes,
+                peak_bytes: peak,
+                transient_bytes: transient,
+            }
+        })
+        .collect();
+    let tokens = match w.mode {
+        Mode::Train => w.seq,
+        Mode::Inference => prompt,
+    };
+    Charges { units, handoff_bytes: program.handoff_bytes(tokens) }
 }
 
 /// Simulates the workload and returns each used GPU's replay.
@@ -168,27 +250,8 @@ pub(crate) fn simulate(
     placement: &Placement,
     lora_targets: &[String],
 ) -> BTreeMap<u32, DeviceRun> {
-    let precision = Precision::of(model, workload);
-    let units = units::units(model, workload, &precision, lora_targets);
-    let devices: Vec<Option<u32>> = units
-        .iter()
-        .map(|u| match placement.target_of(&u.path) {
-            Some(Target::Gpu(g)) => Some(g),
-            _ => None,
-        })
-        .collect();
-    let shards = match workload.parallelism {
-        Parallelism::Zero { .. } => hardware.devices.len().max(1) as u64,
-        _ => 1,
-    };
-    let mut tracks = BTreeMap::new();
-    for g in devices.iter().flatten() {
-        tracks.entry(*g).or_insert_with(Track::new);
-    }
-    let mut program =
-        Program { model, workload, precision, units, activations: Vec::new(), devices, shards, tracks };
-    let blocks = ActivationModel::new(model, workload, precision);
-    program.activations = (0..program.units.len()).map(|i| program.activations_of(i, &blocks)).collect();
+    let mut program = Program::new(model, hardware, workload, placement, lora_targets);
+    let blocks = ActivationModel::new(model, workload, program.precision);
     program.load(hardware);
     match workload.mode {
         Mode::Train => {
@@ -227,7 +290,38 @@ pub(crate) fn simulate(
         .collect()
 }
 
-impl Program<'_> {
+impl<'a> Program<'a> {
+    fn new(
+        model: &'a ModelDescription,
+        hardware: &HardwareProfile,
+        workload: &'a Workload,
+        placement: &Placement,
+        lora_targets: &[String],
+    ) -> Program<'a> {
+        let precision = Precision::of(model, workload);
+        let units = units::units(model, workload, &precision, lora_targets);
+        let devices: Vec<Option<u32>> = units
+            .iter()
+            .map(|u| match placement.target_of(&u.path) {
+                Some(Target::Gpu(g)) => Some(g),
+                _ => None,
+            })
+            .collect();
+        let shards = match workload.parallelism {
+            Parallelism::Zero { .. } => hardware.devices.len().max(1) as u64,
+            _ => 1,
+        };
+        let mut tracks = BTreeMap::new();
+        for g in devices.iter().flatten() {
+            tracks.entry(*g).or_insert_with(Track::new);
+        }
+        let mut program =
+            Program { model, workload, precision, units, activations: Vec::new(), devices, shards, tracks };
+        let blocks = ActivationModel::new(model, workload, precision);
+        program.activations = (0..program.units.len()).map(|i| program.activations_of(i, &blocks)).collect();
+        program
+    }
+
     fn track(&mut self, unit: usize) -> Option<&mut Track> {
         let g = self.devices[unit]?;
         self.tracks.get_mut(&g)
@@ -239,22 +333,12 @@ impl Program<'_> {
 
     /// Weights of every unit (sharded under ZeRO-3), and the cuBLAS workspaces.
     fn load(&mut self, hardware: &HardwareProfile) {
-        let zero3 = matches!(self.workload.parallelism, Parallelism::Zero { stage: 3, .. });
-        let offload_params =
-            matches!(self.workload.parallelism, Parallelism::Zero { offload_params: true, .. });
         for i in 0..self.units.len() {
-            let tensors = self.units[i].weight_tensors.clone();
-            let shards = self.shards;
+            let held: Vec<u64> =
+                self.units[i].weight_tensors.iter().map(|b| self.held_tensor_bytes(*b)).collect();
             if let Some(track) = self.track(i) {
-                for bytes in tensors {
-                    let held = if offload_params {
-                        0
-                    } else if zero3 {
-                        bytes.div_ceil(shards)
-                    } else {
-                        bytes
-                    };
-                    track.alloc(Part::Weights, held);
+                for bytes in held {
+                    track.alloc(Part::Weights, bytes);
                 }
             }
         }
@@ -264,19 +348,102 @@ impl Program<'_> {
         }
     }
 
+    /// Bytes of one weight tensor this rank holds: all of it, its ZeRO-3 shard, or none when
+    /// parameters are offloaded.
+    fn held_tensor_bytes(&self, bytes: u64) -> u64 {
+        match self.workload.parallelism {
+            Parallelism::Zero { offload_params: true, .. } => 0,
+            Parallelism::Zero { stage: 3, .. } => bytes.div_ceil(self.shards),
+            _ => bytes,
+        }
+    }
+
+    /// Weight bytes unit `unit` holds on its device.
+    fn held_weight_bytes(&self, unit: usize) -> u64 {
+        self.units[unit].weight_tensors.iter().map(|b| self.held_tensor_bytes(*b)).sum()
+    }
+
+    /// Optimizer states (and master weights) unit `unit` holds on its device once created.
+    fn optimizer_state_held(&self, unit: usize) -> u64 {
+        let tensors = &self.units[unit].trainable_tensors;
+        if tensors.is_empty()
+            || matches!(self.workload.parallelism, Parallelism::Zero { offload_optimizer: true, .. })
+        {
+            return 0;
+        }
+        let dtype = units::trainable_dtype(self.workload, &self.precision);
+        units::optimizer_state_bytes(self.workload, tensors, dtype).div_ceil(self.shards)
+    }
+
+    /// Hidden states of `tokens` tokens per sequence as they pass between units (fp32 residual
+    /// stream under autocast).
+    fn handoff_bytes(&self, tokens: u64) -> u64 {
+        let residual = if self.precision.autocast { 4 } else { self.precision.compute_bytes() };
+        residual * self.model.facts.hidden_size * self.workload.batch * tokens.max(1)
+    }
+
+    /// Per unit, the KV cache its block holds for the whole context (0 for other units).
+    fn kv_cache_bytes(&self) -> Vec<u64> {
+        let w = self.workload;
+        let kv_dtype = w.kv_dtype.unwrap_or(self.precision.compute);
+        let f = &self.model.facts;
+        let per_token_layer = match &f.attention {
+            vramplan_profiles::model::AttentionKind::MultiLatent {
+                qk_nope_head_dim,
+                qk_rope_head_dim,
+                v_head_dim,
+                ..
+            } => {
+                // transformers caches the decompressed keys and values of every head.
+                f.num_attention_heads * (qk_nope_head_dim + qk_rope_head_dim + v_head_dim)
+            }
+            vramplan_profiles::model::AttentionKind::Standard => 2 * f.num_kv_heads * f.head_dim,
+        };
+        self.units
+            .iter()
+            .map(|u| match u.kind {
+                // Encoder blocks (BERT, T5's encoder) attend once and cache nothing.
+                UnitKind::Block(layer)
+                    if f.layers
+                        .get(layer)
+                        .is_some_and(|l| l.stack == vramplan_profiles::model::StackKind::Decoder) =>
+                {
+                    let window = f.layers.get(layer).and_then(|l| l.attention_window).unwrap_or(u64::MAX);
+                    kv_dtype.bytes_for(per_token_layer * w.seq.min(window) * w.batch)
+                }
+                _ => 0,
+            })
+            .collect()
+    }
+
+    /// The logits of the last prompt token and their fp32 upcast (generation).
+    fn last_logits_bytes(&self) -> u64 {
+        (self.precision.compute_bytes() + 4) * self.model.facts.vocab_size * self.workload.batch
+    }
+
+    /// The head's device at the loss's backward, beyond the activations: the logits, the loss's
+    /// saved log-softmax and the gradients backward makes (see `train_step`).
+    fn loss_peak_bytes(&self) -> u64 {
+        let w = self.workload;
+        let tokens = w.batch * w.seq;
+        let vocab = self.model.facts.vocab_size;
+        let c = self.precision.compute_bytes();
+        let logits = c * vocab * tokens;
+        if w.switches.chunked_cross_entropy {
+            let per_chunk = if w.switches.compile { c } else { 4 + 4 + c };
+            return logits + per_chunk * (vocab * tokens / 8);
+        }
+        match w.trainer {
+            Trainer::Transformers => logits + 3 * 4 * vocab * tokens,
+            Trainer::Torchtune => 3 * c * vocab * tokens,
+        }
+    }
+
     /// Per-unit bytes that stay between steps once the optimizer has run: states, master
     /// weights, and gradients when they are zeroed in place.
     fn create_optimizer_state(&mut self) {
-        let dtype = units::trainable_dtype(self.workload, &self.precision);
-        let offload_optimizer =
-            matches!(self.workload.parallelism, Parallelism::Zero { offload_optimizer: true, .. });
         for i in 0..self.units.len() {
-            let tensors = self.units[i].trainable_tensors.clone();
-            if tensors.is_empty() {
-                continue;
-            }
-            let states = units::optimizer_state_bytes(self.workload, &tensors, dtype);
-            let held = if offload_optimizer { 0 } else { states.div_ceil(self.shards) };
+            let held = self.optimizer_state_held(i);
             if let Some(track) = self.track(i) {
                 track.alloc(Part::Optimizer, held);
             }
@@ -322,9 +489,7 @@ impl Program<'_> {
         if src == dst {
             return;
         }
-        let w = self.workload;
-        let residual = if self.precision.autocast { 4 } else { self.precision.compute_bytes() };
-        let bytes = residual * self.model.facts.hidden_size * w.batch * w.seq.max(1);
+        let bytes = self.handoff_bytes(self.workload.seq);
         let sent = self.tracks.get_mut(&src).map(|t| t.alloc(Part::Activations, bytes));
         if let Some(track) = self.tracks.get_mut(&dst) {
             let received = track.alloc(Part::Activations, bytes);
@@ -514,25 +679,10 @@ impl Program<'_> {
     fn inference(&mut self, blocks: &ActivationModel) {
         let w = self.workload;
         let prompt = w.prompt.unwrap_or(w.seq).min(w.seq);
-        let kv_dtype = w.kv_dtype.unwrap_or(self.precision.compute);
-        let f = &self.model.facts;
-        let per_token_layer = match &f.attention {
-            vramplan_profiles::model::AttentionKind::MultiLatent {
-                qk_nope_head_dim,
-                qk_rope_head_dim,
-                v_head_dim,
-                ..
-            } => {
-                // transformers caches the decompressed keys and values of every head.
-                f.num_attention_heads * (qk_nope_head_dim + qk_rope_head_dim + v_head_dim)
+        for (i, bytes) in self.kv_cache_bytes().into_iter().enumerate() {
+            if bytes == 0 {
+                continue;
             }
-            vramplan_profiles::model::AttentionKind::Standard => 2 * f.num_kv_heads * f.head_dim,
-        };
-        for i in 0..self.units.len() {
-            let UnitKind::Block(layer) = self.units[i].kind else { continue };
-            let window = f.layers.get(layer).and_then(|l| l.attention_window).unwrap_or(u64::MAX);
-            let cached = w.seq.min(window);
-            let bytes = kv_dtype.bytes_for(per_token_layer * cached * w.batch);
             if let Some(track) = self.track(i) {
                 track.alloc(Part::KvCache, bytes);
             }

@@ -1,15 +1,19 @@
 //! Accuracy against measurement: every case of `../shared/measurements/measured.csv` is
-//! simulated from its configuration (transcribed below as a workload, since the file states it
-//! in prose) and compared with the figure of the kind that was measured: PyTorch's allocated or
-//! active peak, the whole-GPU `nvidia-smi` figure, or the weights alone. The measured value, its
-//! unit and kind come from the file itself. Rows whose configuration is incomplete are printed
-//! but not asserted (the measurements README names them).
+//! simulated through the one `estimate` entry point from its configuration (transcribed below as
+//! a workload, since the file states it in prose) and compared with the figure of the kind that
+//! was measured: PyTorch's allocated or active peak, the whole-GPU `nvidia-smi` figure, the
+//! weights alone (vLLM logs them per GPU), or llama.cpp's CUDA buffers. The measured value and
+//! its unit come from the file itself. Where the estimate reports a vLLM KV capacity and the
+//! row's notes log `kv_tokens=`, the capacity is compared too. Rows whose configuration is
+//! incomplete are printed with the reason but not asserted (the measurements README names them).
+//! `engines.rs` checks the engines' individual terms against the same logs at tighter tolerances.
 
 use std::collections::BTreeMap;
 use vramplan_profiles::model::{self, ImportOptions, ModelDescription, hf};
 use vramplan_profiles::{DType, hardware};
 use vramplan_sim::workload::{
-    AttentionImpl, Finetune, GradCheckpointing, Mode, Optimizer, Parallelism, Quant, Trainer, Workload,
+    AttentionImpl, Engine, Finetune, GradCheckpointing, Mode, Optimizer, Parallelism, Quant, Trainer,
+    Workload,
 };
 use vramplan_sim::{Placement, estimate};
 
@@ -20,8 +24,11 @@ enum Kind {
     Allocated,
     /// NVML / nvidia-smi device-used memory.
     DeviceUsed,
-    /// Weights held after loading.
+    /// Weights held after loading (vLLM: per GPU, `Model loading took X GiB`).
     Weights,
+    /// llama.cpp's CUDA buffers (model + KV cache + compute), without the CUDA context: the
+    /// estimate's allocated figure for that engine.
+    EngineBuffers,
 }
 
 struct Case {
@@ -30,10 +37,25 @@ struct Case {
     hardware: &'static str,
     workload: Workload,
     kind: Kind,
-    asserted: bool,
+    /// Why the row is printed but not asserted (the measurements README's list), if it is not.
+    unasserted: Option<&'static str>,
 }
 
-fn measured() -> BTreeMap<String, u64> {
+/// One row of the file: the measured figure in bytes and the row's notes.
+struct Measured {
+    bytes: u64,
+    notes: String,
+}
+
+/// The integer logged as `key=N` in a row's notes (`kv_tokens=476016`).
+fn logged_count(notes: &str, key: &str) -> Option<u64> {
+    let pattern = format!("{key}=");
+    let start = notes.find(&pattern)? + pattern.len();
+    let digits: String = notes[start..].chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+fn measured() -> BTreeMap<String, Measured> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/measurements/measured.csv");
     let mut reader = csv::Reader::from_path(path).expect("measured.csv in ../shared");
     let mut out = BTreeMap::new();
@@ -54,7 +76,10 @@ fn measured() -> BTreeMap<String, u64> {
         } else {
             panic!("unknown unit {unit}")
         };
-        out.insert(row["id"].clone(), (value * scale) as u64);
+        out.insert(
+            row["id"].clone(),
+            Measured { bytes: (value * scale) as u64, notes: row["notes"].clone() },
+        );
     }
     out
 }
@@ -74,6 +99,14 @@ fn builtin_as(name: &str, architecture: &str) -> ModelDescription {
 fn train(batch: u64, seq: u64) -> Workload {
     Workload { mode: Mode::Train, batch, seq, ..Workload::default() }
 }
+
+/// Why `tt_3b_compile` is not asserted.
+const COMPILE_UNSTATED: &str =
+    "torch.compile's fusion is not given by the configuration; later rows keep the flag and are asserted";
+/// Why the T0_3B rows are not asserted.
+const T0_SEQ_UNSTATED: &str = "sequence length set by the data, not stated; printed at 64 tokens";
+/// Why the OctoCoder long-prompt rows are not asserted.
+const OCTO_PROMPT_UNSTATED: &str = "prompt length not stated; printed at 2,000 tokens";
 
 fn cases() -> Vec<Case> {
     let mut cases = Vec::new();
@@ -114,7 +147,7 @@ fn cases() -> Vec<Case> {
             hardware: "v100-16gb",
             workload: bert_run(batch, f),
             kind: Kind::DeviceUsed,
-            asserted: true,
+            unasserted: None,
         });
     }
     // torchtune's memory table: Llama-3.2-3B full fine-tune in pure bf16 on an A100-80GB,
@@ -123,21 +156,21 @@ fn cases() -> Vec<Case> {
     let mut tt = train(2, 4096);
     tt.weight_dtype = Some(DType::BF16);
     tt.trainer = Trainer::Torchtune;
-    let mut steps: Vec<(&str, Workload, bool)> = Vec::new();
-    steps.push(("tt_3b_packed", tt.clone(), true));
+    let mut steps: Vec<(&str, Workload, Option<&str>)> = Vec::new();
+    steps.push(("tt_3b_packed", tt.clone(), None));
     tt.switches.compile = true;
-    steps.push(("tt_3b_compile", tt.clone(), false));
+    steps.push(("tt_3b_compile", tt.clone(), Some(COMPILE_UNSTATED)));
     tt.switches.chunked_cross_entropy = true;
-    steps.push(("tt_3b_chunkedce", tt.clone(), true));
+    steps.push(("tt_3b_chunkedce", tt.clone(), None));
     tt.grad_checkpointing = GradCheckpointing::Full;
-    steps.push(("tt_3b_ac", tt.clone(), true));
+    steps.push(("tt_3b_ac", tt.clone(), None));
     tt.switches.optimizer_in_backward = true;
-    steps.push(("tt_3b_optinbwd", tt.clone(), true));
+    steps.push(("tt_3b_optinbwd", tt.clone(), None));
     tt.switches.activation_offload = true;
-    steps.push(("tt_3b_actoffload", tt.clone(), true));
+    steps.push(("tt_3b_actoffload", tt.clone(), None));
     let mut adam8 = tt.clone();
     adam8.optimizer = Optimizer::PagedAdamw8bit;
-    steps.push(("tt_3b_adamw8bit", adam8, true));
+    steps.push(("tt_3b_adamw8bit", adam8, None));
     let mut lora = tt.clone();
     lora.switches.optimizer_in_backward = false;
     lora.finetune = Finetune::Lora {
@@ -147,18 +180,18 @@ fn cases() -> Vec<Case> {
             .map(String::from)
             .to_vec(),
     };
-    steps.push(("tt_3b_lora", lora.clone(), true));
+    steps.push(("tt_3b_lora", lora.clone(), None));
     let mut qlora = lora;
     qlora.quant = Quant::Nf4 { double_quant: true };
-    steps.push(("tt_3b_qlora", qlora, true));
-    for (id, workload, asserted) in steps {
+    steps.push(("tt_3b_qlora", qlora, None));
+    for (id, workload, unasserted) in steps {
         cases.push(Case {
             id,
             model: llama3b.clone(),
             hardware: "a100-80gb",
             workload,
             kind: Kind::Allocated,
-            asserted,
+            unasserted,
         });
     }
     // PEFT's T0_3B examples: the sequence length is set by the data and not stated; printed
@@ -181,7 +214,7 @@ fn cases() -> Vec<Case> {
             hardware: "a100-80gb",
             workload,
             kind: Kind::Allocated,
-            asserted: false,
+            unasserted: Some(T0_SEQ_UNSTATED),
         });
     }
     // PEFT's Llama-2-70B LoRA with DeepSpeed ZeRO-3 (bf16, flash-attention 2, gradient
@@ -199,7 +232,7 @@ fn cases() -> Vec<Case> {
         hardware: "h100-80gb-x8",
         workload: l70.clone(),
         kind: Kind::DeviceUsed,
-        asserted: true,
+        unasserted: None,
     });
     let mut q70 = l70;
     q70.batch = 2;
@@ -211,7 +244,7 @@ fn cases() -> Vec<Case> {
         hardware: "2xa100-40gb",
         workload: q70,
         kind: Kind::DeviceUsed,
-        asserted: true,
+        unasserted: None,
     });
     // HF "Optimizing LLMs for speed and memory": OctoCoder generation, a ~20-token prompt and
     // 60 new tokens, on an A100-40GB.
@@ -228,15 +261,15 @@ fn cases() -> Vec<Case> {
         f(&mut w);
         w
     };
-    let octo: [(&str, Workload, bool); 5] = [
-        ("hf_octocoder_bf16_short", generate(20, &|_| {}), true),
+    let octo: [(&str, Workload, Option<&str>); 5] = [
+        ("hf_octocoder_bf16_short", generate(20, &|_| {}), None),
         (
             "hf_octocoder_int8_short",
             generate(20, &|w| {
                 w.weight_dtype = Some(DType::F16);
                 w.quant = Quant::Int8;
             }),
-            true,
+            None,
         ),
         (
             "hf_octocoder_4bit_short",
@@ -244,28 +277,28 @@ fn cases() -> Vec<Case> {
                 w.weight_dtype = Some(DType::F16);
                 w.quant = Quant::Fp4 { double_quant: false };
             }),
-            true,
+            None,
         ),
         // The long prompt's length is not stated; printed with 2,000 tokens.
         (
             "hf_octocoder_bf16_longprompt_eager",
             generate(2000, &|w| w.attention = AttentionImpl::Eager),
-            false,
+            Some(OCTO_PROMPT_UNSTATED),
         ),
         (
             "hf_octocoder_bf16_longprompt_sdpa_flash",
             generate(2000, &|w| w.attention = AttentionImpl::Flash),
-            false,
+            Some(OCTO_PROMPT_UNSTATED),
         ),
     ];
-    for (id, workload, asserted) in octo {
+    for (id, workload, unasserted) in octo {
         cases.push(Case {
             id,
             model: octocoder.clone(),
             hardware: "a100-40gb",
             workload,
             kind: Kind::Allocated,
-            asserted,
+            unasserted,
         });
     }
     // accelerate's model-size doc: bert-base-cased loaded in fp32.
@@ -275,7 +308,50 @@ fn cases() -> Vec<Case> {
         hardware: "a100-80gb",
         workload: Workload { weight_dtype: Some(DType::F32), ..Workload::default() },
         kind: Kind::Weights,
-        asserted: true,
+        unasserted: None,
+    });
+    // vLLM 0.19 `vllm serve` memory profiles (llm-d-planner logs): gpu_memory_utilization 0.95,
+    // max_num_batched_tokens 8192, max_model_len 8192, on H100-80GB; the measured figure is the
+    // weights per GPU, and the notes log the KV capacity in tokens.
+    let serve = |dtype: DType, tp: u32| Workload {
+        mode: Mode::Inference,
+        seq: 8192,
+        weight_dtype: Some(dtype),
+        parallelism: if tp > 1 { Parallelism::Tensor { size: tp } } else { Parallelism::Single },
+        engine: Engine::Vllm { gpu_memory_utilization: 0.95, max_num_batched_tokens: 8192 },
+        ..Workload::default()
+    };
+    let vllm_rows: [(&str, &str, &str, Workload); 5] = [
+        ("vllm019_llama31_8b_tp1", "llama-3.1-8b-instruct", "h100-80gb", serve(DType::BF16, 1)),
+        ("vllm019_llama31_8b_tp2", "llama-3.1-8b-instruct", "2xh100-80gb", serve(DType::BF16, 2)),
+        ("vllm019_llama31_8b_tp1_fp32", "llama-3.1-8b-instruct", "h100-80gb", serve(DType::F32, 1)),
+        ("vllm019_mixtral_8x7b_tp2", "mixtral-8x7b", "2xh100-80gb", serve(DType::BF16, 2)),
+        ("vllm019_deepseek_v2_lite_tp1", "deepseek-v2-lite", "h100-80gb", serve(DType::BF16, 1)),
+    ];
+    for (id, model, hardware, workload) in vllm_rows {
+        cases.push(Case {
+            id,
+            model: builtin(model),
+            hardware,
+            workload,
+            kind: Kind::Weights,
+            unasserted: None,
+        });
+    }
+    // llama.cpp (llama-cpp-rs README log): Llama-2-7B Q4_K_M, n_ctx 2048, every layer on an
+    // RTX 3090; n_ubatch is llama.cpp's default (512) at the time of the log.
+    cases.push(Case {
+        id: "llamacpp_llama2_7b_q4km_ctx2048",
+        model: builtin("llama-2-7b"),
+        hardware: "rtx3090",
+        workload: Workload {
+            seq: 2048,
+            quant: Quant::Gguf { quant_type: "Q4_K_M".into() },
+            engine: Engine::LlamaCpp { n_ctx: 2048, n_ubatch: 512 },
+            ..Workload::default()
+        },
+        kind: Kind::EngineBuffers,
+        unasserted: None,
     });
     cases
 }
@@ -283,41 +359,72 @@ fn cases() -> Vec<Case> {
 #[test]
 fn predictions_match_published_measurements() {
     let measured = measured();
+    let cases = cases();
+    // Every row of the file is a case, and every case a row: the table and the median cover
+    // the whole file.
+    let ids: Vec<&str> = cases.iter().map(|c| c.id).collect();
+    let uncovered: Vec<&String> = measured.keys().filter(|id| !ids.contains(&id.as_str())).collect();
+    assert!(uncovered.is_empty(), "rows of measured.csv without a case: {uncovered:?}");
+    let gib = |b: u64| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64);
     let mut errors = Vec::new();
     let mut failures = Vec::new();
-    println!("{:<42} {:>12} {:>12} {:>8}  {:<11} peak at", "case", "measured", "predicted", "error", "kind");
-    for case in cases() {
+    println!("{:<42} {:>12} {:>12} {:>8}  {:<13} peak at", "case", "measured", "predicted", "error", "kind");
+    for case in &cases {
         let hw = hardware::load(case.hardware).expect("hardware");
         let estimate = estimate(&case.model, &hw, &case.workload, &Placement::single(0)).expect("estimate");
         let device = &estimate.devices[0];
         let predicted = match case.kind {
-            Kind::Allocated => device.peak_allocated_bytes,
+            Kind::Allocated | Kind::EngineBuffers => device.peak_allocated_bytes,
             Kind::DeviceUsed => device.device_used_bytes,
             Kind::Weights => device.components.weights,
         };
-        let actual = measured[case.id];
-        let error = (predicted as f64 - actual as f64) / actual as f64;
-        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        let row = measured.get(case.id).unwrap_or_else(|| panic!("{} is not a row of measured.csv", case.id));
+        let error = (predicted as f64 - row.bytes as f64) / row.bytes as f64;
+        let note = case.unasserted.map(|why| format!("  (not asserted: {why})")).unwrap_or_default();
         println!(
-            "{:<42} {:>8.2} GiB {:>8.2} GiB {:>+7.1}%  {:<11} {}{}",
+            "{:<42} {:>12} {:>12} {:>+7.1}%  {:<13} {}{note}",
             case.id,
-            gib(actual),
+            gib(row.bytes),
             gib(predicted),
             100.0 * error,
             format!("{:?}", case.kind),
             device.peak_at,
-            if case.asserted { "" } else { "  (not asserted)" }
         );
-        if case.asserted {
+        if case.unasserted.is_none() {
             errors.push(error.abs());
             if error.abs() > 0.15 {
-                failures.push(case.id);
+                failures.push(case.id.to_string());
+            }
+        }
+        // The KV capacity vLLM logs (`GPU KV cache size: N tokens`), where the row has it.
+        if let Some(logged) = logged_count(&row.notes, "kv_tokens") {
+            let Some(tokens) = estimate.kv_capacity_tokens else {
+                failures.push(format!("{}: the row logs a KV capacity, the estimate has none", case.id));
+                continue;
+            };
+            let error = (tokens as f64 - logged as f64) / logged as f64;
+            println!(
+                "{:<42} {:>12} {:>12} {:>+7.1}%  KvCapacity",
+                format!("  {} KV capacity", case.id),
+                format!("{logged} tok"),
+                format!("{tokens} tok"),
+                100.0 * error,
+            );
+            if error.abs() > 0.15 {
+                failures.push(format!("{} KV capacity", case.id));
             }
         }
     }
     errors.sort_by(|a, b| a.total_cmp(b));
     let median = errors[errors.len() / 2];
-    println!("asserted cases: {}, median |error| {:.1}%", errors.len(), 100.0 * median);
+    let worst = errors.last().copied().unwrap_or(0.0);
+    println!(
+        "asserted rows: {} of {}, median |error| {:.1}%, worst {:.1}%",
+        errors.len(),
+        cases.len(),
+        100.0 * median,
+        100.0 * worst
+    );
     assert!(failures.is_empty(), "outside ±15%: {failures:?}");
     assert!(median <= 0.07, "median |error| {:.1}% > 7%", 100.0 * median);
 }

@@ -1,3 +1,17 @@
-//! The device-map solver (to come): placement units per target runtime, the exact ILP (good_lp
-//! with HiGHS), infeasibility diagnosis, accelerate's greedy algorithm as a baseline, and
-//! exports to runtime formats (accelerate JSON, llama.cpp flags, expert-parallel, pipeline).
+//! The device-map solver: placement units per target runtime, the exact ILP (good_lp with
+//! HiGHS), infeasibility diagnosis with verified remedies, accelerate's greedy algorithm as a
+//! baseline, the static mismatch check of a device map, and exports to runtime formats
+//! (accelerate JSON, llama.cpp flags, expert-parallel, pipeline, vramplan's YAML plan).
+
+pub mod build;
+pub mod check;
+pub mod explain;
+pub mod export;
+pub mod greedy;
+pub mod ilp;
+pub mod plan;
+pub mod problem;
+pub mod runtime;
+
+pub use problem::{Assignment, Device, Problem, Tier, Unit};
+pub use runtime::Runtime;

@@ -1,0 +1,159 @@
+//! `vramplan check DEVICE_MAP MODEL --hardware HW [--workload FILE] [flags] [--target T] [--json]`:
+//! reads a device map written by anyone (accelerate's, a plan's, hand-made), finds the device
+//! mismatches the target runtime would hit with it, simulates each device's memory under it
+//! when every tensor has a device, and prints the table or the JSON. Exit 0 when the map is
+//! clean and fits, 1 when it has a mismatch or a device runs out of memory, 2 for bad input.
+
+use crate::estimate::{FlagArgs, read_workload};
+use clap::Args;
+use serde::Serialize;
+use std::io::Write;
+use std::path::PathBuf;
+use vramplan_profiles::InputError;
+use vramplan_profiles::hardware;
+use vramplan_profiles::model::{self, ImportOptions, ModelDescription, Naming};
+use vramplan_sim::estimate::DeviceEstimate;
+use vramplan_sim::workload::Parallelism;
+use vramplan_sim::{Placement, device_map};
+use vramplan_solver::Runtime;
+use vramplan_solver::check::{Finding, Rule, check_device_map};
+
+/// Exit code when the map has a mismatch or does not fit.
+const EXIT_NOT_CLEAN: i32 = 1;
+
+#[derive(Args, Debug)]
+pub(crate) struct CheckArgs {
+    /// An accelerate device_map JSON: module name → GPU index, "cpu" or "disk".
+    device_map: PathBuf,
+    /// A built-in name (`mixtral-8x7b`), a config.json, a model folder, or a custom YAML.
+    model: String,
+    /// A built-in profile (`t4x2`, `a100-80gb-x4`), a short form (`2xt4`) or a YAML file.
+    #[arg(long)]
+    hardware: String,
+    /// A workload YAML file (docs/workloads.md); the workload flags override it.
+    #[arg(long, value_name = "FILE")]
+    workload: Option<PathBuf>,
+    /// The runtime that loads the map: accelerate (transformers 5.x names) | accelerate-v4 (4.x
+    /// names) | pipeline | expert-parallel | llama.cpp.
+    #[arg(long, default_value = "accelerate")]
+    target: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    flags: FlagArgs,
+}
+
+/// What `check --json` prints.
+#[derive(Serialize)]
+struct CheckOutput<'a> {
+    target: &'static str,
+    /// Whether every device fits; `null` when memory was not simulated.
+    fits: Option<bool>,
+    /// Per device, as `estimate --json` gives them.
+    devices: &'a [DeviceEstimate],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kv_capacity_tokens: Option<u64>,
+    findings: &'a [Finding],
+    /// No finding, and every device fits.
+    ok: bool,
+    /// Why memory was not simulated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory_skipped: Option<&'a str>,
+    warnings: &'a [String],
+}
+
+/// Runs `vramplan check`.
+pub(crate) fn run(args: &CheckArgs, out: &mut dyn Write) -> Result<i32, InputError> {
+    let runtime = Runtime::parse(&args.target).ok_or_else(|| {
+        InputError::new("--target", format!("unknown target `{}`", args.target))
+            .with_fix("use one of accelerate, accelerate-v4, llama.cpp, expert-parallel, pipeline")
+    })?;
+    let model = model::load(&args.model, ImportOptions { naming: runtime.naming() })?;
+    let hardware = hardware::load(&args.hardware)?;
+    let (workload, mut warnings) = read_workload(args.workload.as_deref(), &args.flags, &model, &hardware)?;
+    if workload.parallelism != Parallelism::Single {
+        return Err(InputError::new(
+            "--parallel",
+            "a device map spreads one copy of the model over GPUs (naive model parallelism); DDP, ZeRO, \
+             FSDP and tensor parallelism place the model themselves",
+        )
+        .with_fix("leave out --parallel, or use `--parallel single`"));
+    }
+    let entries = device_map::read_device_map(&args.device_map, &model, &hardware)
+        .map_err(|e| with_naming_hint(e, args, runtime, &hardware))?;
+    let findings = check_device_map(&model, &entries, runtime);
+    let memory_skipped = findings.iter().find(|f| f.rule == Rule::Uncovered).map(|f| {
+        format!(
+            "the map leaves {} on no device, so it does not load (see `uncovered` below)",
+            ticked_short(&f.modules)
+        )
+    });
+    let estimate = match memory_skipped {
+        Some(_) => None,
+        None => {
+            let placement = Placement::from_entries(entries);
+            let mut estimate = vramplan_sim::estimate(&model, &hardware, &workload, &placement)?;
+            for w in std::mem::take(&mut estimate.warnings) {
+                if !warnings.contains(&w) {
+                    warnings.push(w);
+                }
+            }
+            estimate.warnings = warnings.clone();
+            Some(estimate)
+        }
+    };
+    let fits = estimate.as_ref().map(|e| e.fits);
+    let ok = findings.is_empty() && fits != Some(false);
+    let text = if args.json {
+        crate::json_text(&CheckOutput {
+            target: runtime.name(),
+            fits,
+            devices: estimate.as_ref().map_or(&[], |e| e.devices.as_slice()),
+            kv_capacity_tokens: estimate.as_ref().and_then(|e| e.kv_capacity_tokens),
+            findings: &findings,
+            ok,
+            memory_skipped: memory_skipped.as_deref(),
+            warnings: &warnings,
+        })
+    } else {
+        vramplan_reports::check_table(runtime, estimate.as_ref(), memory_skipped.as_deref(), &findings)
+    };
+    crate::print(out, &text)?;
+    Ok(if ok { 0 } else { EXIT_NOT_CLEAN })
+}
+
+/// A map that does not read under the target's module naming but reads under the other one
+/// was written for the other transformers version: says so in the fix.
+fn with_naming_hint(
+    err: InputError,
+    args: &CheckArgs,
+    runtime: Runtime,
+    hardware: &hardware::HardwareProfile,
+) -> InputError {
+    let (other_naming, other_target, version) = match runtime {
+        Runtime::AccelerateV4 => (Naming::V5, Runtime::Accelerate, "5.x"),
+        Runtime::Accelerate => (Naming::V4, Runtime::AccelerateV4, "4.x"),
+        _ => return err,
+    };
+    let reads_otherwise = model::load(&args.model, ImportOptions { naming: other_naming })
+        .ok()
+        .filter(|other: &ModelDescription| {
+            device_map::read_device_map(&args.device_map, other, hardware).is_ok()
+        })
+        .is_some();
+    if !reads_otherwise {
+        return err;
+    }
+    err.with_fix(format!(
+        "these are transformers {version} module names: check the map with `--target {}`",
+        other_target.name()
+    ))
+}
+
+/// The first few names ticked, then how many more.
+fn ticked_short(names: &[String]) -> String {
+    let shown: Vec<String> = names.iter().take(3).map(|n| format!("`{n}`")).collect();
+    let more = names.len().saturating_sub(shown.len());
+    shown.join(", ") + &if more > 0 { format!(" and {more} more") } else { String::new() }
+}

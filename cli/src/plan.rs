@@ -1,0 +1,192 @@
+//! `vramplan plan MODEL --hardware HW [WORKLOAD] [--target T] [--headroom P] [--pin M=D]
+//! [--solver ilp|greedy] [-o FILE [--format F]] [--json]`: reads the inputs, asks the solver for
+//! a placement, prints it (with accelerate's greedy map beside it for accelerate targets), and
+//! writes the export atomically. Exit 0 with a plan, 1 when nothing fits (with the remedies).
+
+use crate::estimate::{FlagArgs, read_workload};
+use clap::Args;
+use serde::Serialize;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use vramplan_profiles::InputError;
+use vramplan_profiles::hardware;
+use vramplan_profiles::model::{self, ImportOptions};
+use vramplan_solver::Runtime;
+use vramplan_solver::build::{Request, parse_pin};
+use vramplan_solver::explain::{Explanation, explain};
+use vramplan_solver::export::{Format, export};
+use vramplan_solver::plan::{Plan, Settings, SolverKind, plan};
+
+/// Exit code when no plan fits.
+const EXIT_INFEASIBLE: i32 = 1;
+
+#[derive(Args, Debug)]
+pub(crate) struct PlanArgs {
+    /// A built-in name (`mixtral-8x7b`), a config.json, a model folder, or a custom YAML.
+    model: String,
+    /// A built-in profile (`t4x2`, `a100-80gb-x4`), a short form (`2xt4`) or a YAML file.
+    #[arg(long)]
+    hardware: String,
+    /// A workload YAML file (docs/workloads.md); the workload flags override it.
+    #[arg(long, value_name = "FILE")]
+    workload: Option<PathBuf>,
+    /// The runtime the plan is for: accelerate | accelerate-v4 | llama.cpp | expert-parallel | pipeline.
+    #[arg(long, default_value = "accelerate")]
+    target: String,
+    /// Share of each GPU's usable memory kept free: `10%` or `0.1`.
+    #[arg(long, default_value = "10%")]
+    headroom: String,
+    /// Fix a module to a device: `lm_head=0`, `model.layers.0-3=cpu` (repeatable).
+    #[arg(long)]
+    pin: Vec<String>,
+    /// Never place modules on the CPU or disk.
+    #[arg(long)]
+    no_offload: bool,
+    /// Among equally balanced plans, use the fewest GPUs.
+    #[arg(long)]
+    min_devices: bool,
+    /// Stop the ILP after this many seconds and return the best plan with its proven gap.
+    #[arg(long, value_name = "SECONDS")]
+    time_limit: Option<f64>,
+    /// ilp (exact, default) | greedy (accelerate's device_map="auto", the baseline).
+    #[arg(long, default_value = "ilp")]
+    solver: String,
+    /// Tokens routed to each expert, per MoE layer: JSON `{"model.layers.3.mlp.experts": [..]}`.
+    #[arg(long, value_name = "FILE")]
+    expert_load: Option<PathBuf>,
+    /// Write the plan here (atomically).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// accelerate | llama.cpp | expert-parallel | pipeline | yaml (default: from the file name
+    /// and the target).
+    #[arg(long)]
+    format: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    flags: FlagArgs,
+}
+
+/// What `plan --json` prints.
+#[derive(Serialize)]
+struct PlanOutput<'a> {
+    #[serde(flatten)]
+    plan: &'a Plan,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    baseline: Option<&'a Plan>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    explanation: Option<&'a Explanation>,
+    warnings: &'a [String],
+}
+
+/// Runs `vramplan plan`.
+pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputError> {
+    let runtime = Runtime::parse(&args.target).ok_or_else(|| {
+        InputError::new("--target", format!("unknown target `{}`", args.target))
+            .with_fix("use one of accelerate, accelerate-v4, llama.cpp, expert-parallel, pipeline")
+    })?;
+    let solver = match args.solver.as_str() {
+        "ilp" => SolverKind::Ilp,
+        "greedy" => SolverKind::Greedy,
+        other => {
+            return Err(InputError::new("--solver", format!("unknown solver `{other}`"))
+                .with_fix("use `ilp` (exact) or `greedy` (accelerate's algorithm)"));
+        }
+    };
+    let model = model::load(&args.model, ImportOptions { naming: runtime.naming() })?;
+    let hardware = hardware::load(&args.hardware)?;
+    let (workload, warnings) = read_workload(args.workload.as_deref(), &args.flags, &model, &hardware)?;
+    let mut request = Request::new(runtime);
+    request.headroom = parse_headroom(&args.headroom)?;
+    request.offload = !args.no_offload;
+    request.min_devices = args.min_devices;
+    request.pins = args.pin.iter().map(|p| parse_pin(p)).collect::<Result<_, _>>()?;
+    if let Some(path) = &args.expert_load {
+        request.expert_load = read_expert_load(path)?;
+    }
+    if let Some(limit) = args.time_limit
+        && !(limit > 0.0 && limit.is_finite())
+    {
+        return Err(InputError::new("--time-limit", format!("{limit} is not a positive number of seconds"))
+            .with_fix("give seconds, e.g. `--time-limit 5`"));
+    }
+    let settings = Settings { solver, time_limit_s: args.time_limit };
+    let result = plan(&model, &hardware, &workload, &request, &settings)?;
+    let baseline =
+        if solver == SolverKind::Ilp && matches!(runtime, Runtime::Accelerate | Runtime::AccelerateV4) {
+            plan(&model, &hardware, &workload, &request, &Settings { solver: SolverKind::Greedy, ..settings })
+                .ok()
+        } else {
+            None
+        };
+    let explanation = (!result.feasible).then(|| explain(&model, &hardware, &workload, &request, &settings));
+    if let Some(path) = &args.output
+        && result.feasible
+    {
+        let format = match &args.format {
+            Some(f) => Format::parse(f)?,
+            None => Format::for_output(&path.display().to_string(), &result),
+        };
+        let exported = export(&result, format, &args.model, &args.hardware, &workload)?;
+        write_atomic(path, &exported.text)?;
+        if let Some((suffix, text)) = &exported.companion {
+            let stem = path.with_extension("");
+            write_atomic(Path::new(&format!("{}{suffix}", stem.display())), text)?;
+        }
+    }
+    let text = if args.json {
+        crate::json_text(&PlanOutput {
+            plan: &result,
+            baseline: baseline.as_ref(),
+            explanation: explanation.as_ref(),
+            warnings: &warnings,
+        })
+    } else {
+        vramplan_reports::plan_table(&result, baseline.as_ref(), explanation.as_ref(), &warnings)
+    };
+    crate::print(out, &text)?;
+    Ok(if result.feasible { 0 } else { EXIT_INFEASIBLE })
+}
+
+/// `10%`, `10` (a percentage) or `0.1` (a share) → 0.1.
+fn parse_headroom(text: &str) -> Result<f64, InputError> {
+    let bad = || {
+        InputError::new("--headroom", format!("`{text}` is not a share of memory"))
+            .with_fix("give a percentage from 0 to 90, e.g. `--headroom 10%` or `--headroom 0.1`")
+    };
+    let trimmed = text.trim();
+    let (number, percent) = match trimmed.strip_suffix('%') {
+        Some(n) => (n.trim(), true),
+        None => (trimmed, false),
+    };
+    let value: f64 = number.parse().map_err(|_| bad())?;
+    let share = if percent || value > 1.0 { value / 100.0 } else { value };
+    if !(0.0..=0.9).contains(&share) {
+        return Err(bad());
+    }
+    Ok(share)
+}
+
+/// Reads `--expert-load`: `{"model.layers.3.mlp.experts": [tokens per expert, …], …}`.
+fn read_expert_load(path: &Path) -> Result<std::collections::BTreeMap<String, Vec<f64>>, InputError> {
+    let text = std::fs::read_to_string(path).map_err(|e| InputError::io(path, &e))?;
+    serde_json::from_str(&text).map_err(|e| {
+        InputError::json(path.display().to_string(), &e).with_fix(
+            "write `{\"model.layers.3.mlp.experts\": [1200, 800, …]}`: tokens per expert, per MoE layer",
+        )
+    })
+}
+
+/// Writes `text` to `path` through a temporary file in the same folder and a rename, so that
+/// nothing half-written is ever left at `path`.
+pub(crate) fn write_atomic(path: &Path, text: &str) -> Result<(), InputError> {
+    let folder = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let temp = folder.join(format!(".{name}.{}.tmp", std::process::id()));
+    let result = std::fs::write(&temp, text).and_then(|()| std::fs::rename(&temp, path));
+    result.map_err(|e| {
+        let _ = std::fs::remove_file(&temp);
+        InputError::io(path, &e).with_fix("write to a folder that exists and that you can write to")
+    })
+}

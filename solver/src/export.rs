@@ -1,0 +1,297 @@
+//! A plan in the formats runtimes read (`plan -o FILE --format F`):
+//!
+//! - `accelerate`: the `device_map` JSON (module → GPU index, `"cpu"` or `"disk"`) that
+//!   `from_pretrained(device_map=json.load(f))` takes unchanged; the matching `max_memory` goes
+//!   to a second document (see [`Export::companion`]).
+//! - `llama.cpp`: the command-line flags: `-ngl` (layers on GPUs, the output layer counted as one
+//!   more), `-ts` (layers per GPU, in order), `-ot` (expert tensors placed elsewhere than their
+//!   layer, e.g. `blk\.(3|4)\.ffn_.*_exps\.=CPU`).
+//! - `expert-parallel`: per MoE experts module, the GPU of each expert.
+//! - `pipeline`: per GPU its contiguous stage of layers, and DeepSpeed's `parts` boundaries.
+//! - `yaml`: vramplan's own plan (model, hardware, target, workload, device map), read back by
+//!   `estimate --plan` and `validate`.
+
+use crate::plan::Plan;
+use crate::problem::Tier;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use vramplan_profiles::InputError;
+use vramplan_sim::workload::Workload;
+
+/// An export format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Accelerate,
+    LlamaCpp,
+    ExpertParallel,
+    Pipeline,
+    Yaml,
+}
+
+impl Format {
+    /// Reads a `--format` value.
+    pub fn parse(text: &str) -> Result<Format, InputError> {
+        Ok(match text.trim().to_ascii_lowercase().as_str() {
+            "accelerate" | "json" => Format::Accelerate,
+            "llama.cpp" | "llamacpp" | "llama-cpp" => Format::LlamaCpp,
+            "expert-parallel" => Format::ExpertParallel,
+            "pipeline" | "deepspeed" => Format::Pipeline,
+            "yaml" | "yml" => Format::Yaml,
+            other => {
+                return Err(InputError::new("--format", format!("unknown format `{other}`"))
+                    .with_fix("use one of accelerate, llama.cpp, expert-parallel, pipeline, yaml"));
+            }
+        })
+    }
+
+    /// The format a file name implies (`.yaml` → yaml), else the target's own.
+    pub fn for_output(path: &str, plan: &Plan) -> Format {
+        if path.ends_with(".yaml") || path.ends_with(".yml") {
+            return Format::Yaml;
+        }
+        match plan.target {
+            crate::Runtime::LlamaCpp => Format::LlamaCpp,
+            crate::Runtime::ExpertParallel => Format::ExpertParallel,
+            crate::Runtime::Pipeline => Format::Pipeline,
+            _ => Format::Accelerate,
+        }
+    }
+}
+
+/// vramplan's plan file: what `estimate --plan` and `validate` read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanFile {
+    /// The schema version.
+    pub vramplan_plan: u32,
+    pub model: String,
+    pub hardware: String,
+    pub target: String,
+    pub workload: Workload,
+    /// Module → device: a GPU index, `cpu` or `disk`.
+    pub device_map: BTreeMap<String, PlanTarget>,
+}
+
+/// A device in a plan file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PlanTarget {
+    Gpu(u32),
+    Host(String),
+}
+
+/// One export: the main document and, for accelerate, the `max_memory` beside it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Export {
+    pub text: String,
+    /// `(file suffix, text)` of a second document (`.max_memory.json`).
+    pub companion: Option<(String, String)>,
+}
+
+/// Renders `plan` in `format`. `model`, `hardware` and `workload` are what the plan was made
+/// from, written into the YAML plan.
+pub fn export(
+    plan: &Plan,
+    format: Format,
+    model: &str,
+    hardware: &str,
+    workload: &Workload,
+) -> Result<Export, InputError> {
+    if !plan.feasible {
+        return Err(InputError::new("-o", "the plan does not fit; there is nothing to export")
+            .with_fix("apply one of the remedies printed above and plan again"));
+    }
+    let text = match format {
+        Format::Accelerate => {
+            let map = json_map(&plan.device_map);
+            let mut max_memory = serde_json::Map::new();
+            for (device, bytes) in &plan.max_memory {
+                max_memory.insert(device.clone(), serde_json::Value::from(*bytes));
+            }
+            let companion = serde_json::to_string_pretty(&max_memory).unwrap_or_default() + "\n";
+            return Ok(Export {
+                text: serde_json::to_string_pretty(&map).unwrap_or_default() + "\n",
+                companion: Some((".max_memory.json".into(), companion)),
+            });
+        }
+        Format::LlamaCpp => llamacpp_flags(plan)?,
+        Format::ExpertParallel => {
+            if plan.experts.is_empty() {
+                return Err(not_for(plan, "expert-parallel", "a plan made with `--target expert-parallel`"));
+            }
+            serde_json::to_string_pretty(&plan.experts).unwrap_or_default() + "\n"
+        }
+        Format::Pipeline => pipeline(plan)?,
+        Format::Yaml => {
+            let file = PlanFile {
+                vramplan_plan: 1,
+                model: model.to_string(),
+                hardware: hardware.to_string(),
+                target: plan.target.name().to_string(),
+                workload: workload.clone(),
+                device_map: plan
+                    .device_map
+                    .iter()
+                    .map(|(k, t)| {
+                        let v = match t {
+                            Tier::Gpu(g) => PlanTarget::Gpu(*g),
+                            Tier::Cpu => PlanTarget::Host("cpu".into()),
+                            Tier::Disk => PlanTarget::Host("disk".into()),
+                        };
+                        (k.clone(), v)
+                    })
+                    .collect(),
+            };
+            serde_saphyr::to_string(&file)
+                .map_err(|e| InputError::new("-o", format!("cannot write YAML: {e}")))?
+        }
+    };
+    Ok(Export { text, companion: None })
+}
+
+fn json_map(entries: &[(String, Tier)]) -> serde_json::Map<String, serde_json::Value> {
+    entries
+        .iter()
+        .map(|(k, t)| {
+            let v = match t {
+                Tier::Gpu(g) => serde_json::Value::from(*g),
+                Tier::Cpu => serde_json::Value::from("cpu"),
+                Tier::Disk => serde_json::Value::from("disk"),
+            };
+            (k.clone(), v)
+        })
+        .collect()
+}
+
+fn not_for(plan: &Plan, format: &str, needs: &str) -> InputError {
+    InputError::new("--format", format!("a {} plan cannot be written as {format}", plan.target.name()))
+        .with_fix(format!("the {format} format needs {needs}"))
+}
+
+/// llama.cpp flags from a `--target llama.cpp` plan.
+fn llamacpp_flags(plan: &Plan) -> Result<String, InputError> {
+    let mut layer_tier: BTreeMap<u32, Tier> = BTreeMap::new();
+    let mut expert_tier: BTreeMap<u32, Tier> = BTreeMap::new();
+    let mut output = None;
+    for (name, tier) in &plan.device_map {
+        if name == "output" {
+            output = Some(*tier);
+        } else if let Some(rest) = name.strip_prefix("blk.") {
+            let (index, experts) = match rest.split_once('.') {
+                Some((i, _)) => (i, true),
+                None => (rest, false),
+            };
+            let Ok(index) = index.parse::<u32>() else { continue };
+            if experts {
+                expert_tier.insert(index, *tier);
+            } else {
+                layer_tier.insert(index, *tier);
+            }
+        }
+    }
+    if layer_tier.is_empty() {
+        return Err(not_for(plan, "llama.cpp", "a plan made with `--target llama.cpp`"));
+    }
+    let gpus: Vec<u32> = {
+        let mut g: Vec<u32> =
+            layer_tier.values().filter_map(|t| if let Tier::Gpu(g) = t { Some(*g) } else { None }).collect();
+        g.sort_unstable();
+        g.dedup();
+        g
+    };
+    let max_gpu = gpus.last().copied().unwrap_or(0);
+    let mut per_gpu = vec![0u32; max_gpu as usize + 1];
+    for t in layer_tier.values() {
+        if let Tier::Gpu(g) = t {
+            per_gpu[*g as usize] += 1;
+        }
+    }
+    let on_gpu: u32 = per_gpu.iter().sum::<u32>() + u32::from(matches!(output, Some(Tier::Gpu(_))));
+    let mut flags = format!("-ngl {on_gpu}");
+    if per_gpu.len() > 1 {
+        let split: Vec<String> = per_gpu.iter().map(u32::to_string).collect();
+        flags += &format!(" -ts {}", split.join(","));
+    }
+    // Expert tensors placed elsewhere than their layer, grouped by where they go.
+    let mut moved: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for (layer, tier) in &expert_tier {
+        if layer_tier.get(layer) != Some(tier) {
+            let buffer = match tier {
+                Tier::Gpu(g) => format!("CUDA{g}"),
+                _ => "CPU".into(),
+            };
+            moved.entry(buffer).or_default().push(*layer);
+        }
+    }
+    for (buffer, layers) in moved {
+        let list: Vec<String> = layers.iter().map(u32::to_string).collect();
+        flags += &format!(" -ot \"blk\\.({})\\.ffn_.*_exps\\.={buffer}\"", list.join("|"));
+    }
+    Ok(flags + "\n")
+}
+
+/// Pipeline stages from an ordered plan: per GPU its first and last block, and DeepSpeed's
+/// `parts` (the block index each stage starts at, then the block count).
+fn pipeline(plan: &Plan) -> Result<String, InputError> {
+    let mut stages: Vec<(u32, u32, u32)> = Vec::new(); // (gpu, first, last)
+    let mut block = 0u32;
+    for (name, tier) in &plan.device_map {
+        let is_block = name.rsplit('.').next().is_some_and(|last| last.parse::<u32>().is_ok());
+        if !is_block {
+            continue;
+        }
+        let Tier::Gpu(g) = tier else {
+            return Err(not_for(plan, "pipeline", "every layer on a GPU"));
+        };
+        match stages.last_mut() {
+            Some((gpu, _, last)) if gpu == g => *last = block,
+            _ => stages.push((*g, block, block)),
+        }
+        block += 1;
+    }
+    if stages.is_empty() {
+        return Err(not_for(plan, "pipeline", "a plan that places decoder layers"));
+    }
+    let mut parts: Vec<u32> = stages.iter().map(|s| s.1).collect();
+    parts.push(block);
+    let stages_json: Vec<serde_json::Value> = stages
+        .iter()
+        .map(|(gpu, first, last)| serde_json::json!({"gpu": gpu, "first_layer": first, "last_layer": last}))
+        .collect();
+    let doc = serde_json::json!({"stages": stages_json, "parts": parts});
+    Ok(serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n")
+}
+
+/// Reads a plan file written by `plan -o FILE.yaml`.
+pub fn read_plan_file(path: &std::path::Path) -> Result<PlanFile, InputError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        InputError::io(path, &e).with_fix("give the YAML file `vramplan plan -o plan.yaml` wrote")
+    })?;
+    serde_saphyr::from_str::<PlanFile>(&text).map_err(|e| {
+        InputError::yaml(path.display().to_string(), &e)
+            .with_fix("a plan file has `vramplan_plan`, `model`, `hardware`, `target`, `workload` and `device_map`; write one with `vramplan plan -o plan.yaml`")
+    })
+}
+
+impl PlanFile {
+    /// The device map as `(module, target)` entries for the simulator.
+    pub fn entries(&self) -> Result<Vec<(String, vramplan_sim::placement::Target)>, InputError> {
+        use vramplan_sim::placement::Target;
+        self.device_map
+            .iter()
+            .map(|(module, target)| {
+                let t = match target {
+                    PlanTarget::Gpu(g) => Target::Gpu(*g),
+                    PlanTarget::Host(h) if h == "cpu" => Target::Cpu,
+                    PlanTarget::Host(h) if h == "disk" => Target::Disk,
+                    PlanTarget::Host(h) => {
+                        return Err(InputError::new("plan", format!("`{module}` is placed on `{h}`"))
+                            .at_key(format!("device_map.{module}"))
+                            .with_fix("use a GPU index, `cpu` or `disk`"));
+                    }
+                };
+                Ok((module.clone(), t))
+            })
+            .collect()
+    }
+}

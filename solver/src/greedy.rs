@@ -1,0 +1,707 @@
+//! accelerate's `device_map="auto"`, the baseline every plan is compared with: what
+//! transformers' `_get_device_map` does for `from_pretrained(device_map="auto")`, rewritten
+//! from its documented rules (transformers 5.x `integrations/accelerate.py`, accelerate
+//! `utils/modeling.py`):
+//!
+//! 1. [`max_memory`]: `get_max_memory` (each GPU's free memory once the CUDA context exists,
+//!    the host's available RAM), `get_balanced_memory` for "auto" / "balanced" /
+//!    "balanced_low_0", then the quantizer's `adjust_max_memory`.
+//! 2. [`auto_device_map`]: `infer_auto_device_map` (a greedy fill in module definition order
+//!    that splits what does not fit unless it is a no-split class, moves on to the next device
+//!    and never comes back, keeps the largest layer free on GPU 0 and the CPU, keeps tied
+//!    parameters together, and ends on an uncapped disk), then `clean_device_map`.
+//!
+//! Sizes are what transformers believes, not what memory holds ([`Sizing`]): parameters at the
+//! load dtype, quantized linear weights at the quantizer's element size (bitsandbytes 4-bit:
+//! half a byte, no quantization constants), buffers as created, tied copies counted once.
+//! Nothing here knows about activations or the KV cache, exactly as accelerate does not.
+
+use crate::problem::Tier;
+use std::collections::{HashMap, HashSet, VecDeque};
+use vramplan_profiles::DType;
+use vramplan_profiles::hardware::HardwareProfile;
+use vramplan_profiles::model::{ModelDescription, Module, ModuleKind, Tensor, TensorKind};
+use vramplan_sim::workload::{Quant, Workload};
+
+/// Share of a lone GPU's free memory `get_balanced_memory` keeps when the user sets no
+/// `max_memory` ("90% is a good compromise"; accelerate PR #1798).
+const SINGLE_GPU_SHARE: f64 = 0.9;
+/// Share of every device's budget the bitsandbytes quantizers keep ("need more space for
+/// buffers that are created during quantization"; transformers
+/// `Bnb8BitHfQuantizer.adjust_max_memory`, copied into `Bnb4BitHfQuantizer`).
+const QUANTIZER_SHARE: f64 = 0.9;
+/// Host RAM assumed where the profile gives none; the same default the ILP's problem uses
+/// (`build.rs`, `host_devices`).
+const DEFAULT_HOST_RAM: u64 = 64 << 30;
+
+/// One entry of accelerate's `max_memory`: a device and the bytes it may fill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaxMemory {
+    pub tier: Tier,
+    pub bytes: u64,
+}
+
+/// Which `device_map` string the user passed to `from_pretrained`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// `"auto"` or `"balanced"` (the same in transformers): balanced caps on all GPUs but the last.
+    Balanced,
+    /// `"balanced_low_0"`: GPU 0 keeps only what the other GPUs cannot take.
+    BalancedLow0,
+    /// `"sequential"`: every GPU's full free memory, no balancing.
+    Sequential,
+}
+
+/// How transformers quantizes linear weights while it sizes the model for the map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GreedyQuant {
+    None,
+    /// bitsandbytes LLM.int8: quantized weights at 1 byte per element; budgets × 0.9.
+    Int8,
+    /// bitsandbytes 4-bit (nf4, fp4): quantized weights at half a byte per element; budgets × 0.9.
+    Int4,
+    /// A packed checkpoint (GPTQ, AWQ, fp8) described unquantized: quantized weights at `bits`
+    /// per element, their scales and zeros left out; no budget factor.
+    Packed {
+        bits: u32,
+    },
+}
+
+/// How transformers sizes the model's tensors for the map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sizing {
+    /// The dtype floating-point parameters are loaded in (`from_pretrained(dtype=...)`).
+    pub dtype: DType,
+    pub quant: GreedyQuant,
+}
+
+impl Sizing {
+    /// The sizing `from_pretrained` would use for this workload: its weight dtype (else the
+    /// checkpoint's; a quantized checkpoint's own dtype falls back to bf16, as the simulator
+    /// holds unquantized parts) and its quantization.
+    pub fn of(model: &ModelDescription, workload: &Workload) -> Sizing {
+        let dtype = workload.weight_dtype.unwrap_or(model.dtype);
+        let dtype = if dtype.is_float() && dtype.bits() >= 16 { dtype } else { DType::BF16 };
+        let quant = match &workload.quant {
+            Quant::None | Quant::Gguf { .. } => GreedyQuant::None,
+            Quant::Int8 => GreedyQuant::Int8,
+            Quant::Nf4 { .. } | Quant::Fp4 { .. } => GreedyQuant::Int4,
+            Quant::Gptq { bits, .. } | Quant::Awq { bits, .. } => GreedyQuant::Packed { bits: *bits },
+            Quant::Fp8 { .. } => GreedyQuant::Packed { bits: 8 },
+        };
+        Sizing { dtype, quant }
+    }
+
+    /// Bits per element of a quantized linear weight, `None` when nothing is quantized.
+    fn quantized_bits(&self) -> Option<u64> {
+        match self.quant {
+            GreedyQuant::None => None,
+            GreedyQuant::Int8 => Some(8),
+            GreedyQuant::Int4 => Some(4),
+            GreedyQuant::Packed { bits } => Some(u64::from(bits)),
+        }
+    }
+
+    /// The bitsandbytes quantizers shrink every budget (`adjust_max_memory`); others do not.
+    fn budget_share(&self) -> f64 {
+        match self.quant {
+            GreedyQuant::Int8 | GreedyQuant::Int4 => QUANTIZER_SHARE,
+            GreedyQuant::None | GreedyQuant::Packed { .. } => 1.0,
+        }
+    }
+}
+
+/// accelerate's `max_memory` for `model` on `hardware`, GPUs in order then `cpu`: the free
+/// memory after the CUDA context on each GPU of the first node (`mem_get_info` after
+/// `get_max_memory` creates the context) and the host's RAM, balanced as `strategy` asks
+/// (`get_balanced_memory`), then × 0.9 everywhere under bitsandbytes (`adjust_max_memory`).
+/// Without a model there is nothing to balance for: the budgets are `get_max_memory`'s.
+///
+/// Balancing (`get_balanced_memory`, user `max_memory` unset):
+/// - one GPU: its budget × 0.9, no cap;
+/// - several: every GPU but the last is capped at total ÷ n + 1.25 × max(the first block of
+///   each no-split class, the mean module holding tensors); the last keeps its budget;
+/// - `balanced_low_0`: total ÷ (n − 1) for the caps, and GPU 0 only what the others cannot take.
+pub fn max_memory(
+    hardware: &HardwareProfile,
+    sizing: &Sizing,
+    strategy: Strategy,
+    model: Option<&ModelDescription>,
+) -> Vec<MaxMemory> {
+    let node = hardware.devices.first().map_or(0, |d| d.node);
+    let mut gpus: Vec<(u32, f64)> =
+        hardware.devices_of(node).map(|d| (d.index, d.usable_bytes() as f64)).collect();
+    gpus.sort_by_key(|g| g.0);
+    let ram = hardware.nodes.iter().find(|n| n.index == node).and_then(|n| n.host.ram_bytes);
+    let mut cpu = ram.unwrap_or(DEFAULT_HOST_RAM) as f64;
+    if let Some(model) = model
+        && strategy != Strategy::Sequential
+    {
+        balance(&mut gpus, model, sizing, strategy == Strategy::BalancedLow0);
+    }
+    let share = sizing.budget_share();
+    cpu *= share;
+    let mut out: Vec<MaxMemory> =
+        gpus.iter().map(|&(i, b)| MaxMemory { tier: Tier::Gpu(i), bytes: (b * share) as u64 }).collect();
+    out.push(MaxMemory { tier: Tier::Cpu, bytes: cpu as u64 });
+    out
+}
+
+/// `get_balanced_memory` on the GPU budgets (index, bytes), with `max_memory` unset by the user.
+fn balance(gpus: &mut [(u32, f64)], model: &ModelDescription, sizing: &Sizing, mut low_zero: bool) {
+    let count = gpus.iter().filter(|g| g.1 > 0.0).count() as u64;
+    if count == 0 {
+        return;
+    }
+    if count == 1 {
+        low_zero = false;
+        if let Some(first) = gpus.first_mut() {
+            first.1 *= SINGLE_GPU_SHARE;
+        }
+    }
+    let sizes = Sizes::of(model, sizing);
+    let total = sizes.module("");
+    let mut per_gpu = total / if low_zero { count - 1 } else { count };
+    // The first module of each no-split class in definition order (not the largest: an MoE
+    // model whose first layers are dense gets a buffer sized for a dense layer).
+    let mut first_of_class: Vec<(&str, u64)> = Vec::new();
+    let no_split = &model.facts.no_split_classes;
+    model.root.visit(&mut |m| {
+        if no_split.contains(&m.class)
+            && sizes.modules.contains_key(m.path.as_str())
+            && !first_of_class.iter().any(|(class, _)| *class == m.class)
+        {
+            first_of_class.push((&m.class, sizes.module(&m.path)));
+        }
+    });
+    let block = first_of_class.iter().map(|c| c.1).max().unwrap_or(0);
+    let leaves = sizes.leaves.len().max(1) as u64;
+    let mean_leaf = sizes.leaves.iter().sum::<u64>() / leaves;
+    // int(1.25 × max(block, mean)), exactly: ⌊5x/4⌋.
+    per_gpu += block.max(mean_leaf).saturating_mul(5) / 4;
+    let per_gpu = per_gpu as f64;
+    let gpu0 = gpus.iter().find(|g| g.0 == 0).map(|g| g.1);
+    let positive: Vec<usize> = (0..gpus.len()).filter(|&i| gpus[i].1 > 0.0).collect();
+    if let Some((_, capped)) = positive.split_last() {
+        for &i in capped {
+            let cap = match gpu0 {
+                Some(own) if low_zero && gpus[i].0 == 0 => own,
+                _ => per_gpu,
+            };
+            gpus[i].1 = gpus[i].1.min(cap);
+        }
+    }
+    if low_zero {
+        let others: f64 = gpus.iter().filter(|g| g.0 >= 1 && u64::from(g.0) < count).map(|g| g.1).sum();
+        let min_zero = (total as f64 - others).max(0.0);
+        if let Some(zero) = gpus.iter_mut().find(|g| g.0 == 0) {
+            zero.1 = zero.1.min(min_zero);
+        }
+    }
+}
+
+/// The map `from_pretrained(device_map="auto")` ends with: [`infer_auto_device_map`] as
+/// transformers calls it (no fallback allocation), cleaned.
+pub fn auto_device_map(
+    model: &ModelDescription,
+    sizing: &Sizing,
+    max_memory: &[MaxMemory],
+) -> Vec<(String, Tier)> {
+    infer_auto_device_map(model, sizing, max_memory, Options::default())
+}
+
+/// Switches of `infer_auto_device_map` that transformers leaves at their defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// When a device would stay empty, first look (depth first) for a module that fits it
+    /// (accelerate PR #3066; off by default, and transformers never turns it on).
+    pub fallback_allocation: bool,
+    /// Merge the children that share a device into their parent (`clean_device_map`).
+    pub clean_result: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options { fallback_allocation: false, clean_result: true }
+    }
+}
+
+/// accelerate's `infer_auto_device_map`: module name → device, in the order placed (after
+/// cleaning, a merged parent takes the place of its first child). Devices are `max_memory`'s
+/// in order, then an uncapped disk.
+pub fn infer_auto_device_map(
+    model: &ModelDescription,
+    sizing: &Sizing,
+    max_memory: &[MaxMemory],
+    options: Options,
+) -> Vec<(String, Tier)> {
+    let sizes = Sizes::of(model, sizing);
+    let mut fill = Fill::new(model, &sizes, max_memory);
+    let mut map = fill.run(options.fallback_allocation);
+    if options.clean_result {
+        clean_device_map(&mut map, "");
+    }
+    map
+}
+
+/// What transformers' `compute_module_sizes` gives: bytes under every module path (tied
+/// copies left out), any tensor's bytes on demand, and the modules that hold tensors
+/// themselves (the "leaves" whose mean `get_balanced_memory` takes).
+struct Sizes<'m> {
+    root: &'m Module,
+    sizing: Sizing,
+    /// Modules whose weights stay unquantized.
+    kept: HashSet<&'m str>,
+    /// Bytes under each module path that holds a counted tensor.
+    modules: HashMap<&'m str, u64>,
+    leaves: Vec<u64>,
+}
+
+impl<'m> Sizes<'m> {
+    fn of(model: &'m ModelDescription, sizing: &Sizing) -> Sizes<'m> {
+        let mut sizes = Sizes {
+            root: &model.root,
+            sizing: *sizing,
+            kept: unquantized_modules(model),
+            modules: HashMap::new(),
+            leaves: Vec::new(),
+        };
+        sizes.add(&model.root);
+        sizes
+    }
+
+    /// Adds `module` and everything below; returns its bytes, `None` when it holds no counted tensor.
+    fn add(&mut self, module: &'m Module) -> Option<u64> {
+        let mut own: Option<u64> = None;
+        for tensor in module.tensors.iter().filter(|t| t.tied_to.is_none()) {
+            own = Some(own.unwrap_or(0) + self.tensor(module, tensor));
+        }
+        if let Some(bytes) = own
+            && !module.path.is_empty()
+        {
+            self.leaves.push(bytes);
+        }
+        let mut total = own;
+        for child in &module.children {
+            if let Some(bytes) = self.add(child) {
+                total = Some(total.unwrap_or(0) + bytes);
+            }
+        }
+        if let Some(bytes) = total {
+            self.modules.insert(&module.path, bytes);
+        }
+        total
+    }
+
+    /// A tensor's bytes (0 for a tied copy): `param_element_size` for the weights the quantizer
+    /// replaces, the load dtype for other floating-point parameters, and the type they are
+    /// created in for buffers, packed weights and their constants.
+    fn tensor(&self, module: &Module, tensor: &Tensor) -> u64 {
+        if tensor.tied_to.is_some() {
+            return 0;
+        }
+        let numel = tensor.numel();
+        let float_param = tensor.kind == TensorKind::Parameter && tensor.dtype.is_float();
+        let linear = matches!(module.kind, ModuleKind::Linear | ModuleKind::Experts { .. })
+            || module.class == "Linear";
+        match self.sizing.quantized_bits() {
+            Some(bits)
+                if float_param
+                    && tensor.shape.len() >= 2
+                    && linear
+                    && !self.kept.contains(module.path.as_str()) =>
+            {
+                (u128::from(numel) * u128::from(bits)).div_ceil(8) as u64
+            }
+            _ if float_param => self.sizing.dtype.bytes_for(numel),
+            _ => tensor.bytes(),
+        }
+    }
+
+    /// Bytes under a module path (0 for one that holds nothing counted).
+    fn module(&self, path: &str) -> u64 {
+        self.modules.get(path).copied().unwrap_or(0)
+    }
+
+    /// Bytes under a module or tensor path.
+    fn named(&self, name: &str) -> u64 {
+        if let Some(&bytes) = self.modules.get(name) {
+            return bytes;
+        }
+        let (module, tensor) = name.rsplit_once('.').unwrap_or(("", name));
+        let Some(module) = self.root.find(module) else { return 0 };
+        module.tensors.iter().find(|t| t.name == tensor).map_or(0, |t| self.tensor(module, t))
+    }
+
+    /// Bytes of a queue item.
+    fn item(&self, item: &Item<'m>) -> u64 {
+        match item.node {
+            Node::Module(module) => self.module(&module.path),
+            Node::Tensor(module, tensor) => self.tensor(module, tensor),
+        }
+    }
+}
+
+/// The modules bitsandbytes keeps unquantized (`get_keys_to_not_convert`): the module of the
+/// last parameter (the head), and both ends of every tie.
+fn unquantized_modules(model: &ModelDescription) -> HashSet<&str> {
+    let mut kept = HashSet::new();
+    let mut last = None;
+    model.root.visit(&mut |m| {
+        for tensor in &m.tensors {
+            if let Some(target) = &tensor.tied_to {
+                kept.insert(m.path.as_str());
+                kept.insert(split_tensor_path(target));
+            } else if matches!(tensor.kind, TensorKind::Parameter | TensorKind::PackedParameter { .. }) {
+                last = Some(m.path.as_str());
+            }
+        }
+    });
+    kept.extend(last);
+    kept
+}
+
+/// The module part of a full tensor path.
+fn split_tensor_path(path: &str) -> &str {
+    path.rsplit_once('.').map_or("", |(module, _)| module)
+}
+
+fn join(parent: &str, name: &str) -> String {
+    if parent.is_empty() { name.to_string() } else { format!("{parent}.{name}") }
+}
+
+/// One item of accelerate's `modules_to_treat`: a module, or a parameter or buffer taken on its own.
+#[derive(Clone)]
+struct Item<'m> {
+    name: String,
+    node: Node<'m>,
+}
+
+#[derive(Clone, Copy)]
+enum Node<'m> {
+    Module(&'m Module),
+    /// A tensor and the module that holds it.
+    Tensor(&'m Module, &'m Tensor),
+}
+
+/// True for what `named_parameters` lists (buffers and quantization constants are buffers).
+fn is_parameter(tensor: &Tensor) -> bool {
+    matches!(tensor.kind, TensorKind::Parameter | TensorKind::PackedParameter { .. })
+}
+
+impl<'m> Item<'m> {
+    fn of_module(module: &'m Module) -> Item<'m> {
+        Item { name: module.path.clone(), node: Node::Module(module) }
+    }
+
+    fn of_tensor(module: &'m Module, tensor: &'m Tensor) -> Item<'m> {
+        Item { name: join(&module.path, &tensor.name), node: Node::Tensor(module, tensor) }
+    }
+
+    fn module(&self) -> Option<&'m Module> {
+        match self.node {
+            Node::Module(module) => Some(module),
+            Node::Tensor(..) => None,
+        }
+    }
+
+    /// What splitting it gives: its own parameters, then its child modules (`named_parameters(
+    /// recurse=False) + named_children()`; its own buffers are not listed, as in accelerate).
+    fn split(&self) -> Vec<Item<'m>> {
+        let Some(module) = self.module() else { return Vec::new() };
+        let params = module.tensors.iter().filter(|t| is_parameter(t)).map(|t| Item::of_tensor(module, t));
+        params.chain(module.children.iter().map(Item::of_module)).collect()
+    }
+
+    /// True if it has child modules and its class may be split.
+    fn splittable(&self, no_split: &[String]) -> bool {
+        self.module().is_some_and(|m| !m.children.is_empty() && !no_split.contains(&m.class))
+    }
+}
+
+/// True if `name` lies inside module `inside` by accelerate's test (`inside + "." in name + "."`,
+/// a substring test).
+fn contains(inside: &str, name: &str) -> bool {
+    format!("{name}.").contains(format!("{inside}.").as_str())
+}
+
+/// The state of one `infer_auto_device_map` run.
+struct Fill<'m, 's> {
+    sizes: &'s Sizes<'m>,
+    no_split: &'m [String],
+    /// Tied parameter groups, each sorted.
+    tied: Vec<Vec<String>>,
+    /// Devices in order with their budget; `None` for the uncapped disk.
+    devices: Vec<(Tier, Option<i64>)>,
+    /// GPU 0 (the first GPU listed) and the CPU keep the largest layer free.
+    main: Vec<Tier>,
+    queue: VecDeque<Item<'m>>,
+}
+
+/// A module's size with the modules its tied parameters live in, and those modules.
+struct WithTies<'m> {
+    bytes: i64,
+    modules: Vec<Item<'m>>,
+}
+
+impl<'m, 's> Fill<'m, 's> {
+    fn new(model: &'m ModelDescription, sizes: &'s Sizes<'m>, max_memory: &[MaxMemory]) -> Fill<'m, 's> {
+        let mut devices: Vec<(Tier, Option<i64>)> = max_memory
+            .iter()
+            .map(|m| (m.tier, (m.tier != Tier::Disk).then(|| i64::try_from(m.bytes).unwrap_or(i64::MAX))))
+            .collect();
+        if !devices.iter().any(|d| d.0 == Tier::Disk) {
+            devices.push((Tier::Disk, None));
+        }
+        let main = match devices.iter().find(|d| matches!(d.0, Tier::Gpu(_))) {
+            Some(gpu) => vec![gpu.0, Tier::Cpu],
+            None => vec![Tier::Cpu],
+        };
+        // Listing the groups names every tensor; most models have none.
+        let mut any_tied = false;
+        model.root.visit(&mut |m| any_tied |= m.tensors.iter().any(|t| t.tied_to.is_some()));
+        let mut tied = if any_tied { model.tied_groups() } else { Vec::new() };
+        for group in &mut tied {
+            group.sort();
+        }
+        // The root's own parameters, its children, its own buffers.
+        let root = &model.root;
+        let params = root.tensors.iter().filter(|t| is_parameter(t));
+        let buffers = root.tensors.iter().filter(|t| !is_parameter(t));
+        let queue = params
+            .map(|t| Item::of_tensor(root, t))
+            .chain(root.children.iter().map(Item::of_module))
+            .chain(buffers.map(|t| Item::of_tensor(root, t)))
+            .collect();
+        Fill { sizes, no_split: &model.facts.no_split_classes, tied, devices, main, queue }
+    }
+
+    fn size(&self, item: &Item<'m>) -> i64 {
+        i64::try_from(self.sizes.item(item)).unwrap_or(i64::MAX)
+    }
+
+    fn size_named(&self, name: &str) -> i64 {
+        i64::try_from(self.sizes.named(name)).unwrap_or(i64::MAX)
+    }
+
+    /// `get_max_layer_size`: the largest leaf module or no-split block among `items` (depth
+    /// first), and every name that reaches it.
+    fn max_layer<'a>(&self, items: impl Iterator<Item = &'a Item<'m>>) -> (i64, Vec<String>)
+    where
+        'm: 'a,
+    {
+        let mut best = (0, Vec::new());
+        for item in items {
+            self.max_layer_below(item, &mut best);
+        }
+        best
+    }
+
+    fn max_layer_below(&self, item: &Item<'m>, best: &mut (i64, Vec<String>)) {
+        let children = item.module().map_or(&[][..], |m| &m.children[..]);
+        let whole = item.module().is_some_and(|m| self.no_split.contains(&m.class));
+        if children.is_empty() || whole {
+            let size = self.size(item);
+            if size > best.0 {
+                *best = (size, vec![item.name.clone()]);
+            } else if size == best.0 {
+                best.1.push(item.name.clone());
+            }
+        } else {
+            for child in children {
+                self.max_layer_below(&Item::of_module(child), best);
+            }
+        }
+    }
+
+    /// The recomputed largest layer over the modules still to place (parameters excluded).
+    fn max_layer_left(&self) -> (i64, Vec<String>) {
+        self.max_layer(self.queue.iter().filter(|i| i.module().is_some()))
+    }
+
+    /// The parameters tied to something in `name` but lying outside it.
+    fn tied_outside(&self, name: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for group in &self.tied {
+            let inside = group.iter().filter(|p| contains(name, p)).count();
+            if inside > 0 && inside < group.len() {
+                out.extend(group.iter().filter(|p| !contains(name, p)).cloned());
+            }
+        }
+        out
+    }
+
+    /// `get_module_size_with_ties`: `size` plus, for each tied parameter, the module of
+    /// `among` it lies in, less the parameter itself.
+    fn with_ties(&self, tied: &[String], size: i64, among: &VecDeque<Item<'m>>) -> WithTies<'m> {
+        let mut out = WithTies { bytes: size, modules: Vec::new() };
+        for param in tied {
+            // accelerate raises here when no module to place holds the parameter; it is skipped.
+            let inside =
+                |i: &&Item<'m>| param.strip_prefix(i.name.as_str()).is_some_and(|rest| rest.starts_with('.'));
+            let Some(holder) = among.iter().find(inside) else {
+                continue;
+            };
+            out.bytes += self.size(holder) - self.size_named(param);
+            out.modules.push(holder.clone());
+        }
+        out
+    }
+
+    fn position(&self, name: &str) -> Option<usize> {
+        self.queue.iter().position(|i| i.name == name)
+    }
+
+    /// The greedy fill: module name → device, uncleaned.
+    fn run(&mut self, fallback: bool) -> Vec<(String, Tier)> {
+        let mut map = Vec::new();
+        let mut current = 0;
+        let mut used = vec![0i64; self.devices.len()];
+        let (mut max_layer, mut max_layer_names) = self.max_layer(self.queue.iter());
+        while let Some(item) = self.queue.pop_front() {
+            let prefix = format!("{}.", item.name);
+            max_layer_names.retain(|n| *n != item.name && !n.starts_with(&prefix));
+            if max_layer_names.is_empty() {
+                (max_layer, max_layer_names) = self.max_layer_left();
+            }
+            let size = self.size(&item);
+            let tied = self.tied_outside(&item.name);
+            let Some(&(tier, budget)) = self.devices.get(current) else {
+                // Past the disk (cannot happen: the disk takes everything); keep every module placed.
+                assign(&mut map, item.name, Tier::Disk);
+                continue;
+            };
+            let reserved = if self.main.contains(&tier) { max_layer } else { 0 };
+            let limit = budget.map(|b| b - reserved);
+            let with_ties = self.with_ties(&tied, size, &self.queue);
+
+            // It fits, with what it is tied to.
+            if limit.is_none_or(|l| used[current] + with_ties.bytes <= l) {
+                used[current] += with_ties.bytes;
+                assign(&mut map, item.name, tier);
+                for holder in with_ties.modules {
+                    if let Some(at) = self.position(&holder.name) {
+                        self.queue.remove(at);
+                    }
+                    assign(&mut map, holder.name, tier);
+                }
+                continue;
+            }
+            // Only a capped device gets here (the uncapped disk took it above).
+            let (Some(limit), Some(budget)) = (limit, budget) else { continue };
+
+            // It fits alone: split one of the modules it is tied to, if one may be split.
+            if !tied.is_empty() && used[current] + size <= limit {
+                let splittable = with_ties.modules.iter().find(|m| m.splittable(self.no_split));
+                if let Some(holder) = splittable
+                    && let Some(at) = self.position(&holder.name)
+                {
+                    self.queue.remove(at);
+                    for (k, child) in holder.split().into_iter().enumerate() {
+                        self.queue.insert(at + k, child);
+                    }
+                    self.queue.push_front(item);
+                    (max_layer, max_layer_names) = self.max_layer_left();
+                    continue;
+                }
+            }
+
+            // It does not fit alone: split it, unless it is a parameter, a leaf or a no-split block.
+            if used[current] + size >= limit && item.splittable(self.no_split) {
+                for child in item.split().into_iter().rev() {
+                    self.queue.push_front(child);
+                }
+                (max_layer, max_layer_names) = self.max_layer_left();
+                continue;
+            }
+
+            // An empty device first looks for something else that fits it.
+            if fallback && used[current] == 0 && tier != Tier::Disk {
+                let room = budget - max_layer.max(with_ties.bytes) - used[current];
+                if let Some((found, rest)) = self.fallback_allocate(room) {
+                    self.queue = rest;
+                    self.queue.push_front(item);
+                    self.queue.push_front(found);
+                    continue;
+                }
+            }
+
+            // Next device, for good; the reservation stays counted on this one.
+            used[current] += reserved;
+            current += 1;
+            self.queue.push_front(item);
+        }
+        map
+    }
+
+    /// `fallback_allocate`: the first module (depth first, splitting what may be split) whose
+    /// size with ties is at most `room`, and the queue without it (its ancestors in the queue
+    /// replaced by their parameters and children).
+    fn fallback_allocate(&self, room: i64) -> Option<(Item<'m>, VecDeque<Item<'m>>)> {
+        if room < 0 {
+            return None;
+        }
+        let mut search = self.queue.clone();
+        let found = loop {
+            let item = search.pop_front()?;
+            let tied = self.tied_outside(&item.name);
+            if self.with_ties(&tied, self.size(&item), &search).bytes <= room {
+                break item.name;
+            }
+            if item.splittable(self.no_split) {
+                for child in item.split().into_iter().rev() {
+                    search.push_front(child);
+                }
+            }
+        };
+        let mut rest = self.queue.clone();
+        for (dot, _) in found.match_indices('.') {
+            let parent = &found[..dot];
+            if let Some(at) = rest.iter().position(|i| i.name == parent) {
+                let Some(expanded) = rest.remove(at) else { continue };
+                for (k, child) in expanded.split().into_iter().enumerate() {
+                    rest.insert(at + k, child);
+                }
+            }
+        }
+        let at = rest.iter().position(|i| i.name == found)?;
+        let item = rest.remove(at)?;
+        Some((item, rest))
+    }
+}
+
+/// Sets `name`'s device, keeping its place if it has one already (a Python dict assignment).
+fn assign(map: &mut Vec<(String, Tier)>, name: String, tier: Tier) {
+    match map.iter_mut().find(|entry| entry.0 == name) {
+        Some(entry) => entry.1 = tier,
+        None => map.push((name, tier)),
+    }
+}
+
+/// `clean_device_map`: where every entry under `module` (two or more) shares one device, they
+/// become one entry for `module`, at the place of the first; then the same below each child.
+fn clean_device_map(map: &mut Vec<(String, Tier)>, module: &str) {
+    let prefix = if module.is_empty() { String::new() } else { format!("{module}.") };
+    let under: Vec<usize> = (0..map.len()).filter(|&i| map[i].0.starts_with(&prefix)).collect();
+    if under.len() > 1 && under.iter().all(|&i| map[i].1 == map[under[0]].1) {
+        let tier = map[under[0]].1;
+        let first = under[0];
+        for &i in under.iter().rev() {
+            map.remove(i);
+        }
+        map.insert(first, (module.to_string(), tier));
+    }
+    let depth = if module.is_empty() { 1 } else { module.split('.').count() + 1 };
+    let mut children: Vec<String> = Vec::new();
+    for (name, _) in map.iter() {
+        if name.starts_with(&prefix) && name.len() > module.len() {
+            let child = name.split('.').take(depth).collect::<Vec<_>>().join(".");
+            if !children.contains(&child) {
+                children.push(child);
+            }
+        }
+    }
+    for child in children {
+        clean_device_map(map, &child);
+    }
+}

@@ -1,0 +1,436 @@
+//! Planning end to end: build the problem for the target runtime, solve it (the ILP, or
+//! accelerate's greedy algorithm as the baseline), and check the answer against the full
+//! simulation. Where the simulation finds a device over its limit that the linear charges
+//! missed (allocator slack, the order of frees), that device's capacity shrinks by the excess
+//! and the ILP solves again, a few rounds at most; the figures reported are the simulator's.
+//!
+//! llama.cpp and expert-parallel plans place parts of layers the step simulator does not split,
+//! so their per-device figures are the solver's charges.
+
+use crate::build::{self, Built, Request, UnitSource};
+use crate::greedy;
+use crate::ilp::{self, SolveOptions, Status};
+use crate::problem::{Assignment, Problem, Tier};
+use crate::runtime::Runtime;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use vramplan_profiles::InputError;
+use vramplan_profiles::hardware::HardwareProfile;
+use vramplan_profiles::model::ModelDescription;
+use vramplan_sim::estimate::{Components, DeviceEstimate};
+use vramplan_sim::placement::{Placement, Target};
+use vramplan_sim::workload::Workload;
+
+/// Rounds of solve-then-simulate before the plan is taken as it is.
+const REFINE_ROUNDS: usize = 6;
+
+/// Which algorithm places the units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SolverKind {
+    /// The exact ILP (HiGHS).
+    Ilp,
+    /// accelerate's `device_map="auto"`: balanced caps, then a greedy fill in module order.
+    Greedy,
+}
+
+/// How the solver did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SolverReport {
+    pub kind: SolverKind,
+    /// `optimal`, `time_limit`, `infeasible`; the greedy baseline reports `heuristic`.
+    pub status: String,
+    pub seconds: f64,
+    /// The largest GPU utilisation under the solver's charges (ILP objective).
+    pub objective: f64,
+    /// The proven lower bound on it.
+    pub bound: f64,
+    pub gap: f64,
+    /// Solves the refinement against the simulation took.
+    pub rounds: u32,
+}
+
+/// One device of a plan: what it holds and the simulated step on it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlanDevice {
+    pub device: Tier,
+    pub name: String,
+    /// The units it holds, in model order (groups of experts as ranges).
+    pub units: Vec<String>,
+    /// The step on it (GPUs only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<DeviceEstimate>,
+    /// The limit the plan keeps to: usable × (1 − headroom).
+    pub limit_bytes: u64,
+    /// Peak reserved over usable memory (GPUs), bytes held over capacity (host tiers).
+    pub utilisation: f64,
+}
+
+/// A plan.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    pub feasible: bool,
+    pub target: Runtime,
+    pub solver: SolverReport,
+    /// Module (or llama.cpp tensor group) → device, in model order.
+    #[serde(serialize_with = "ordered_map")]
+    pub device_map: Vec<(String, Tier)>,
+    pub devices: Vec<PlanDevice>,
+    /// accelerate's `max_memory` matching the map: each used device's limit.
+    #[serde(serialize_with = "ordered_map_u64")]
+    pub max_memory: Vec<(String, u64)>,
+    /// Expert-parallel: per experts module, the GPU of each expert.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub experts: BTreeMap<String, Vec<u32>>,
+    /// The largest device-used figure.
+    pub peak_bytes: u64,
+    /// Bytes on the CPU and disk tiers.
+    pub offloaded_bytes: u64,
+}
+
+fn ordered_map<S: serde::Serializer>(entries: &[(String, Tier)], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(entries.len()))?;
+    for (k, v) in entries {
+        map.serialize_entry(k, v)?;
+    }
+    map.end()
+}
+
+fn ordered_map_u64<S: serde::Serializer>(entries: &[(String, u64)], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(entries.len()))?;
+    for (k, v) in entries {
+        map.serialize_entry(k, v)?;
+    }
+    map.end()
+}
+
+/// Solver settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Settings {
+    pub solver: SolverKind,
+    pub time_limit_s: Option<f64>,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings { solver: SolverKind::Ilp, time_limit_s: None }
+    }
+}
+
+/// Plans `model` on `hardware` for `workload` as `request` asks.
+pub fn plan(
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+    workload: &Workload,
+    request: &Request,
+    settings: &Settings,
+) -> Result<Plan, InputError> {
+    let mut built = build::build(model, hardware, workload, request)?;
+    match settings.solver {
+        SolverKind::Ilp => solve_ilp(model, hardware, workload, request, settings, &mut built),
+        SolverKind::Greedy => solve_greedy(model, hardware, workload, request, &built),
+    }
+}
+
+fn solve_ilp(
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+    workload: &Workload,
+    request: &Request,
+    settings: &Settings,
+    built: &mut Built,
+) -> Result<Plan, InputError> {
+    let options = SolveOptions { time_limit_s: settings.time_limit_s, ..SolveOptions::default() };
+    let simulated =
+        matches!(request.runtime, Runtime::Accelerate | Runtime::AccelerateV4 | Runtime::Pipeline);
+    let mut seconds = 0.0;
+    let mut rounds = 0;
+    loop {
+        rounds += 1;
+        let solution = ilp::solve(&built.problem, &options);
+        seconds += solution.seconds;
+        let report = SolverReport {
+            kind: SolverKind::Ilp,
+            status: status_name(solution.status).into(),
+            seconds,
+            objective: solution.objective,
+            bound: solution.bound,
+            gap: solution.gap,
+            rounds,
+        };
+        let Some(assignment) = solution.assignment else {
+            return Ok(infeasible_plan(request, report, built));
+        };
+        let plan = assemble(model, hardware, workload, request, built, &assignment, report, simulated)?;
+        if !simulated || rounds as usize >= REFINE_ROUNDS {
+            return Ok(plan);
+        }
+        // Shrink each device the simulation finds over its limit by the excess, and solve again.
+        let mut over = false;
+        for d in &plan.devices {
+            let Some(e) = &d.estimate else { continue };
+            if e.peak_reserved_bytes > d.limit_bytes
+                && let Some(slot) = built.problem.devices.iter_mut().find(|x| x.tier == d.device)
+            {
+                let excess = e.peak_reserved_bytes - d.limit_bytes + (2 << 20);
+                slot.capacity_bytes = slot.capacity_bytes.saturating_sub(excess);
+                over = true;
+            }
+        }
+        if !over {
+            return Ok(plan);
+        }
+    }
+}
+
+fn status_name(status: Status) -> &'static str {
+    match status {
+        Status::Optimal => "optimal",
+        Status::TimeLimit => "time_limit",
+        Status::Infeasible => "infeasible",
+    }
+}
+
+fn infeasible_plan(request: &Request, solver: SolverReport, built: &Built) -> Plan {
+    let devices = built
+        .problem
+        .devices
+        .iter()
+        .map(|d| PlanDevice {
+            device: d.tier,
+            name: d.name.clone(),
+            units: Vec::new(),
+            estimate: None,
+            limit_bytes: d.capacity_bytes + d.fixed_bytes,
+            utilisation: 0.0,
+        })
+        .collect();
+    Plan {
+        feasible: false,
+        target: request.runtime,
+        solver,
+        device_map: Vec::new(),
+        devices,
+        max_memory: Vec::new(),
+        experts: BTreeMap::new(),
+        peak_bytes: 0,
+        offloaded_bytes: 0,
+    }
+}
+
+fn solve_greedy(
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+    workload: &Workload,
+    request: &Request,
+    built: &Built,
+) -> Result<Plan, InputError> {
+    let start = std::time::Instant::now();
+    let sizing = greedy::Sizing::of(model, workload);
+    let max_memory = greedy::max_memory(hardware, &sizing, greedy::Strategy::Balanced, Some(model));
+    let entries = greedy::auto_device_map(model, &sizing, &max_memory);
+    let seconds = start.elapsed().as_secs_f64();
+    // Express the greedy map as an assignment of the problem's units (longest prefix wins).
+    let placement = to_placement(&entries);
+    let mut counts = vec![vec![0u32; built.problem.devices.len()]; built.problem.units.len()];
+    for (u, source) in built.sources.iter().enumerate() {
+        let UnitSource::Module(path) = source else { continue };
+        let target = placement.target_of(path).unwrap_or(Target::Gpu(0));
+        let tier = match target {
+            Target::Gpu(g) => Tier::Gpu(g),
+            Target::Cpu => Tier::Cpu,
+            Target::Disk => Tier::Disk,
+        };
+        let d = built.problem.devices.iter().position(|d| d.tier == tier).unwrap_or(0);
+        counts[u][d] = built.problem.units[u].count;
+    }
+    let assignment = Assignment { counts };
+    let objective = (0..built.problem.devices.len())
+        .filter(|d| matches!(built.problem.devices[*d].tier, Tier::Gpu(_)))
+        .map(|d| built.problem.utilisation(&assignment, d))
+        .fold(0.0, f64::max);
+    let report = SolverReport {
+        kind: SolverKind::Greedy,
+        status: "heuristic".into(),
+        seconds,
+        objective,
+        bound: 0.0,
+        gap: 1.0,
+        rounds: 1,
+    };
+    let mut plan = assemble(model, hardware, workload, request, built, &assignment, report, true)?;
+    // Judged like the ILP's plans: every GPU's simulated peak within usable × (1 − headroom).
+    plan.device_map = entries;
+    Ok(plan)
+}
+
+fn to_placement(entries: &[(String, Tier)]) -> Placement {
+    Placement::from_entries(
+        entries
+            .iter()
+            .map(|(path, tier)| {
+                let target = match tier {
+                    Tier::Gpu(g) => Target::Gpu(*g),
+                    Tier::Cpu => Target::Cpu,
+                    Tier::Disk => Target::Disk,
+                };
+                (path.clone(), target)
+            })
+            .collect(),
+    )
+}
+
+/// The plan for an assignment: the device map, the simulated (or charged) figures per device.
+#[allow(clippy::too_many_arguments)]
+fn assemble(
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+    workload: &Workload,
+    request: &Request,
+    built: &Built,
+    assignment: &Assignment,
+    solver: SolverReport,
+    simulated: bool,
+) -> Result<Plan, InputError> {
+    let problem = &built.problem;
+    let mut device_map = Vec::new();
+    let mut experts: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    let mut held: Vec<Vec<String>> = vec![Vec::new(); problem.devices.len()];
+    for (u, source) in built.sources.iter().enumerate() {
+        let unit = &problem.units[u];
+        match source {
+            UnitSource::Experts { path, experts: members } => {
+                let slots = experts
+                    .entry(path.clone())
+                    .or_insert_with(|| vec![0; model.facts.moe.as_ref().map_or(0, |m| m.experts) as usize]);
+                // Hand out this class's experts to devices in order of their counts.
+                let mut next = members.iter();
+                for (d, &count) in assignment.counts[u].iter().enumerate() {
+                    let Tier::Gpu(g) = problem.devices[d].tier else { continue };
+                    let taken: Vec<u32> = next.by_ref().take(count as usize).copied().collect();
+                    if let (Some(first), Some(last)) = (taken.first(), taken.last()) {
+                        held[d].push(format!("{path}[{first}..={last}] ({} experts)", taken.len()));
+                    }
+                    for e in taken {
+                        if let Some(slot) = slots.get_mut(e as usize) {
+                            *slot = g;
+                        }
+                    }
+                }
+            }
+            _ => {
+                let d = assignment.device_of(u).unwrap_or(0);
+                device_map.push((unit.name.clone(), problem.devices[d].tier));
+                held[d].push(unit.name.clone());
+            }
+        }
+    }
+    let estimates: BTreeMap<u32, DeviceEstimate> = if simulated {
+        let placement = to_placement(&device_map);
+        vramplan_sim::estimate(model, hardware, workload, &placement)?
+            .devices
+            .into_iter()
+            .map(|e| (e.id, e))
+            .collect()
+    } else {
+        BTreeMap::new()
+    };
+    let mut devices = Vec::new();
+    let mut offloaded = 0;
+    let mut peak = 0;
+    let mut max_memory = Vec::new();
+    for (d, slot) in problem.devices.iter().enumerate() {
+        let charged = problem.device_bytes(assignment, d);
+        if charged == 0 && held[d].is_empty() {
+            continue;
+        }
+        let (estimate, limit, utilisation) = match slot.tier {
+            Tier::Gpu(g) => {
+                let device = hardware.device(g);
+                let usable = device.map_or(0, |x| x.usable_bytes());
+                let limit = (usable as f64 * (1.0 - request.headroom)).floor() as u64;
+                let estimate = estimates.get(&g).cloned().or_else(|| {
+                    device.map(|x| charged_estimate(problem, assignment, d, x, built.replicated_bytes))
+                });
+                let reserved = estimate.as_ref().map_or(charged, |e| e.peak_reserved_bytes);
+                if let Some(e) = &estimate {
+                    peak = peak.max(e.device_used_bytes);
+                }
+                (estimate, limit, reserved as f64 / usable.max(1) as f64)
+            }
+            Tier::Cpu | Tier::Disk => {
+                offloaded += charged;
+                (None, slot.capacity_bytes, charged as f64 / slot.capacity_bytes.max(1) as f64)
+            }
+        };
+        max_memory.push((slot.tier.to_string().replace("GPU ", ""), limit));
+        devices.push(PlanDevice {
+            device: slot.tier,
+            name: slot.name.clone(),
+            units: held[d].clone(),
+            estimate,
+            limit_bytes: limit,
+            utilisation,
+        });
+    }
+    let feasible = devices.iter().all(|d| match &d.estimate {
+        Some(e) => e.peak_reserved_bytes <= d.limit_bytes,
+        None => true,
+    });
+    Ok(Plan {
+        feasible,
+        target: request.runtime,
+        solver,
+        device_map,
+        devices,
+        max_memory,
+        experts,
+        peak_bytes: peak,
+        offloaded_bytes: offloaded,
+    })
+}
+
+/// A device's figures from the solver's charges, for plans the step simulator does not split.
+fn charged_estimate(
+    problem: &Problem,
+    assignment: &Assignment,
+    d: usize,
+    device: &vramplan_profiles::hardware::Device,
+    replicated: u64,
+) -> DeviceEstimate {
+    let mut resident = 0;
+    let mut kv = 0;
+    let mut transient = 0;
+    for (u, unit) in problem.units.iter().enumerate() {
+        let copies = u64::from(assignment.counts[u][d]);
+        if copies > 0 {
+            resident += copies * unit.resident_bytes;
+            kv += copies * unit.peak_bytes;
+            transient = transient.max(unit.transient_bytes);
+        }
+    }
+    let fixed = problem.devices[d].fixed_bytes;
+    let allocated = fixed + resident + kv + transient;
+    let usable = device.usable_bytes();
+    DeviceEstimate {
+        id: device.index,
+        name: device.name.clone(),
+        capacity_bytes: device.memory_bytes,
+        usable_bytes: usable,
+        peak_allocated_bytes: allocated,
+        peak_reserved_bytes: allocated,
+        device_used_bytes: allocated + device.context_reserve_bytes,
+        peak_at: "the step's peak (solver charges)".into(),
+        steady_bytes: resident + replicated,
+        components: Components {
+            weights: resident + replicated,
+            kv_cache: kv,
+            activations: transient,
+            overhead: fixed.saturating_sub(replicated) + device.context_reserve_bytes,
+            ..Components::default()
+        },
+        fits: allocated <= usable,
+    }
+}

@@ -1,0 +1,139 @@
+//! The placement problem in the solver's own terms, free of any model or runtime: units with
+//! their memory charges, devices with their capacities, and the rules a runtime imposes (order,
+//! units that must stay together, user pins). `units.rs` builds one from a model, a workload and
+//! a target; `ilp.rs` solves it; `greedy.rs` answers it the way accelerate does.
+
+use serde::Serialize;
+
+/// What kind of memory a device is, in the order a plan prefers them. Serialized as accelerate
+/// writes a device: the GPU index, `"cpu"` or `"disk"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Tier {
+    /// A GPU: its index in the hardware profile.
+    Gpu(u32),
+    /// Host memory (accelerate's `"cpu"` offload).
+    Cpu,
+    /// Disk (accelerate's `"disk"` offload).
+    Disk,
+}
+
+impl Serialize for Tier {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Tier::Gpu(index) => serializer.serialize_u32(*index),
+            Tier::Cpu => serializer.serialize_str("cpu"),
+            Tier::Disk => serializer.serialize_str("disk"),
+        }
+    }
+}
+
+impl std::fmt::Display for Tier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Tier::Gpu(index) => write!(f, "GPU {index}"),
+            Tier::Cpu => write!(f, "cpu"),
+            Tier::Disk => write!(f, "disk"),
+        }
+    }
+}
+
+/// One place units can go.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Device {
+    /// `GPU 0 (Tesla T4)`, `cpu`, `disk`.
+    pub name: String,
+    pub tier: Tier,
+    /// What units may fill: usable memory × (1 − headroom), less `fixed_bytes`.
+    pub capacity_bytes: u64,
+    /// Bytes the device carries once it holds any unit (library workspaces, replicated parts),
+    /// already left out of `capacity_bytes`. Reported, not optimised.
+    pub fixed_bytes: u64,
+    /// Devices with the same class are interchangeable: same kind, same capacity, same links.
+    /// The solver may permute them (symmetry breaking).
+    pub class: u32,
+    /// Bandwidth in bytes per second of the link to the next device in order (for the last
+    /// device, to the first), used to weight bytes crossing a boundary; 0 where unknown.
+    pub link_bytes_per_s: u64,
+}
+
+/// One placement unit, or `count` interchangeable copies of one (the experts of a MoE layer
+/// that have the same size and load): the solver then decides how many go where, not which.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Unit {
+    /// The module path (`model.layers.3`), or for a group of copies the path with the range
+    /// (`model.layers.3.mlp.experts[0..64]`).
+    pub name: String,
+    /// How many interchangeable copies this unit stands for (1 for an ordinary module).
+    pub count: u32,
+    /// Bytes each copy holds for the whole step: weights, gradients, optimizer states.
+    pub resident_bytes: u64,
+    /// Bytes each copy adds at the step's peak: activations kept for backward, KV cache.
+    pub peak_bytes: u64,
+    /// Workspace while the unit runs. A device needs only its largest unit's workspace, once.
+    pub transient_bytes: u64,
+    /// Position in the forward pass. When the problem is `ordered`, units with a position are
+    /// laid out in contiguous ranges, devices in their order (a pipeline).
+    pub order: Option<u32>,
+    /// Bytes handed to the next unit in order (hidden states); crossing a device boundary costs
+    /// this on the link, once per step.
+    pub handoff_bytes: u64,
+    /// Work per copy (tokens routed to it), for balancing compute as well as memory; 0 where
+    /// there are no statistics.
+    pub load: f64,
+    /// Tiers this unit may not use (e.g. none but GPUs for the KV cache holders).
+    pub gpu_only: bool,
+}
+
+/// A placement problem.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Problem {
+    pub units: Vec<Unit>,
+    /// GPUs in profile order, then `cpu` and `disk` when offload is allowed.
+    pub devices: Vec<Device>,
+    /// Unit indices that must share a device (tied parameters, a router and its experts).
+    pub together: Vec<Vec<usize>>,
+    /// `(unit, device)`: the user's pins. A pinned group of copies goes whole.
+    pub pins: Vec<(usize, usize)>,
+    /// Whether ordered units form contiguous ranges in device order.
+    pub ordered: bool,
+    /// After balance and traffic, prefer plans that use fewer GPUs.
+    pub min_devices: bool,
+}
+
+/// Where the copies of each unit went: `counts[unit][device]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Assignment {
+    pub counts: Vec<Vec<u32>>,
+}
+
+impl Assignment {
+    /// The device of a single-copy unit (the first device holding any copy of it).
+    pub fn device_of(&self, unit: usize) -> Option<usize> {
+        self.counts.get(unit)?.iter().position(|&c| c > 0)
+    }
+}
+
+impl Problem {
+    /// Bytes device `device` holds at the peak under `assignment`, as the problem charges
+    /// them: fixed bytes once used, resident and peak bytes of every copy, the largest
+    /// workspace. The solver's constraint is this ≤ `fixed_bytes + capacity_bytes`.
+    pub fn device_bytes(&self, assignment: &Assignment, device: usize) -> u64 {
+        let mut held = 0;
+        let mut transient = 0;
+        for (u, unit) in self.units.iter().enumerate() {
+            let copies = u64::from(assignment.counts[u][device]);
+            if copies > 0 {
+                held += copies * (unit.resident_bytes + unit.peak_bytes);
+                transient = transient.max(unit.transient_bytes);
+            }
+        }
+        if held == 0 { 0 } else { self.devices[device].fixed_bytes + held + transient }
+    }
+
+    /// The share of its capacity (with fixed bytes) that a device's charge fills.
+    pub fn utilisation(&self, assignment: &Assignment, device: usize) -> f64 {
+        let d = &self.devices[device];
+        let cap = (d.capacity_bytes + d.fixed_bytes).max(1);
+        self.device_bytes(assignment, device) as f64 / cap as f64
+    }
+}
