@@ -7,7 +7,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
 use vramplan_profiles::hardware;
 use vramplan_profiles::model::{self, ImportOptions};
-use vramplan_sim::workload::{Mode, Quant, Workload};
+use vramplan_sim::workload::{Finetune, GradCheckpointing, Mode, Quant, Workload};
 use vramplan_solver::Runtime;
 use vramplan_solver::build::Request;
 use vramplan_solver::plan::{Settings, plan};
@@ -50,12 +50,31 @@ fn plans(c: &mut Criterion) {
         Workload { weight_dtype: fp16, ..inference(1, 4096) },
         Runtime::Accelerate,
     );
+    // A long pipeline: the chain's partition decides the balance without branching.
     bench(
         c,
-        "plan deepseek-v3 expert-parallel h100-80gb-x8-n4",
+        "plan llama-2-70b qlora training 32xt4",
+        "llama-2-70b",
+        "32xt4",
+        Workload {
+            mode: Mode::Train,
+            batch: 1,
+            seq: 1024,
+            quant: Quant::Nf4 { double_quant: true },
+            finetune: Finetune::Lora { rank: 16, alpha: 32, targets: Vec::new() },
+            grad_checkpointing: GradCheckpointing::Full,
+            ..Workload::default()
+        },
+        Runtime::Accelerate,
+    );
+    bench(
+        c,
+        "plan deepseek-v3 fp8 expert-parallel h100-80gb-x8-n4",
         "deepseek-v3",
         "h100-80gb-x8-n4",
-        inference(32, 4096),
+        // The checkpoint's own fp8 weights with 128 × 128 block scales; one 4096-token
+        // sequence (transformers caches MLA's decompressed keys and values: 20 GB of it).
+        Workload { quant: Quant::Fp8 { block: 128 }, ..inference(1, 4096) },
         Runtime::ExpertParallel,
     );
 }

@@ -18,6 +18,9 @@ use vramplan_sim::workload::{Finetune, GradCheckpointing, Mode, Quant, Workload}
 /// The most GPUs a "more GPUs" remedy looks for.
 const MAX_GPUS: u32 = 64;
 
+/// The longest one remedy's re-solve may take, in seconds.
+const PROBE_SECONDS: f64 = 5.0;
+
 /// A device that runs out, in the even split.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Shortfall {
@@ -85,7 +88,9 @@ fn shortfalls(
         .collect()
 }
 
-/// Solves with the change; the largest GPU utilisation when it fits.
+/// Solves with the change; the largest GPU utilisation when it fits. Each probe has at most
+/// [`PROBE_SECONDS`]: a plan found by then is verified all the same (simulated, within limits),
+/// it need not be the most balanced.
 fn fits(
     model: &ModelDescription,
     hardware: &HardwareProfile,
@@ -93,7 +98,9 @@ fn fits(
     request: &Request,
     settings: &Settings,
 ) -> Option<f64> {
-    let plan = plan(model, hardware, workload, request, settings).ok()?;
+    let limit = settings.time_limit_s.map_or(PROBE_SECONDS, |s| s.min(PROBE_SECONDS));
+    let settings = Settings { time_limit_s: Some(limit), ..*settings };
+    let plan = plan(model, hardware, workload, request, &settings).ok()?;
     plan.feasible.then(|| {
         plan.devices.iter().filter(|d| d.estimate.is_some()).map(|d| d.utilisation).fold(0.0, f64::max)
     })
@@ -249,7 +256,7 @@ fn remedies(
             offer(
                 &mut out,
                 format!("{on_cpu} modules offloaded to the CPU (slower: weights cross PCIe every step)"),
-                "--offload".into(),
+                "leave out --no-offload".into(),
                 Some(util),
             );
         }

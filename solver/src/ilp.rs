@@ -117,6 +117,21 @@
 //!   smallest handoff times the smallest link weight. In a pipeline over devices that must all
 //!   be used, this proves the balance stage's plan optimal for handoffs without a second MIP.
 //!
+//! # Chains
+//!
+//! An ordered problem's units with a position form a chain laid out in contiguous ranges, and
+//! the linear relaxation of the order rows is weak on it: it spreads units over neighbouring
+//! devices, so its bound is the even split, and HiGHS needed 35 s of branching to prove the
+//! balance of Llama-2-70B's 83 units over 16 GPUs. The chain alone (unordered pools and other
+//! pins left out) is a linear partition problem that [`crate::chain`] solves exactly by dynamic
+//! programming, for the balance and for the crossings under the balance held. Its value is a
+//! lower bound on the stage, added as a cut (`U ≥ value`, or crossings ≥ value) with its plan
+//! as the start, so the root bound is the optimum. Where the chain is the whole problem (every
+//! pool in it once: the accelerate and pipeline targets) and its partition sits on GPUs alone,
+//! the partition *is* the stage's optimum, and the stage needs no MIP; with no `cpu` or `disk`
+//! to spill to, a whole chain without a partition means the problem has no plan. Before the
+//! offload stage, a partition on GPUs alone proves that nothing needs offloading.
+//!
 //! The reported `objective` is recomputed from the returned plan with
 //! [`Problem::utilisation`]; `bound` is HiGHS's dual bound of the balance stage: no plan with
 //! the least offload has a smaller largest utilisation.
@@ -154,6 +169,7 @@ use good_lp::{
 };
 use serde::Serialize;
 
+use crate::chain::{self, Goal, Link, Slot};
 use crate::problem::{Assignment, Problem, Tier};
 
 /// How long and how closely to solve.
@@ -487,6 +503,11 @@ struct Formulation {
     /// Units and devices, for reading plans back.
     shape: (usize, usize),
     handoffs: Handoffs,
+    /// The largest `S_d`: the offload stage's objective is bytes over this.
+    scale: f64,
+    /// Ordered problems: the pool at each position of the chain and the chain as
+    /// [`chain::partition`] takes it.
+    chain: Option<(Vec<usize>, Vec<Link>)>,
 }
 
 /// The terms of the crossing stage, to price a plan and bound the stage without the solver.
@@ -497,6 +518,17 @@ struct Handoffs {
     pairs: Vec<(usize, usize, f64)>,
     /// Weight of a handoff leaving each device.
     weight: Vec<f64>,
+}
+
+/// The chain's best partition for one stage.
+struct Partition {
+    /// Its value: a lower bound on the stage's objective.
+    value: f64,
+    /// Its plan as a start: the chain's counts, the other columns unknown (infinite).
+    start: Vec<f64>,
+    /// Whether it is a plan of the whole problem on GPUs alone: every pool is in the chain
+    /// once, so the partition is the stage's optimum and HiGHS is not needed.
+    complete: bool,
 }
 
 /// Builds a [`Formulation`]: the variables so far and the rows of the part being built.
@@ -811,6 +843,7 @@ impl Formulation {
                 stages.push(x.take(Stage::Devices, used_gpus));
             }
         }
+        let chain = if problem.ordered { chain_links(&handoffs, &x) } else { None };
         let column = x.vars.iter_variables_with_def().enumerate().map(|(i, (v, _))| (v, i)).collect();
         Formulation {
             base,
@@ -824,8 +857,64 @@ impl Formulation {
             loads,
             is_gpu,
             shape: (problem.units.len(), n_devices),
+            chain,
             handoffs,
+            scale,
         }
+    }
+
+    /// Whether the chain holds every pool once: then its partitions are exactly the plans.
+    fn chain_is_whole(&self) -> bool {
+        let Some((pools, _)) = &self.chain else { return false };
+        let mut seen = vec![0u32; self.pools.len()];
+        for &pool in pools {
+            seen[pool] += 1;
+        }
+        seen.iter().zip(&self.pools).all(|(&n, pool)| n == 1 || (n == 0 && pool.copies == 0))
+    }
+
+    /// The best partition of the chain for `goal` ([`chain::partition`]), `cpu` and `disk` each
+    /// holding at most `offloaded_bytes`.
+    fn partition(
+        &self,
+        problem: &Problem,
+        capacities: &[u64],
+        model: &StageModel,
+        goal: Goal,
+        offloaded_bytes: f64,
+    ) -> Option<Partition> {
+        let (pools, links) = self.chain.as_ref()?;
+        let slots: Vec<Slot> = (0..self.shape.1)
+            .map(|d| {
+                let fixed = problem.devices[d].fixed_bytes;
+                let capacity = if self.is_gpu[d] {
+                    capacities[d]
+                } else {
+                    capacities[d].min(offloaded_bytes.max(0.0) as u64)
+                };
+                Slot {
+                    capacity,
+                    fixed,
+                    size: capacities[d].saturating_add(fixed).max(1) as f64,
+                    counted: self.is_gpu[d],
+                    weight: self.handoffs.weight[d],
+                }
+            })
+            .collect();
+        let (value, slot_of) = chain::partition(links, &slots, goal)?;
+        let complete = self.chain_is_whole() && slot_of.iter().all(|&d| self.is_gpu[d]);
+        let mut start = vec![f64::INFINITY; model.vars.len()];
+        for (&pool, &device) in pools.iter().zip(&slot_of) {
+            for (d, copies) in self.copies[pool].iter().enumerate() {
+                if let Copies::Free(v) = copies
+                    && let Some(slot) = start.get_mut(self.column[v])
+                    && slot.is_infinite()
+                {
+                    *slot = if d == device { 1.0 } else { 0.0 };
+                }
+            }
+        }
+        Some(Partition { value, start, complete })
     }
 
     /// Copies of each pool on each device in `values` (one value per variable, in order of
@@ -1252,6 +1341,40 @@ fn block_ends(x: &mut Builder, b: usize) -> (Expression, Expression) {
     (Expression::from(first), Expression::from(last))
 }
 
+/// The chain of an ordered problem for [`chain::partition`]: the pool at each position, and
+/// the positions. `None` where the consecutive pairs do not form one chain or a pool in it has
+/// several copies (it could sit on several devices at once).
+fn chain_links(handoffs: &Handoffs, x: &Builder) -> Option<(Vec<usize>, Vec<Link>)> {
+    let first = handoffs.pairs.first()?;
+    let mut pools = vec![first.0];
+    for (k, &(a, b, _)) in handoffs.pairs.iter().enumerate() {
+        if pools[k] != a {
+            return None;
+        }
+        pools.push(b);
+    }
+    let mut seen = vec![false; x.blocks.len()];
+    let mut links = Vec::with_capacity(pools.len());
+    for (k, &p) in pools.iter().enumerate() {
+        let pool = &x.blocks[p];
+        if pool.copies != 1 {
+            return None;
+        }
+        let mut allowed = vec![false; x.size.len()];
+        for &(d, _) in &pool.allowed {
+            allowed[d] = true;
+        }
+        links.push(Link {
+            bytes: if seen[p] { 0 } else { pool.bytes },
+            transient: pool.transient,
+            allowed,
+            handoff: handoffs.pairs.get(k).map_or(0.0, |pair| pair.2),
+        });
+        seen[p] = true;
+    }
+    Some((pools, links))
+}
+
 /// Weight of a handoff leaving each device: the inverse of its link bandwidth over the mean
 /// inverse bandwidth of the known links; 1 where the bandwidth is unknown (0).
 fn link_weights(problem: &Problem) -> Vec<f64> {
@@ -1365,18 +1488,60 @@ fn solve_stages(problem: &Problem, capacities: &[u64], options: &SolveOptions, s
     let mut incumbent: Option<Vec<f64>> = None;
     let mut bound = 0.0;
     let mut status = Status::Optimal;
-    let mut offloaded = 0.0;
+    let mut offloaded: f64 = 0.0;
     let mut balance = f64::INFINITY;
     for (i, model) in formulation.stages.iter().enumerate() {
         if model.stage == Stage::Disk && offloaded <= 1e-9 {
             continue;
         }
+        let mut start = incumbent.as_deref().map(|values| formulation.start(model, values));
+        // The chain's best partition: a bound no plan beats, and a plan to start from.
+        let offloaded_bytes = (offloaded + 1e-6 * offloaded.max(1.0)) * formulation.scale;
+        let partition = match model.stage {
+            // Whether everything fits on the GPUs, when the chain is the whole problem.
+            Stage::Offload => formulation.partition(problem, capacities, model, Goal::Balance, 0.0),
+            Stage::Balance => {
+                formulation.partition(problem, capacities, model, Goal::Balance, offloaded_bytes)
+            }
+            Stage::Crossing => formulation.partition(
+                problem,
+                capacities,
+                model,
+                Goal::Crossing { limit: balance },
+                offloaded_bytes,
+            ),
+            _ => None,
+        };
+        // Without `cpu` and `disk`, a whole chain with no partition has no plan at all.
+        if model.stage == Stage::Balance
+            && partition.is_none()
+            && formulation.chain_is_whole()
+            && formulation.is_gpu.iter().all(|&gpu| gpu)
+        {
+            return infeasible;
+        }
+        if let Some(chain) = partition.as_ref().filter(|p| p.complete) {
+            let value = if model.stage == Stage::Offload { 0.0 } else { chain.value };
+            if model.stage == Stage::Balance {
+                bound = value;
+                balance = value + 1e-6 * value.abs().max(1.0);
+            }
+            fixes.push(model.objective.clone().leq(value + 1e-6 * value.abs().max(1.0)));
+            incumbent = Some(chain.start.clone());
+            continue;
+        }
         if let (Stage::Crossing, Some(values)) = (model.stage, &incumbent) {
             let cost = formulation.crossing_cost(values);
-            if cost <= formulation.crossing_floor(problem, capacities, balance) * (1.0 + 1e-9) {
+            let floor = formulation.crossing_floor(problem, capacities, balance);
+            let floor = partition.as_ref().map_or(floor, |chain| floor.max(chain.value));
+            if cost <= floor * (1.0 + 1e-9) {
                 fixes.push(model.objective.clone().leq(cost + 1e-6 * cost.max(1.0)));
                 continue;
             }
+        }
+        if let Some(chain) = partition.filter(|_| model.stage != Stage::Offload) {
+            fixes.push(model.objective.clone().geq(chain.value * (1.0 - 1e-9)));
+            start = Some(chain.start);
         }
         let remaining = time_limit.map(|limit| limit - started.elapsed().as_secs_f64());
         if remaining.is_some_and(|r| r <= 0.0) {
@@ -1388,7 +1553,6 @@ fn solve_stages(problem: &Problem, capacities: &[u64], options: &SolveOptions, s
             .iter()
             .chain(formulation.stages[..=i].iter().flat_map(|m| &m.rows))
             .chain(&fixes);
-        let start = incumbent.as_deref().map(|values| formulation.start(model, values));
         if let (Stage::Load, Some(start), Some((_, floor))) = (model.stage, &start, formulation.loads) {
             // The split start is often within the gap of what no plan can beat.
             let value = formulation.load_value(&formulation.block_counts(start));

@@ -4,6 +4,7 @@
 //! (accelerate JSON, llama.cpp flags, expert-parallel, pipeline, vramplan's YAML plan).
 
 pub mod build;
+mod chain;
 pub mod check;
 pub mod explain;
 pub mod export;

@@ -402,3 +402,88 @@ fn the_same_problem_gives_the_same_plan() {
     assert_eq!(first.assignment, second.assignment);
     assert_eq!(first.objective, second.objective);
 }
+
+/// The smallest largest utilisation over every way of cutting `sizes` (in order) into one
+/// contiguous range per device of `capacity` bytes, ranges possibly empty, with a unit of
+/// `loose` bytes that has no position put on whichever device is best: enumerated,
+/// independently of the solver.
+fn best_contiguous_split(sizes: &[u64], devices: usize, capacity: u64, loose: u64) -> f64 {
+    fn cuts(from: usize, left: usize, n: usize, out: &mut Vec<usize>, all: &mut Vec<Vec<usize>>) {
+        if left == 0 {
+            all.push(out.clone());
+            return;
+        }
+        for cut in from..=n {
+            out.push(cut);
+            cuts(cut, left - 1, n, out, all);
+            out.pop();
+        }
+    }
+    let mut all = Vec::new();
+    cuts(0, devices - 1, sizes.len(), &mut Vec::new(), &mut all);
+    let mut best = f64::INFINITY;
+    for inner in all {
+        let bounds: Vec<usize> = std::iter::once(0).chain(inner).chain([sizes.len()]).collect();
+        let held: Vec<u64> = bounds.windows(2).map(|w| sizes[w[0]..w[1]].iter().sum()).collect();
+        for with_loose in 0..devices {
+            let charges = held.iter().enumerate().map(|(d, &h)| h + if d == with_loose { loose } else { 0 });
+            let charges: Vec<u64> = charges.collect();
+            if charges.iter().all(|&c| c <= capacity) {
+                let worst = charges.iter().map(|&c| c as f64 / capacity as f64).fold(0.0, f64::max);
+                best = best.min(worst);
+            }
+        }
+    }
+    best
+}
+
+fn chain(sizes: &[u64]) -> Vec<Unit> {
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &gb)| Unit {
+            order: Some(i as u32),
+            handoff_bytes: MB,
+            ..unit(&format!("layer {i}"), gb * GB)
+        })
+        .collect()
+}
+
+#[test]
+fn long_pipelines_match_every_contiguous_split() {
+    // Fourteen layers of uneven sizes over five 20 GB GPUs, in order: the plan's largest
+    // utilisation equals the best of all C(18, 4) = 3060 ways to cut the chain, enumerated
+    // here. The chain is the whole problem, so the partition answers without branching.
+    let sizes = [7, 3, 9, 4, 4, 6, 2, 8, 5, 5, 3, 7, 6, 2];
+    let mut p = problem(chain(&sizes), (0..5).map(|i| gpu(i, 20 * GB)).collect());
+    p.ordered = true;
+    let s = solve(&p);
+    let expected = best_contiguous_split(&sizes.map(|g| g * GB), 5, 20 * GB, 0);
+    assert_eq!(s.status, Status::Optimal);
+    assert!((s.objective - expected).abs() < 1e-9, "{} vs {expected}", s.objective);
+    assert!(s.gap <= 1e-9);
+    // Contiguous, in device order.
+    let devices = devices_of(&s, sizes.len());
+    assert!(devices.windows(2).all(|w| w[0] <= w[1]), "{devices:?}");
+    // Handoffs cross a device boundary once per change of device.
+    let changes = devices.windows(2).filter(|w| w[0] != w[1]).count() as u64;
+    assert_eq!(s.crossing_bytes, changes * MB);
+}
+
+#[test]
+fn a_unit_outside_the_chain_still_gets_the_best_split() {
+    // The same chain and a 3 GB unit with no position, free to go anywhere: the best plan is
+    // the best split with 3 GB more on its best device, enumerated. The chain's partition is
+    // then only a bound and a start; HiGHS places the loose unit and proves the optimum.
+    let sizes = [7, 3, 9, 4, 4, 6, 2, 8, 5, 5, 3, 7, 6, 2];
+    let mut units = chain(&sizes);
+    units.push(unit("loose", 3 * GB));
+    let mut p = problem(units, (0..5).map(|i| gpu(i, 20 * GB)).collect());
+    p.ordered = true;
+    let s = solve(&p);
+    let expected = best_contiguous_split(&sizes.map(|g| g * GB), 5, 20 * GB, 3 * GB);
+    assert_eq!(s.status, Status::Optimal);
+    assert!((s.objective - expected).abs() <= 1e-3 * expected, "{} vs {expected}", s.objective);
+    let devices = devices_of(&s, sizes.len());
+    assert!(devices.windows(2).all(|w| w[0] <= w[1]), "{devices:?}");
+}

@@ -1,0 +1,141 @@
+//! `vramplan plan` as a user runs it: an infeasible training run is explained and every remedy
+//! it offers fits when the user applies its flags; the reported Mixtral case on two T4s gives
+//! an accelerate map and `max_memory` that `check` accepts; a llama.cpp plan prints the `-ngl`
+//! llama.cpp needs to keep every layer on the GPU. Figures come from the models' published
+//! configurations and the hardware's memory, not from the solver.
+
+use vramplan_tests::{Output, vramplan};
+
+/// The arguments of a remedy applied to `base`: its flags added, a `--hardware` in them
+/// replacing the base's.
+fn with_flags(base: &[&str], flags: &str) -> Vec<String> {
+    let flags: Vec<&str> = flags.split_whitespace().collect();
+    let replaces_hardware = flags.contains(&"--hardware");
+    let mut args = Vec::new();
+    let mut skip = false;
+    for &arg in base {
+        if skip {
+            skip = false;
+            continue;
+        }
+        if arg == "--hardware" && replaces_hardware {
+            skip = true;
+            continue;
+        }
+        args.push(arg.to_string());
+    }
+    args.extend(flags.iter().map(|f| f.to_string()));
+    args
+}
+
+/// Every GPU of a plan's `--json` within usable memory less 10 % headroom.
+fn assert_within_headroom(out: &Output) {
+    let json = out.json();
+    for device in json["devices"].as_array().expect("devices") {
+        let Some(estimate) = device.get("estimate") else { continue };
+        let peak = estimate["peak_reserved_bytes"].as_u64().expect("peak");
+        let usable = estimate["usable_bytes"].as_u64().expect("usable");
+        assert!(peak as f64 <= 0.9 * usable as f64, "{}: {peak} of {usable}", device["name"]);
+    }
+}
+
+#[test]
+fn llama_2_70b_training_on_one_t4_is_explained_with_remedies_that_fit() {
+    // 70B parameters of bf16 weights alone are 140 GB; a T4 has 15 GiB. Nothing is written.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let map = dir.path().join("map.json").display().to_string();
+    let base = ["plan", "llama-2-70b", "--hardware", "t4", "--mode", "train", "--dtype", "bf16"];
+    let mut args = base.to_vec();
+    args.extend(["--json", "-o", &map]);
+    let out = vramplan(&args);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    let json = out.json();
+    assert_eq!(json["feasible"], false);
+    assert!(!std::path::Path::new(&map).exists(), "an infeasible plan writes no map");
+    let shortfalls = json["explanation"]["shortfalls"].as_array().expect("shortfalls");
+    let short = shortfalls[0]["short_bytes"].as_u64().expect("short bytes");
+    assert!(short > 140_000_000_000 - 16 * (1 << 30), "short by only {short} bytes");
+    let remedies = json["explanation"]["remedies"].as_array().expect("remedies");
+    assert!(remedies.len() >= 2, "{remedies:#?}");
+    for remedy in remedies {
+        let flags = remedy["flags"].as_str().expect("flags");
+        let mut args = with_flags(&base, flags);
+        args.push("--json".into());
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let applied = vramplan(&argv);
+        assert_eq!(applied.code, 0, "remedy `{flags}` does not fit: {}", applied.stdout);
+        assert_eq!(applied.json()["feasible"], true);
+        assert_within_headroom(&applied);
+    }
+}
+
+#[test]
+fn mixtral_4bit_on_two_t4s_exports_a_map_that_check_accepts() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let map = dir.path().join("device_map.json");
+    let map_arg = map.display().to_string();
+    let workload =
+        ["--mode", "inference", "--quant", "nf4", "--double-quant", "--dtype", "fp16", "--seq", "1024"];
+    let mut args = vec!["plan", "mixtral-8x7b", "--hardware", "t4x2", "--json", "-o", &map_arg];
+    args.extend(workload);
+    let out = vramplan(&args);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_within_headroom(&out);
+
+    // The map names Mixtral's modules as transformers does: the embedding, its 32 decoder
+    // layers (config.json: num_hidden_layers 32), the final norm, the rotary buffers, the head.
+    let text = std::fs::read_to_string(&map).expect("the map is written");
+    let written: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&text).expect("JSON map");
+    let mut expected: Vec<String> = (0..32).map(|i| format!("model.layers.{i}")).collect();
+    expected.extend(["model.embed_tokens", "model.norm", "model.rotary_emb", "lm_head"].map(String::from));
+    let mut keys: Vec<String> = written.keys().cloned().collect();
+    keys.sort();
+    expected.sort();
+    assert_eq!(keys, expected);
+    let gpus: std::collections::BTreeSet<u64> =
+        written.values().map(|v| v.as_u64().expect("a GPU index")).collect();
+    assert_eq!(gpus, [0, 1].into(), "both T4s hold layers");
+
+    // max_memory beside it: each GPU's limit, below a T4's 15,360 MiB.
+    let max_memory = dir.path().join("device_map.max_memory.json");
+    let limits: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(max_memory).expect("max_memory written"))
+            .expect("JSON");
+    for (device, limit) in &limits {
+        assert!(limit.as_u64().expect("bytes") < 15_360 << 20, "GPU {device}: {limit}");
+    }
+
+    let mut args = vec!["check", &map_arg, "mixtral-8x7b", "--hardware", "t4x2"];
+    args.extend(workload);
+    let checked = vramplan(&args);
+    assert_eq!(checked.code, 0, "check rejects the solver's own map:\n{}", checked.stdout);
+}
+
+#[test]
+fn llama_cpp_plan_offloads_every_layer_and_the_output() {
+    // Llama-2-7B has 32 blocks; llama.cpp counts the output layer as one more, so keeping all
+    // on the GPU is `-ngl 33`. F16 weights (13.5 GB) and a 4096-token KV cache (2 GiB) fit
+    // a 24 GB RTX 4090.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let flags = dir.path().join("flags.txt");
+    let flags_arg = flags.display().to_string();
+    let out = vramplan(&[
+        "plan",
+        "llama-2-7b",
+        "--hardware",
+        "rtx4090",
+        "--target",
+        "llama.cpp",
+        "--engine",
+        "llama.cpp",
+        "--mode",
+        "inference",
+        "--seq",
+        "4096",
+        "-o",
+        &flags_arg,
+    ]);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    let text = std::fs::read_to_string(&flags).expect("flags written");
+    assert!(text.split_whitespace().collect::<Vec<_>>().windows(2).any(|w| w == ["-ngl", "33"]), "{text}");
+}
