@@ -77,7 +77,7 @@ pub struct Plan {
     pub device_map: Vec<(String, Tier)>,
     pub devices: Vec<PlanDevice>,
     /// accelerate's `max_memory` matching the map: each used device's limit.
-    #[serde(serialize_with = "ordered_map_u64")]
+    #[serde(serialize_with = "ordered_map")]
     pub max_memory: Vec<(String, u64)>,
     /// Expert-parallel: per experts module, the GPU of each expert.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -88,16 +88,8 @@ pub struct Plan {
     pub offloaded_bytes: u64,
 }
 
-fn ordered_map<S: serde::Serializer>(entries: &[(String, Tier)], s: S) -> Result<S::Ok, S::Error> {
-    use serde::ser::SerializeMap;
-    let mut map = s.serialize_map(Some(entries.len()))?;
-    for (k, v) in entries {
-        map.serialize_entry(k, v)?;
-    }
-    map.end()
-}
-
-fn ordered_map_u64<S: serde::Serializer>(entries: &[(String, u64)], s: S) -> Result<S::Ok, S::Error> {
+/// A list of `(key, value)` pairs as a JSON object, in list order (model order, not sorted).
+fn ordered_map<S: serde::Serializer, V: Serialize>(entries: &[(String, V)], s: S) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeMap;
     let mut map = s.serialize_map(Some(entries.len()))?;
     for (k, v) in entries {
