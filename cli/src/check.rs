@@ -4,7 +4,7 @@
 //! when every tensor has a device, and prints the table or the JSON. Exit 0 when the map is
 //! clean and fits, 1 when it has a mismatch or a device runs out of memory, 2 for bad input.
 
-use crate::estimate::{FlagArgs, read_workload};
+use crate::estimate::{Inputs, Loaded, device_map_needs_one_copy, merge_warnings};
 use clap::Args;
 use serde::Serialize;
 use std::io::Write;
@@ -25,14 +25,8 @@ const EXIT_NOT_CLEAN: i32 = 1;
 pub(crate) struct CheckArgs {
     /// An accelerate device_map JSON: module name → GPU index, "cpu" or "disk".
     device_map: PathBuf,
-    /// A built-in name (`mixtral-8x7b`), a config.json, a model folder, or a custom YAML.
-    model: String,
-    /// A built-in profile (`t4x2`, `a100-80gb-x4`), a short form (`2xt4`) or a YAML file.
-    #[arg(long)]
-    hardware: String,
-    /// A workload YAML file (docs/workloads.md); the workload flags override it.
-    #[arg(long, value_name = "FILE")]
-    workload: Option<PathBuf>,
+    #[command(flatten)]
+    inputs: Inputs,
     /// The runtime that loads the map: accelerate (transformers 5.x names) | accelerate-v4 (4.x
     /// names) | pipeline | expert-parallel | llama.cpp.
     #[arg(long, default_value = "accelerate")]
@@ -40,8 +34,6 @@ pub(crate) struct CheckArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
-    #[command(flatten)]
-    flags: FlagArgs,
 }
 
 /// What `check --json` prints.
@@ -65,20 +57,13 @@ struct CheckOutput<'a> {
 
 /// Runs `vramplan check`.
 pub(crate) fn run(args: &CheckArgs, out: &mut dyn Write) -> Result<i32, InputError> {
-    let runtime = Runtime::parse(&args.target).ok_or_else(|| {
-        InputError::new("--target", format!("unknown target `{}`", args.target))
-            .with_fix("use one of accelerate, accelerate-v4, llama.cpp, expert-parallel, pipeline")
-    })?;
-    let model = model::load(&args.model, ImportOptions { naming: runtime.naming() })?;
-    let hardware = hardware::load(&args.hardware)?;
-    let (workload, mut warnings) = read_workload(args.workload.as_deref(), &args.flags, &model, &hardware)?;
+    let runtime = Runtime::parse(&args.target)?;
+    let Loaded { model, hardware, workload, mut warnings } = args.inputs.load(runtime.naming(), None)?;
     if workload.parallelism != Parallelism::Single {
-        return Err(InputError::new(
+        return Err(device_map_needs_one_copy(
             "--parallel",
-            "a device map spreads one copy of the model over GPUs (naive model parallelism); DDP, ZeRO, \
-             FSDP and tensor parallelism place the model themselves",
-        )
-        .with_fix("leave out --parallel, or use `--parallel single`"));
+            "leave out --parallel, or use `--parallel single`",
+        ));
     }
     let entries = device_map::read_device_map(&args.device_map, &model, &hardware)
         .map_err(|e| with_naming_hint(e, args, runtime, &hardware))?;
@@ -94,11 +79,7 @@ pub(crate) fn run(args: &CheckArgs, out: &mut dyn Write) -> Result<i32, InputErr
         None => {
             let placement = Placement::from_entries(entries);
             let mut estimate = vramplan_sim::estimate(&model, &hardware, &workload, &placement)?;
-            for w in std::mem::take(&mut estimate.warnings) {
-                if !warnings.contains(&w) {
-                    warnings.push(w);
-                }
-            }
+            merge_warnings(&mut warnings, std::mem::take(&mut estimate.warnings));
             estimate.warnings = warnings.clone();
             Some(estimate)
         }
@@ -136,7 +117,7 @@ fn with_naming_hint(
         Runtime::Accelerate => (Naming::V4, Runtime::AccelerateV4, "4.x"),
         _ => return err,
     };
-    let reads_otherwise = model::load(&args.model, ImportOptions { naming: other_naming })
+    let reads_otherwise = model::load(&args.inputs.model, ImportOptions { naming: other_naming })
         .ok()
         .filter(|other: &ModelDescription| {
             device_map::read_device_map(&args.device_map, other, hardware).is_ok()

@@ -20,14 +20,8 @@ const EXIT_DOES_NOT_FIT: i32 = 1;
 
 #[derive(Args, Debug)]
 pub(crate) struct EstimateArgs {
-    /// A built-in name (`llama-3-8b`), a config.json, a model folder, or a custom YAML.
-    model: String,
-    /// A built-in profile (`t4`, `a100-80gb-x4`), a short form (`2xt4`) or a YAML file.
-    #[arg(long)]
-    hardware: String,
-    /// A workload YAML file (docs/workloads.md); the flags below override it.
-    #[arg(long, value_name = "FILE")]
-    workload: Option<PathBuf>,
+    #[command(flatten)]
+    inputs: Inputs,
     /// An accelerate device_map JSON placing the model's modules (default: everything on GPU 0).
     #[arg(long, value_name = "FILE")]
     device_map: Option<PathBuf>,
@@ -41,8 +35,68 @@ pub(crate) struct EstimateArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+/// What every command that simulates reads: the model, the hardware, and the workload (a file,
+/// the flags over it).
+#[derive(Args, Debug)]
+pub(crate) struct Inputs {
+    /// A built-in name (`mixtral-8x7b`), a config.json, a model folder, or a custom YAML.
+    pub model: String,
+    /// A built-in profile (`t4x2`, `a100-80gb-x4`), a short form (`2xt4`) or a YAML file.
+    #[arg(long)]
+    pub hardware: String,
+    /// A workload YAML file (docs/workloads.md); the workload flags override it.
+    #[arg(long, value_name = "FILE")]
+    pub workload: Option<PathBuf>,
     #[command(flatten)]
-    flags: FlagArgs,
+    pub flags: FlagArgs,
+}
+
+/// The inputs, read and checked.
+pub(crate) struct Loaded {
+    pub model: model::ModelDescription,
+    pub hardware: hardware::HardwareProfile,
+    pub workload: Workload,
+    /// What the workload checks found odd for this model and hardware.
+    pub warnings: Vec<String>,
+}
+
+impl Inputs {
+    /// Reads the model with `naming` and the hardware, and the workload: the `--workload`
+    /// file, else `fallback` (a plan file's), else the defaults, with the flags over it.
+    pub(crate) fn load(&self, naming: Naming, fallback: Option<Workload>) -> Result<Loaded, InputError> {
+        let model = model::load(&self.model, ImportOptions { naming })?;
+        let hardware = hardware::load(&self.hardware)?;
+        let base = match (&self.workload, fallback) {
+            (Some(path), _) => input::workload_from_yaml(path)?,
+            (None, Some(workload)) => workload,
+            (None, None) => Workload::default(),
+        };
+        let workload = self.flags.to_flags().apply(base)?;
+        let warnings = input::validate(&workload, &model, &hardware)?;
+        Ok(Loaded { model, hardware, workload, warnings })
+    }
+}
+
+/// A device map places one copy of the model; `key` is the option that asked for another
+/// parallelism.
+pub(crate) fn device_map_needs_one_copy(key: &str, fix: &str) -> InputError {
+    InputError::new(
+        key,
+        "a device map spreads one copy of the model over GPUs (naive model parallelism); DDP, ZeRO, \
+         FSDP and tensor parallelism place the model themselves",
+    )
+    .with_fix(fix)
+}
+
+/// Adds the warnings of `from` that `into` does not have yet, in order.
+pub(crate) fn merge_warnings(into: &mut Vec<String>, from: Vec<String>) {
+    for warning in from {
+        if !into.contains(&warning) {
+            into.push(warning);
+        }
+    }
 }
 
 /// The workload flags (see docs/workloads.md); each overrides the file's value.
@@ -182,33 +236,6 @@ impl FlagArgs {
     }
 }
 
-/// The workload: the file's (or the defaults), the flags over it, checked against the model and
-/// the hardware; with the warnings the checks raise.
-pub(crate) fn read_workload(
-    file: Option<&std::path::Path>,
-    flags: &FlagArgs,
-    model: &model::ModelDescription,
-    hardware: &hardware::HardwareProfile,
-) -> Result<(Workload, Vec<String>), InputError> {
-    let from_file = match file {
-        Some(path) => input::workload_from_yaml(path)?,
-        None => Workload::default(),
-    };
-    workload_over(from_file, flags, model, hardware)
-}
-
-/// The flags over `base`, checked against the model and the hardware.
-fn workload_over(
-    base: Workload,
-    flags: &FlagArgs,
-    model: &model::ModelDescription,
-    hardware: &hardware::HardwareProfile,
-) -> Result<(Workload, Vec<String>), InputError> {
-    let workload = flags.to_flags().apply(base)?;
-    let warnings = input::validate(&workload, model, hardware)?;
-    Ok((workload, warnings))
-}
-
 /// Without a device map: everything on GPU 0, except that one copy of the model on a profile
 /// with several GPUs (no DDP, ZeRO or tensor parallelism) is spread the way people run it there,
 /// an even split of the layers in order, under transformers (vLLM and llama.cpp place the
@@ -237,22 +264,16 @@ pub(crate) fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<i32, Input
         (NamingArg::V5, _) => Naming::V5,
         (NamingArg::V4, _) => Naming::V4,
     };
-    let model = model::load(&args.model, ImportOptions { naming })?;
-    let hardware = hardware::load(&args.hardware)?;
-    let (workload, warnings) = match (&plan_file, &args.workload) {
-        (Some(p), None) => workload_over(p.workload.clone(), &args.flags, &model, &hardware)?,
-        _ => read_workload(args.workload.as_deref(), &args.flags, &model, &hardware)?,
-    };
+    let Loaded { model, hardware, workload, warnings } =
+        args.inputs.load(naming, plan_file.as_ref().map(|p| p.workload.clone()))?;
     let placement = match (&args.device_map, &plan_file) {
         (_, Some(p)) => Placement::from_entries(p.entries()?),
         (Some(path), None) => {
             if workload.parallelism != Parallelism::Single {
-                return Err(InputError::new(
+                return Err(device_map_needs_one_copy(
                     "--device-map",
-                    "a device map spreads one copy of the model over GPUs (naive model parallelism); \
-                     DDP, ZeRO, FSDP and tensor parallelism place the model themselves",
-                )
-                .with_fix("leave out --device-map, or use `--parallel single` with it"));
+                    "leave out --device-map, or use `--parallel single` with it",
+                ));
             }
             device_map::placement_from_device_map(path, &model, &hardware)?
         }
@@ -268,11 +289,7 @@ pub(crate) fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<i32, Input
             placement.gpus().len()
         ));
     }
-    for w in std::mem::take(&mut estimate.warnings) {
-        if !all_warnings.contains(&w) {
-            all_warnings.push(w);
-        }
-    }
+    merge_warnings(&mut all_warnings, std::mem::take(&mut estimate.warnings));
     estimate.warnings = all_warnings;
     let text =
         if args.json { crate::json_text(&estimate) } else { vramplan_reports::estimate_table(&estimate) };

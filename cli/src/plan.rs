@@ -3,14 +3,12 @@
 //! a placement, prints it (with accelerate's greedy map beside it for accelerate targets), and
 //! writes the export atomically. Exit 0 with a plan, 1 when nothing fits (with the remedies).
 
-use crate::estimate::{FlagArgs, read_workload};
+use crate::estimate::{Inputs, Loaded};
 use clap::Args;
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use vramplan_profiles::InputError;
-use vramplan_profiles::hardware;
-use vramplan_profiles::model::{self, ImportOptions};
 use vramplan_solver::Runtime;
 use vramplan_solver::build::{Request, parse_pin};
 use vramplan_solver::explain::{Explanation, explain};
@@ -22,14 +20,8 @@ const EXIT_INFEASIBLE: i32 = 1;
 
 #[derive(Args, Debug)]
 pub(crate) struct PlanArgs {
-    /// A built-in name (`mixtral-8x7b`), a config.json, a model folder, or a custom YAML.
-    model: String,
-    /// A built-in profile (`t4x2`, `a100-80gb-x4`), a short form (`2xt4`) or a YAML file.
-    #[arg(long)]
-    hardware: String,
-    /// A workload YAML file (docs/workloads.md); the workload flags override it.
-    #[arg(long, value_name = "FILE")]
-    workload: Option<PathBuf>,
+    #[command(flatten)]
+    inputs: Inputs,
     /// The runtime the plan is for: accelerate | accelerate-v4 | llama.cpp | expert-parallel | pipeline.
     #[arg(long, default_value = "accelerate")]
     target: String,
@@ -64,8 +56,6 @@ pub(crate) struct PlanArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
-    #[command(flatten)]
-    flags: FlagArgs,
 }
 
 /// What `plan --json` prints.
@@ -82,10 +72,7 @@ struct PlanOutput<'a> {
 
 /// Runs `vramplan plan`.
 pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputError> {
-    let runtime = Runtime::parse(&args.target).ok_or_else(|| {
-        InputError::new("--target", format!("unknown target `{}`", args.target))
-            .with_fix("use one of accelerate, accelerate-v4, llama.cpp, expert-parallel, pipeline")
-    })?;
+    let runtime = Runtime::parse(&args.target)?;
     let solver = match args.solver.as_str() {
         "ilp" => SolverKind::Ilp,
         "greedy" => SolverKind::Greedy,
@@ -94,9 +81,7 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
                 .with_fix("use `ilp` (exact) or `greedy` (accelerate's algorithm)"));
         }
     };
-    let model = model::load(&args.model, ImportOptions { naming: runtime.naming() })?;
-    let hardware = hardware::load(&args.hardware)?;
-    let (workload, warnings) = read_workload(args.workload.as_deref(), &args.flags, &model, &hardware)?;
+    let Loaded { model, hardware, workload, warnings } = args.inputs.load(runtime.naming(), None)?;
     let mut request = Request::new(runtime);
     request.headroom = parse_headroom(&args.headroom)?;
     request.offload = !args.no_offload;
@@ -128,7 +113,7 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
             Some(f) => Format::parse(f)?,
             None => Format::for_output(&path.display().to_string(), &result),
         };
-        let exported = export(&result, format, &args.model, &args.hardware, &workload)?;
+        let exported = export(&result, format, &args.inputs.model, &args.inputs.hardware, &workload)?;
         write_atomic(path, &exported.text)?;
         if let Some((suffix, text)) = &exported.companion {
             let stem = path.with_extension("");

@@ -149,18 +149,9 @@ pub fn export(
     Ok(Export { text, companion: None })
 }
 
+/// A device map as a JSON object; a [`Tier`] serializes as accelerate writes a device.
 fn json_map(entries: &[(String, Tier)]) -> serde_json::Map<String, serde_json::Value> {
-    entries
-        .iter()
-        .map(|(k, t)| {
-            let v = match t {
-                Tier::Gpu(g) => serde_json::Value::from(*g),
-                Tier::Cpu => serde_json::Value::from("cpu"),
-                Tier::Disk => serde_json::Value::from("disk"),
-            };
-            (k.clone(), v)
-        })
-        .collect()
+    entries.iter().map(|(k, t)| (k.clone(), serde_json::json!(t))).collect()
 }
 
 fn not_for(plan: &Plan, format: &str, needs: &str) -> InputError {

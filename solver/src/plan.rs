@@ -229,12 +229,7 @@ fn solve_greedy(
     let mut counts = vec![vec![0u32; built.problem.devices.len()]; built.problem.units.len()];
     for (u, source) in built.sources.iter().enumerate() {
         let UnitSource::Module(path) = source else { continue };
-        let target = placement.target_of(path).unwrap_or(Target::Gpu(0));
-        let tier = match target {
-            Target::Gpu(g) => Tier::Gpu(g),
-            Target::Cpu => Tier::Cpu,
-            Target::Disk => Tier::Disk,
-        };
+        let tier = Tier::from(placement.target_of(path).unwrap_or(Target::Gpu(0)));
         let d = built.problem.devices.iter().position(|d| d.tier == tier).unwrap_or(0);
         counts[u][d] = built.problem.units[u].count;
     }
@@ -259,19 +254,7 @@ fn solve_greedy(
 }
 
 fn to_placement(entries: &[(String, Tier)]) -> Placement {
-    Placement::from_entries(
-        entries
-            .iter()
-            .map(|(path, tier)| {
-                let target = match tier {
-                    Tier::Gpu(g) => Target::Gpu(*g),
-                    Tier::Cpu => Target::Cpu,
-                    Tier::Disk => Target::Disk,
-                };
-                (path.clone(), target)
-            })
-            .collect(),
-    )
+    Placement::from_entries(entries.iter().map(|(path, tier)| (path.clone(), Target::from(*tier))).collect())
 }
 
 /// The plan for an assignment: the device map, the simulated (or charged) figures per device.

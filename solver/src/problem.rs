@@ -4,6 +4,7 @@
 //! a target; `ilp.rs` solves it; `greedy.rs` answers it the way accelerate does.
 
 use serde::Serialize;
+use vramplan_sim::placement::Target;
 
 /// What kind of memory a device is, in the order a plan prefers them. Serialized as accelerate
 /// writes a device: the GPU index, `"cpu"` or `"disk"`.
@@ -23,6 +24,26 @@ impl Serialize for Tier {
             Tier::Gpu(index) => serializer.serialize_u32(*index),
             Tier::Cpu => serializer.serialize_str("cpu"),
             Tier::Disk => serializer.serialize_str("disk"),
+        }
+    }
+}
+
+impl From<Target> for Tier {
+    fn from(target: Target) -> Tier {
+        match target {
+            Target::Gpu(index) => Tier::Gpu(index),
+            Target::Cpu => Tier::Cpu,
+            Target::Disk => Tier::Disk,
+        }
+    }
+}
+
+impl From<Tier> for Target {
+    fn from(tier: Tier) -> Target {
+        match tier {
+            Tier::Gpu(index) => Target::Gpu(index),
+            Tier::Cpu => Target::Cpu,
+            Tier::Disk => Target::Disk,
         }
     }
 }

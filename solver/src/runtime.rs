@@ -2,6 +2,7 @@
 //! which module names it uses, and whether layers must stay in pipeline order.
 
 use serde::Serialize;
+use vramplan_profiles::InputError;
 use vramplan_profiles::model::Naming;
 
 /// A target runtime.
@@ -46,14 +47,18 @@ impl Runtime {
     }
 
     /// Reads a `--target` value (`llamacpp` and `llama-cpp` are accepted for `llama.cpp`).
-    pub fn parse(text: &str) -> Option<Runtime> {
+    pub fn parse(text: &str) -> Result<Runtime, InputError> {
         let t = text.trim().to_ascii_lowercase();
-        match t.as_str() {
-            "llamacpp" | "llama-cpp" => return Some(Runtime::LlamaCpp),
-            "accelerate-4" | "accelerate4" | "v4" => return Some(Runtime::AccelerateV4),
-            _ => {}
-        }
-        Runtime::ALL.into_iter().find(|r| r.name() == t)
+        let runtime = match t.as_str() {
+            "llamacpp" | "llama-cpp" => Some(Runtime::LlamaCpp),
+            "accelerate-4" | "accelerate4" | "v4" => Some(Runtime::AccelerateV4),
+            _ => Runtime::ALL.into_iter().find(|r| r.name() == t),
+        };
+        runtime.ok_or_else(|| {
+            let names: Vec<&str> = Runtime::ALL.iter().map(|r| r.name()).collect();
+            InputError::new("--target", format!("unknown target `{text}`"))
+                .with_fix(format!("use one of {}", names.join(", ")))
+        })
     }
 
     /// The module naming the runtime's names follow.
