@@ -70,6 +70,15 @@ impl Placement {
             .map(|(_, target)| *target)
     }
 
+    /// The GPU that runs the modules placed on `cpu` or `disk`: the first GPU the map lists, as
+    /// accelerate's `dispatch_model` takes its `main_device`.
+    pub fn main_gpu(&self) -> Option<u32> {
+        self.entries.iter().find_map(|(_, t)| match t {
+            Target::Gpu(i) => Some(*i),
+            _ => None,
+        })
+    }
+
     /// The GPUs the placement uses, ascending.
     pub fn gpus(&self) -> Vec<u32> {
         let mut gpus: Vec<u32> = self

@@ -147,7 +147,12 @@ struct Program<'a> {
     units: Vec<Unit>,
     /// Each unit's activations for one step, computed once.
     activations: Vec<BlockActivations>,
+    /// The GPU each unit runs on: where it is placed, or for inference the main GPU when it is
+    /// offloaded to `cpu` or `disk`.
     devices: Vec<Option<u32>>,
+    /// Units whose weights live on `cpu` or `disk` and are copied to their GPU around their
+    /// forward (accelerate's `AlignDevicesHook` with offload): their KV cache stays there.
+    offloaded: Vec<bool>,
     shards: u64,
     tracks: BTreeMap<u32, Track>,
 }
@@ -300,10 +305,17 @@ impl<'a> Program<'a> {
     ) -> Program<'a> {
         let precision = Precision::of(model, workload);
         let units = units::units(model, workload, &precision, lora_targets);
+        let main_gpu = placement.main_gpu().filter(|_| workload.mode == Mode::Inference);
+        let mut offloaded = vec![false; units.len()];
         let devices: Vec<Option<u32>> = units
             .iter()
-            .map(|u| match placement.target_of(&u.path) {
+            .zip(offloaded.iter_mut())
+            .map(|(u, offloaded)| match placement.target_of(&u.path) {
                 Some(Target::Gpu(g)) => Some(g),
+                Some(Target::Cpu | Target::Disk) if main_gpu.is_some() => {
+                    *offloaded = true;
+                    main_gpu
+                }
                 _ => None,
             })
             .collect();
@@ -315,8 +327,17 @@ impl<'a> Program<'a> {
         for g in devices.iter().flatten() {
             tracks.entry(*g).or_insert_with(Track::new);
         }
-        let mut program =
-            Program { model, workload, precision, units, activations: Vec::new(), devices, shards, tracks };
+        let mut program = Program {
+            model,
+            workload,
+            precision,
+            units,
+            activations: Vec::new(),
+            devices,
+            offloaded,
+            shards,
+            tracks,
+        };
         let blocks = ActivationModel::new(model, workload, precision);
         program.activations = (0..program.units.len()).map(|i| program.activations_of(i, &blocks)).collect();
         program
@@ -331,9 +352,12 @@ impl<'a> Program<'a> {
         matches!(self.workload.finetune, Finetune::Lora { .. })
     }
 
-    /// Weights of every unit (sharded under ZeRO-3), and the cuBLAS workspaces.
+    /// Weights of every unit on a GPU (sharded under ZeRO-3), and the cuBLAS workspaces.
     fn load(&mut self, hardware: &HardwareProfile) {
         for i in 0..self.units.len() {
+            if self.offloaded[i] {
+                continue;
+            }
             let held: Vec<u64> =
                 self.units[i].weight_tensors.iter().map(|b| self.held_tensor_bytes(*b)).collect();
             if let Some(track) = self.track(i) {
@@ -687,25 +711,43 @@ impl<'a> Program<'a> {
                 track.alloc(Part::KvCache, bytes);
             }
         }
+        let vocab = self.model.facts.vocab_size;
+        let c = self.precision.compute_bytes();
         for i in 0..self.units.len() {
-            let UnitKind::Block(layer) = self.units[i].kind else { continue };
-            let acts = blocks.block(layer, w.batch, prompt);
-            let dequant = self.dequant_transient(i);
-            if let Some(track) = self.track(i) {
-                track.mark(Event::Prefill { unit: i });
-                let t = track.alloc(Part::Activations, acts.forward_transient + dequant);
-                track.free(t);
+            let kind = self.units[i].kind;
+            let acts = match kind {
+                UnitKind::Block(layer) => blocks.block(layer, w.batch, prompt).forward_transient,
+                _ => 0,
+            };
+            let dequant = if matches!(kind, UnitKind::Block(_)) { self.dequant_transient(i) } else { 0 };
+            let streamed: Vec<u64> = if self.offloaded[i] {
+                self.units[i].weight_tensors.iter().map(|b| self.held_tensor_bytes(*b)).collect()
+            } else {
+                Vec::new()
+            };
+            let Some(track) = self.track(i) else { continue };
+            match kind {
+                UnitKind::Block(_) => track.mark(Event::Prefill { unit: i }),
+                UnitKind::Head => track.mark(Event::LastLogits),
+                UnitKind::Embedding | UnitKind::Other => {}
             }
-        }
-        if let Some(h) = self.units.iter().position(|u| u.kind == UnitKind::Head) {
-            let vocab = self.model.facts.vocab_size;
-            let c = self.precision.compute_bytes();
-            if let Some(track) = self.track(h) {
-                track.mark(Event::LastLogits);
-                let half = track.alloc(Part::Logits, c * vocab * w.batch);
-                let upcast = track.alloc(Part::Logits, 4 * vocab * w.batch);
-                track.free(upcast);
-                track.free(half);
+            let copies: Vec<u64> =
+                streamed.into_iter().map(|bytes| track.alloc(Part::Weights, bytes)).collect();
+            match kind {
+                UnitKind::Block(_) => {
+                    let t = track.alloc(Part::Activations, acts + dequant);
+                    track.free(t);
+                }
+                UnitKind::Head => {
+                    let half = track.alloc(Part::Logits, c * vocab * w.batch);
+                    let upcast = track.alloc(Part::Logits, 4 * vocab * w.batch);
+                    track.free(upcast);
+                    track.free(half);
+                }
+                UnitKind::Embedding | UnitKind::Other => {}
+            }
+            for id in copies {
+                track.free(id);
             }
         }
     }

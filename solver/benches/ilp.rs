@@ -66,6 +66,7 @@ fn deepseek_v3_ep32() -> Problem {
         pins: vec![],
         ordered: false,
         min_devices: false,
+        offload_runs_on: None,
     }
 }
 
@@ -102,7 +103,15 @@ fn decoder(
     for (k, u) in units.iter_mut().enumerate() {
         u.order = Some(k as u32);
     }
-    Problem { units, devices, together: vec![], pins: vec![], ordered: true, min_devices: false }
+    Problem {
+        units,
+        devices,
+        together: vec![],
+        pins: vec![],
+        ordered: true,
+        min_devices: false,
+        offload_runs_on: None,
+    }
 }
 
 /// Llama-2-70B (bf16) inference, batch 1 × 4096 tokens, on 4 × A100-40GB in one node.

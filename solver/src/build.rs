@@ -180,9 +180,9 @@ fn module_units(
             order: if is_tied_head { None } else { Some(i as u32) },
             handoff_bytes: if matches!(c.role, UnitRole::Block(_)) { charges.handoff_bytes } else { 0 },
             load: 0.0,
-            // Offloaded modules only make sense for inference weights; KV caches, activations
-            // and training state live on GPUs.
-            gpu_only: workload.mode == Mode::Train || c.peak_bytes > 0,
+            // Training state lives on GPUs. In inference an offloaded module's weights stay on
+            // the host and its KV cache on the first GPU (`offload_runs_on`).
+            gpu_only: workload.mode == Mode::Train,
         });
         sources.push(UnitSource::Module(c.path.clone()));
     }
@@ -192,6 +192,9 @@ fn module_units(
     }
     let mut devices = gpu_devices(hardware, request.headroom, 0);
     let offload = request.offload && request.runtime != Runtime::Pipeline && workload.mode == Mode::Inference;
+    // accelerate runs offloaded modules on its main device, the first GPU of the map: with
+    // devices in order, GPU 0 whenever anything is on a GPU.
+    let offload_runs_on = (offload && !devices.is_empty()).then_some(0);
     if offload {
         let next = devices.iter().map(|d| d.class).max().unwrap_or(0) + 1;
         devices.extend(host_devices(hardware, next));
@@ -204,6 +207,7 @@ fn module_units(
             pins: Vec::new(),
             ordered: true,
             min_devices: request.min_devices,
+            offload_runs_on,
         },
         sources,
         replicated_bytes: 0,
@@ -310,6 +314,7 @@ fn llamacpp_units(
             pins: Vec::new(),
             ordered: true,
             min_devices: request.min_devices,
+            offload_runs_on: None,
         },
         sources,
         replicated_bytes: 0,
@@ -380,6 +385,7 @@ fn expert_units(
             pins: Vec::new(),
             ordered: false,
             min_devices: request.min_devices,
+            offload_runs_on: None,
         },
         sources,
         replicated_bytes: replicated,

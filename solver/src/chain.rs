@@ -23,6 +23,8 @@ pub(crate) struct Link {
     /// Resident and peak bytes; 0 where the same pool appeared earlier in the chain (a group
     /// held together), so that no byte is counted twice.
     pub bytes: u64,
+    /// The same on a host that leaves peak bytes to a GPU ([`Slot::spills`]): resident bytes.
+    pub host_bytes: u64,
     /// Workspace while it runs.
     pub transient: u64,
     /// Per device (problem order), whether the pool may go there.
@@ -43,6 +45,9 @@ pub(crate) struct Slot {
     pub size: f64,
     /// Whether its utilisation counts towards the largest (GPUs do; `cpu` and `disk` do not).
     pub counted: bool,
+    /// A host whose units keep their peak bytes on a GPU: its ranges hold [`Link::host_bytes`].
+    /// What they put on that GPU is left out, which keeps the partition a lower bound.
+    pub spills: bool,
     /// The crossing stage's weight of a handoff leaving it.
     pub weight: f64,
 }
@@ -75,7 +80,7 @@ pub(crate) fn partition(links: &[Link], slots: &[Slot], goal: Goal) -> Option<(f
                 if !link.allowed.get(t).copied().unwrap_or(false) {
                     break;
                 }
-                bytes = bytes.saturating_add(link.bytes);
+                bytes = bytes.saturating_add(if slot.spills { link.host_bytes } else { link.bytes });
                 transient = transient.max(link.transient);
                 if bytes.saturating_add(transient) > slot.capacity {
                     break;
@@ -119,11 +124,11 @@ mod tests {
     use super::*;
 
     fn link(bytes: u64, handoff: f64) -> Link {
-        Link { bytes, transient: 0, allowed: vec![true; 3], handoff }
+        Link { bytes, host_bytes: bytes, transient: 0, allowed: vec![true; 3], handoff }
     }
 
     fn gpu(capacity: u64) -> Slot {
-        Slot { capacity, fixed: 0, size: capacity as f64, counted: true, weight: 1.0 }
+        Slot { capacity, fixed: 0, size: capacity as f64, counted: true, spills: false, weight: 1.0 }
     }
 
     #[test]
@@ -161,8 +166,8 @@ mod tests {
         links[0].transient = 2;
         links[1].transient = 1;
         let slots = vec![
-            Slot { capacity: 12, fixed: 2, size: 14.0, counted: true, weight: 1.0 },
-            Slot { capacity: 12, fixed: 2, size: 14.0, counted: true, weight: 1.0 },
+            Slot { capacity: 12, fixed: 2, size: 14.0, counted: true, spills: false, weight: 1.0 },
+            Slot { capacity: 12, fixed: 2, size: 14.0, counted: true, spills: false, weight: 1.0 },
         ];
         // Together: 2 fixed + 8 bytes + 2 workspace = 12/14; apart: (2 + 4 + 2)/14 = 8/14.
         let (value, slot_of) = partition(&links, &slots, Goal::Balance).expect("fits");

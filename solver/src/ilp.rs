@@ -39,6 +39,14 @@
 //! only for pools whose parts carry different loads; there the parts get counts of their own,
 //! tied to the pool's (`Σ_parts v = v_pool` per device).
 //!
+//! # Offload that runs on a GPU
+//!
+//! Where the problem says so ([`Problem::offload_runs_on`]: accelerate's main device), a unit on
+//! `cpu` or `disk` leaves only its resident bytes there. Its peak bytes (KV cache) are charged to
+//! the GPU that runs it, `peak_b·v[b][host]` in that GPU's rows, and that GPU's workspace is at
+//! least a copy of the unit's weights and its own workspace while it runs: `τ ≥ (resident_b +
+//! transient_b)·y[b][host]`. [`Problem::device_bytes`] counts the same.
+//!
 //! # Variables
 //!
 //! Device `d`'s rows are divided by `S_d` = its capacity plus fixed bytes (the denominator of
@@ -288,7 +296,7 @@ fn report(problem: &Problem, staged: Staged, started: Instant) -> Solution {
             }
             Tier::Cpu | Tier::Disk => {
                 for (u, unit) in problem.units.iter().enumerate() {
-                    let copy = unit.resident_bytes.saturating_add(unit.peak_bytes);
+                    let copy = problem.copy_bytes(unit, d);
                     offloaded_bytes = u64::from(assignment.counts[u][d])
                         .saturating_mul(copy)
                         .saturating_add(offloaded_bytes);
@@ -335,6 +343,9 @@ struct Block {
     copies: u32,
     /// Resident and peak bytes of one copy.
     bytes: u64,
+    /// Peak bytes of one copy: where the block is offloaded to a host whose units run on a GPU
+    /// ([`Problem::offload_runs_on`]), they live on that GPU, not the host.
+    peak: u64,
     /// The largest workspace of its members.
     transient: u64,
     /// Load of one copy.
@@ -344,6 +355,12 @@ struct Block {
 }
 
 impl Block {
+    /// Bytes one copy holds on a device: all of them, or the resident ones alone on a host
+    /// that `spills` its peak bytes to the GPU running its units.
+    fn bytes_on(&self, spills: bool) -> u64 {
+        if spills { self.bytes - self.peak } else { self.bytes }
+    }
+
     /// Copies of unit `u` (a member) per copy of the block.
     fn per_copy(&self, problem: &Problem, u: usize) -> u32 {
         if self.members.len() == 1 { 1 } else { problem.units[u].count }
@@ -382,6 +399,7 @@ fn blocks(problem: &Problem, capacities: &[u64]) -> Option<(Vec<Block>, Vec<usiz
                 members: Vec::new(),
                 copies: 0,
                 bytes: 0,
+                peak: 0,
                 transient: 0,
                 load: 0.0,
                 allowed: Vec::new(),
@@ -411,6 +429,7 @@ fn blocks(problem: &Problem, capacities: &[u64]) -> Option<(Vec<Block>, Vec<usiz
             let per_copy = if lone { 1 } else { u64::from(unit.count) };
             let copy = unit.resident_bytes.saturating_add(unit.peak_bytes);
             block.bytes = per_copy.saturating_mul(copy).saturating_add(block.bytes);
+            block.peak = per_copy.saturating_mul(unit.peak_bytes).saturating_add(block.peak);
             block.transient = block.transient.max(unit.transient_bytes);
             if unit.load.is_finite() && unit.load > 0.0 {
                 block.load += per_copy as f64 * unit.load;
@@ -425,7 +444,7 @@ fn blocks(problem: &Problem, capacities: &[u64]) -> Option<(Vec<Block>, Vec<usiz
             let pin_ok = pinned[b].is_none_or(|p| p == d);
             let room = capacities[d].checked_sub(block.transient);
             if let (true, true, Some(room)) = (tier_ok, pin_ok, room) {
-                let fit = room.checked_div(block.bytes).unwrap_or(u64::MAX);
+                let fit = room.checked_div(block.bytes_on(spills(problem, d))).unwrap_or(u64::MAX);
                 let most = fit.min(u64::from(block.copies)) as u32;
                 if most > 0 {
                     block.allowed.push((d, most));
@@ -611,7 +630,8 @@ impl Formulation {
     fn new(problem: &Problem, capacities: &[u64], blocks: Vec<Block>, block_of: &[usize]) -> Self {
         let n_devices = problem.devices.len();
         let pairs = ordered_pairs(problem);
-        let (pooled, parts, pool_of) = pools(capacities, &blocks, block_of, &pairs);
+        let spilling: Vec<bool> = (0..n_devices).map(|d| spills(problem, d)).collect();
+        let (pooled, parts, pool_of) = pools(capacities, &spilling, &blocks, block_of, &pairs);
         let block_of: Vec<usize> = block_of.iter().map(|&b| pool_of[b]).collect();
         let is_gpu: Vec<bool> = problem.devices.iter().map(|d| matches!(d.tier, Tier::Gpu(_))).collect();
         let size: Vec<f64> = (0..n_devices)
@@ -688,12 +708,34 @@ impl Formulation {
                 (0..x.blocks.len()).filter(|&b| !matches!(x.copies[b][d], Copies::None)).collect();
             let mut charge = Expression::default();
             for &b in &holders {
-                charge.add_mul(x.blocks[b].bytes as f64 / s, x.count(b, d));
+                charge.add_mul(x.blocks[b].bytes_on(spilling[d]) as f64 / s, x.count(b, d));
             }
             let mut held = charge.clone();
-            let largest_workspace = holders.iter().map(|&b| x.blocks[b].transient).max().unwrap_or(0);
+            // The GPU running offloaded units holds their peak bytes, and each one's weights
+            // (with its workspace) while it runs.
+            let mut streamed: Vec<(u64, usize, usize)> = Vec::new();
+            if problem.offload_runs_on == Some(d) {
+                for h in (0..n_devices).filter(|&h| spilling[h]) {
+                    for b in (0..x.blocks.len()).filter(|&b| !matches!(x.copies[b][h], Copies::None)) {
+                        held.add_mul(x.blocks[b].peak as f64 / s, x.count(b, h));
+                        let block = &x.blocks[b];
+                        streamed.push((block.bytes - block.peak + block.transient, b, h));
+                    }
+                }
+            }
+            let largest_workspace = holders
+                .iter()
+                .map(|&b| x.blocks[b].transient)
+                .chain(streamed.iter().map(|s| s.0))
+                .max()
+                .unwrap_or(0);
             if largest_workspace > 0 {
-                held += workspace(&mut x, d, &holders, largest_workspace);
+                let reserved = workspace(&mut x, d, &holders, largest_workspace);
+                for &(bytes, b, h) in &streamed {
+                    let present = x.presence(b, h);
+                    x.rows.push((bytes as f64 / s * present - reserved.clone()).leq(0.0));
+                }
+                held += reserved;
             }
             let fixed_share = device.fixed_bytes as f64 / s;
             let always_counted = fixed_share <= floor;
@@ -897,6 +939,7 @@ impl Formulation {
                     fixed,
                     size: capacities[d].saturating_add(fixed).max(1) as f64,
                     counted: self.is_gpu[d],
+                    spills: spills(problem, d),
                     weight: self.handoffs.weight[d],
                 }
             })
@@ -1185,6 +1228,7 @@ fn interchangeable(problem: &Problem, capacities: &[u64]) -> Vec<Vec<usize>> {
 /// pool.
 fn pools(
     capacities: &[u64],
+    spilling: &[bool],
     blocks: &[Block],
     block_of: &[usize],
     pairs: &[(usize, usize)],
@@ -1194,12 +1238,12 @@ fn pools(
         paired[block_of[a]] = true;
         paired[block_of[b]] = true;
     }
-    let mut found: HashMap<(u64, u64, Vec<usize>), usize> = HashMap::new();
+    let mut found: HashMap<(u64, u64, u64, Vec<usize>), usize> = HashMap::new();
     let mut parts: Vec<Vec<usize>> = Vec::new();
     let mut pool_of = vec![0; blocks.len()];
     for (b, block) in blocks.iter().enumerate() {
         let devices: Vec<usize> = block.allowed.iter().map(|a| a.0).collect();
-        let key = (block.bytes, block.transient, devices);
+        let key = (block.bytes, block.peak, block.transient, devices);
         let poolable = !paired[b] && block.copies > 0;
         match found.get(&key) {
             Some(&p) if poolable => {
@@ -1230,12 +1274,20 @@ fn pools(
                 .iter()
                 .map(|&(d, _)| {
                     let room = capacities[d].saturating_sub(first.transient);
-                    let fit = room.checked_div(first.bytes).unwrap_or(u64::MAX);
+                    let fit = room.checked_div(first.bytes_on(spilling[d])).unwrap_or(u64::MAX);
                     (d, fit.min(u64::from(copies)) as u32)
                 })
                 .collect();
             let units = members.iter().flat_map(|&b| blocks[b].members.iter().copied()).collect();
-            Block { members: units, copies, bytes: first.bytes, transient: first.transient, load, allowed }
+            Block {
+                members: units,
+                copies,
+                bytes: first.bytes,
+                peak: first.peak,
+                transient: first.transient,
+                load,
+                allowed,
+            }
         })
         .collect();
     (pooled, parts, pool_of)
@@ -1366,6 +1418,7 @@ fn chain_links(handoffs: &Handoffs, x: &Builder) -> Option<(Vec<usize>, Vec<Link
         }
         links.push(Link {
             bytes: if seen[p] { 0 } else { pool.bytes },
+            host_bytes: if seen[p] { 0 } else { pool.bytes_on(true) },
             transient: pool.transient,
             allowed,
             handoff: handoffs.pairs.get(k).map_or(0.0, |pair| pair.2),
@@ -1390,6 +1443,11 @@ fn link_weights(problem: &Problem) -> Vec<f64> {
         .iter()
         .map(|d| if d.link_bytes_per_s > 0 { 1.0 / d.link_bytes_per_s as f64 / mean } else { 1.0 })
         .collect()
+}
+
+/// Whether device `d` is a host that leaves its units' peak bytes to the GPU running them.
+fn spills(problem: &Problem, d: usize) -> bool {
+    problem.offload_runs_on.is_some() && problem.is_host(d)
 }
 
 /// Whether two tiers are of one kind (two GPUs with different indices are).

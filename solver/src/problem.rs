@@ -119,6 +119,12 @@ pub struct Problem {
     pub ordered: bool,
     /// After balance and traffic, prefer plans that use fewer GPUs.
     pub min_devices: bool,
+    /// The device (index into `devices`) that runs units placed on `cpu` or `disk`, as
+    /// accelerate runs offloaded modules on its main device: their weights stay on the host,
+    /// their peak bytes (KV cache) live on this device, and their weights are copied here around
+    /// their forward, a workspace of resident plus transient bytes. `None`: host units run on
+    /// the host (llama.cpp's CPU layers keep their KV cache in RAM).
+    pub offload_runs_on: Option<usize>,
 }
 
 /// Where the copies of each unit went: `counts[unit][device]`.
@@ -141,14 +147,40 @@ impl Problem {
     pub fn device_bytes(&self, assignment: &Assignment, device: usize) -> u64 {
         let mut held = 0;
         let mut transient = 0;
+        let runs_offloaded = self.offload_runs_on == Some(device);
         for (u, unit) in self.units.iter().enumerate() {
             let copies = u64::from(assignment.counts[u][device]);
             if copies > 0 {
-                held += copies * (unit.resident_bytes + unit.peak_bytes);
+                held += copies * self.copy_bytes(unit, device);
                 transient = transient.max(unit.transient_bytes);
+            }
+            if runs_offloaded {
+                let on_hosts: u64 = (0..self.devices.len())
+                    .filter(|&d| self.is_host(d))
+                    .map(|d| u64::from(assignment.counts[u][d]))
+                    .sum();
+                if on_hosts > 0 {
+                    held += on_hosts * unit.peak_bytes;
+                    transient = transient.max(unit.resident_bytes + unit.transient_bytes);
+                }
             }
         }
         if held == 0 { 0 } else { self.devices[device].fixed_bytes + held + transient }
+    }
+
+    /// Whether device `device` is `cpu` or `disk`.
+    pub fn is_host(&self, device: usize) -> bool {
+        !matches!(self.devices[device].tier, Tier::Gpu(_))
+    }
+
+    /// Bytes one copy of `unit` holds on `device`: resident and peak bytes, or on a host whose
+    /// units run on a GPU ([`Problem::offload_runs_on`]) the resident bytes alone.
+    pub fn copy_bytes(&self, unit: &Unit, device: usize) -> u64 {
+        if self.offload_runs_on.is_some() && self.is_host(device) {
+            unit.resident_bytes
+        } else {
+            unit.resident_bytes + unit.peak_bytes
+        }
     }
 
     /// The share of its capacity (with fixed bytes) that a device's charge fills.

@@ -38,7 +38,15 @@ fn unit(name: &str, bytes: u64) -> Unit {
 }
 
 fn problem(units: Vec<Unit>, devices: Vec<Device>) -> Problem {
-    Problem { units, devices, together: vec![], pins: vec![], ordered: false, min_devices: false }
+    Problem {
+        units,
+        devices,
+        together: vec![],
+        pins: vec![],
+        ordered: false,
+        min_devices: false,
+        offload_runs_on: None,
+    }
 }
 
 /// Solves with the default options and checks what every plan must satisfy: all copies
@@ -486,4 +494,26 @@ fn a_unit_outside_the_chain_still_gets_the_best_split() {
     assert!((s.objective - expected).abs() <= 1e-3 * expected, "{} vs {expected}", s.objective);
     let devices = devices_of(&s, sizes.len());
     assert!(devices.windows(2).all(|w| w[0] <= w[1]), "{devices:?}");
+}
+
+#[test]
+fn offloaded_layers_leave_their_kv_cache_on_the_gpu_that_runs_them() {
+    // Four layers of 4 GB of weights and 1 GB of KV cache, in order, on one 14 GB GPU with
+    // the CPU beside it; offloaded layers run on GPU 0 (accelerate's main device). k layers on
+    // the GPU charge it 5k GB, the 4 − k others 1 GB of KV each, plus one offloaded layer's
+    // 4 GB copy while it runs: k = 2 needs 16 GB, k = 1 needs 5 + 3 + 4 = 12 GB. So the plan
+    // with least offload keeps one layer (12 GB offloaded), GPU 0 at 12/14. Were the KV cache
+    // and the copy forgotten, two layers would seem to fit (10 GB).
+    let mut units = chain(&[4, 4, 4, 4]);
+    for u in &mut units {
+        u.peak_bytes = GB;
+    }
+    let mut p = problem(units, vec![gpu(0, 14 * GB), host(Tier::Cpu, 100 * GB)]);
+    p.ordered = true;
+    p.offload_runs_on = Some(0);
+    let s = solve(&p);
+    assert_eq!(s.status, Status::Optimal);
+    assert_eq!(s.offloaded_bytes, 12 * GB);
+    assert_eq!(devices_of(&s, 4), vec![0, 1, 1, 1]);
+    assert!((s.objective - 12.0 / 14.0).abs() < 1e-9, "{}", s.objective);
 }
