@@ -103,14 +103,10 @@ pub fn export(
     }
     let text = match format {
         Format::Accelerate => {
-            let map = json_map(&plan.device_map);
-            let mut max_memory = serde_json::Map::new();
-            for (device, bytes) in &plan.max_memory {
-                max_memory.insert(device.clone(), serde_json::Value::from(*bytes));
-            }
-            let companion = serde_json::to_string_pretty(&max_memory).unwrap_or_default() + "\n";
+            let companion =
+                serde_json::to_string_pretty(&InOrder(&plan.max_memory)).unwrap_or_default() + "\n";
             return Ok(Export {
-                text: serde_json::to_string_pretty(&map).unwrap_or_default() + "\n",
+                text: serde_json::to_string_pretty(&InOrder(&plan.device_map)).unwrap_or_default() + "\n",
                 companion: Some((".max_memory.json".into(), companion)),
             });
         }
@@ -149,9 +145,14 @@ pub fn export(
     Ok(Export { text, companion: None })
 }
 
-/// A device map as a JSON object; a [`Tier`] serializes as accelerate writes a device.
-fn json_map(entries: &[(String, Tier)]) -> serde_json::Map<String, serde_json::Value> {
-    entries.iter().map(|(k, t)| (k.clone(), serde_json::json!(t))).collect()
+/// Pairs written as a JSON object in their order (a device map in model order; a [`Tier`]
+/// serializes as accelerate writes a device).
+struct InOrder<'a, V>(&'a [(String, V)]);
+
+impl<V: Serialize> Serialize for InOrder<'_, V> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        crate::plan::ordered_map(self.0, serializer)
+    }
 }
 
 fn not_for(plan: &Plan, format: &str, needs: &str) -> InputError {

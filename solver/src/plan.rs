@@ -89,7 +89,10 @@ pub struct Plan {
 }
 
 /// A list of `(key, value)` pairs as a JSON object, in list order (model order, not sorted).
-fn ordered_map<S: serde::Serializer, V: Serialize>(entries: &[(String, V)], s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn ordered_map<S: serde::Serializer, V: Serialize>(
+    entries: &[(String, V)],
+    s: S,
+) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeMap;
     let mut map = s.serialize_map(Some(entries.len()))?;
     for (k, v) in entries {
