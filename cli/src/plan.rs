@@ -106,6 +106,7 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
             None
         };
     let explanation = (!result.feasible).then(|| explain(&model, &hardware, &workload, &request, &settings));
+    let mut written_map = None;
     if let Some(path) = &args.output
         && result.feasible
     {
@@ -115,9 +116,8 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
         };
         let exported = export(&result, format, &args.inputs.model, &args.inputs.hardware, &workload)?;
         write_atomic(path, &exported.text)?;
-        if let Some((suffix, text)) = &exported.companion {
-            let stem = path.with_extension("");
-            write_atomic(Path::new(&format!("{}{suffix}", stem.display())), text)?;
+        if format == Format::Accelerate {
+            written_map = Some(path.display().to_string());
         }
     }
     let text = if args.json {
@@ -128,7 +128,12 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
             warnings: &warnings,
         })
     } else {
-        vramplan_reports::plan_table(&result, baseline.as_ref(), explanation.as_ref(), &warnings)
+        let mut text =
+            vramplan_reports::plan_table(&result, baseline.as_ref(), explanation.as_ref(), &warnings);
+        if let Some(file) = &written_map {
+            text += &vramplan_reports::accelerate_loading(file, &model.architecture, &result, &workload);
+        }
+        text
     };
     crate::print(out, &text)?;
     Ok(if result.feasible { 0 } else { EXIT_INFEASIBLE })

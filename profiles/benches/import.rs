@@ -13,7 +13,7 @@ use vramplan_profiles::model::{ImportOptions, hf, safetensors};
 
 fn inspect_deepseek_v3(c: &mut Criterion) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/models/deepseek-ai__DeepSeek-R1/config.json");
+        .join("../fixtures/published/models/deepseek-ai__DeepSeek-R1/config.json");
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(e) => {

@@ -18,7 +18,7 @@ fn try_import(json: &str, naming: Naming) -> Result<ModelDescription, InputError
 }
 
 fn shared_config(model: &str) -> String {
-    let path = format!("{}/../../shared/models/{model}/config.json", env!("CARGO_MANIFEST_DIR"));
+    let path = format!("{}/../fixtures/published/models/{model}/config.json", env!("CARGO_MANIFEST_DIR"));
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
@@ -461,14 +461,21 @@ fn flan_t5_gated_untied_closed_form() {
     // google/flan-t5-base: gated-gelu, separate lm_head.
     let json =
         t5_config(768, 2048, 12, 12, r#""feed_forward_proj": "gated-gelu", "tie_word_embeddings": false,"#);
-    let model = import(&json);
+    let model = import_v4(&json);
     assert_eq!(model.params(), t5_closed_form(768, 2048, 12, 12, true, false));
     assert!(has_module(&model, "decoder.block.11.layer.2.DenseReluDense.wi_1"));
     assert!(model.facts.gated_mlp);
     assert_eq!(model.facts.activation, "gelu_new");
-    assert_eq!(model.tied_groups()[0].len(), 3, "lm_head stays untied");
-    // Flan-T5-base is published as a 248M model.
+    assert_eq!(model.tied_groups()[0].len(), 3, "lm_head stays untied in 4.x");
+    // Flan-T5-base is published as a 248M model (counted with its own lm_head).
     assert_eq!(model.params() / 1_000_000, 247);
+    // transformers 5.x ties lm_head to `shared` in every T5 (`T5Config` forces
+    // `tie_word_embeddings = True`): fixtures/reference/models/v5/t0-3b.json lists
+    // `lm_head.weight` in the tied group and 65,798,144 parameters fewer than v4/t0-3b.json.
+    let v5 = import(&json);
+    assert_eq!(v5.params(), t5_closed_form(768, 2048, 12, 12, true, true));
+    assert_eq!(v5.tied_groups()[0].len(), 4, "5.x ties lm_head");
+    assert!(v5.notes.iter().any(|n| n.contains("ties `lm_head`")), "{:?}", v5.notes);
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! The Llama-style decoders and DeepSeek built from `config.json`, checked against figures that do
 //! not come from the importer: the real checkpoints' `model.safetensors.index.json` in
-//! `../shared/models` (exact byte sizes and every tensor name), published parameter counts, and
+//! `fixtures/published/models` (exact byte sizes and every tensor name), published parameter counts, and
 //! closed forms computed here from the config numbers.
 
 use std::collections::BTreeSet;
@@ -11,7 +11,7 @@ use vramplan_profiles::model::{ImportOptions, ModelDescription, Naming, TensorKi
 use vramplan_profiles::{DType, Location};
 
 fn shared_model(folder: &str, file: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/models").join(folder).join(file)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/published/models").join(folder).join(file)
 }
 
 fn v4() -> ImportOptions {

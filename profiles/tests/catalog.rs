@@ -4,17 +4,17 @@
 //! builds. Its parameter count is checked three independent ways: against the publisher's figure
 //! (exact where one is given, else to the precision published), against the closed form of its
 //! architecture computed here from the config's own numbers, and, for the reference models in
-//! `../shared/models`, against the checkpoint's `metadata.total_size`. The copies of the shared
+//! `fixtures/published/models`, against the checkpoint's `metadata.total_size`. The copies of the shared
 //! reference configs are byte-identical, and `docs/models.md` lists every entry with the count
 //! vramplan computes (regenerate it with `cargo test -p vramplan-profiles --test catalog --
 //! --ignored write_models_doc`).
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use vramplan_profiles::model::{self, ImportOptions, ModelDescription, catalog, hf};
+use vramplan_profiles::model::{self, ImportOptions, ModelDescription, Naming, catalog, hf};
 
 /// The models the catalog must hold (issues 2 and 3, and every model in
-/// `shared/measurements/measured.csv`).
+/// `fixtures/published/measurements/measured.csv`).
 const REQUIRED: &[&str] = &[
     "pythia-410m",
     "pythia-1b",
@@ -75,7 +75,7 @@ const REQUIRED: &[&str] = &[
     "opt-6.7b",
 ];
 
-/// Built-ins copied unchanged from `shared/models/<folder>/config.json`.
+/// Built-ins copied unchanged from `fixtures/published/models/<folder>/config.json`.
 const SHARED_COPIES: &[(&str, &str)] = &[
     ("llama-3-8b", "meta-llama__Meta-Llama-3-8B"),
     ("mistral-7b", "mistralai__Mistral-7B-v0.1"),
@@ -203,10 +203,22 @@ const PUBLISHED_ROUNDED: &[PublishedRounded] = &[
     rounded("llama-3.1-405b", Some((405_800 * M, 100 * M)), None, false, "Meta: 405.8B"),
     rounded("llama-3.2-1b", Some((1_230 * M, 10 * M)), None, false, "Meta Llama 3.2 model card: 1.23B"),
     rounded("llama-3.2-3b", Some((3_210 * M, 10 * M)), None, false, "Meta Llama 3.2 model card: 3.21B"),
-    rounded("t0-3b", Some((2_850 * M, 10 * M)), None, false, "shared/measurements: T0_3B 2.85B"),
-    rounded("octocoder", Some((15_500 * M, 100 * M)), None, false, "shared/measurements: octocoder 15.5B"),
+    rounded(
+        "t0-3b",
+        Some((2_850 * M, 10 * M)),
+        None,
+        false,
+        "fixtures/published/measurements: T0_3B 2.85B, with its own lm_head (4.x; 5.x ties it)",
+    ),
+    rounded(
+        "octocoder",
+        Some((15_500 * M, 100 * M)),
+        None,
+        false,
+        "fixtures/published/measurements: octocoder 15.5B",
+    ),
     rounded("starcoder", Some((15_500 * M, 100 * M)), None, false, "StarCoder paper: 15.5B"),
-    rounded("bert-large-uncased", Some((335 * M, M)), None, false, "shared/measurements: ~335M"),
+    rounded("bert-large-uncased", Some((335 * M, M)), None, false, "fixtures/published/measurements: ~335M"),
     rounded("bert-base-cased", Some((108 * M, M)), None, false, "accelerate model_size_estimator doc: 108M"),
     rounded("bert-base-uncased", Some((110 * M, M)), None, false, "BERT paper: BERT-Base 110M"),
     rounded("t5-base", Some((220 * M, 10 * M)), None, false, "T5 model card: 220 million"),
@@ -260,9 +272,10 @@ fn flag(config: &Value, key: &str, default: bool) -> bool {
     config.get(key).and_then(Value::as_bool).unwrap_or(default)
 }
 
-fn shared_models() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/models");
-    dir.is_dir().then_some(dir)
+/// The copies of public configs and checkpoint indexes kept in the repository
+/// (`fixtures/published/models`, sources in its README).
+fn published_models() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/published/models")
 }
 
 fn docs_path() -> PathBuf {
@@ -459,8 +472,10 @@ fn t5(c: &Value) -> u64 {
     let encoder = encoder_layers * (attention + feed_forward + 2 * d) + relative + d;
     let decoder = decoder_layers * (2 * attention + feed_forward + 3 * d) + relative + d;
     let vocab = required(c, &["vocab_size"]);
-    let head = if flag(c, "tie_word_embeddings", true) { 0 } else { vocab * d };
-    vocab * d + encoder + decoder + head
+    // No head of its own: transformers 5.x ties `lm_head` to `shared` in every T5, whatever
+    // `tie_word_embeddings` says (`T5Config` forces it to true; fixtures/reference/models/v5/
+    // t0-3b.json has `lm_head.weight` in the tied group).
+    vocab * d + encoder + decoder
 }
 
 /// `PhiForCausalLM` (Phi-1.5, Phi-2): biased projections, one LayerNorm per parallel block,
@@ -604,10 +619,7 @@ fn published_figures_match_the_closed_forms() {
 
 #[test]
 fn copies_of_the_shared_reference_configs_are_byte_identical() {
-    let Some(dir) = shared_models() else {
-        eprintln!("shared/models is not next to this checkout; nothing to compare");
-        return;
-    };
+    let dir = published_models();
     for (name, folder) in SHARED_COPIES {
         let path = dir.join(folder).join("config.json");
         let reference = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -640,11 +652,24 @@ fn published_exact_parameter_counts() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// Built-ins whose published count keeps a head that transformers 5.x ties: checked in 4.x
+/// naming, which builds the checkpoint's own head.
+const PUBLISHED_WITH_OWN_HEAD: &[(&str, &str)] = &[(
+    "t0-3b",
+    "T5 v1.1 ships a separate lm_head (`tie_word_embeddings: false`), which 4.x builds; 5.x ties it \
+     to `shared` (fixtures/reference/models/v5/t0-3b.json: 2,783,959,040; v4: 2,849,757,184)",
+)];
+
 #[test]
 fn published_rounded_parameter_counts() {
     let mut wrong = Vec::new();
     for p in PUBLISHED_ROUNDED {
-        let model = build(p.name);
+        let model = if PUBLISHED_WITH_OWN_HEAD.iter().any(|(name, _)| *name == p.name) {
+            model::load(p.name, ImportOptions { naming: Naming::V4 })
+                .unwrap_or_else(|e| panic!("built-in `{}` does not load: {e}", p.name))
+        } else {
+            build(p.name)
+        };
         let total = model.params();
         if let Some((v, tol)) = p.total
             && total.abs_diff(v) > tol
@@ -699,10 +724,7 @@ fn every_builtin_matches_its_closed_form() {
 
 #[test]
 fn reference_checkpoint_sizes_match_parameter_counts() {
-    let Some(dir) = shared_models() else {
-        eprintln!("shared/models is not next to this checkout; nothing to compare");
-        return;
-    };
+    let dir = published_models();
     let mut checked = 0;
     for (name, folder) in SHARED_COPIES {
         let index = dir.join(folder).join("model.safetensors.index.json");
@@ -723,7 +745,7 @@ fn reference_checkpoint_sizes_match_parameter_counts() {
 const NOTES: &[(&str, &str)] = &[
     (
         "deepseek-v3",
-        "the embedded file is DeepSeek-R1's `config.json` (copied unchanged from `shared/models`): the same \
+        "the embedded file is DeepSeek-R1's `config.json` (copied unchanged from `fixtures/published/models`): the same \
          `DeepseekV3ForCausalLM` shapes, R1's `transformers_version`, the fp8 `quantization_config`. The \
          multi-token-prediction layer (`num_nextn_predict_layers`, 14B) is not built, as in transformers.",
     ),

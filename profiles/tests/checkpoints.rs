@@ -1,4 +1,4 @@
-//! Model folders: real index files of public checkpoints (`/work/shared/models`), whose
+//! Model folders: real index files of public checkpoints (`fixtures/published/models`), whose
 //! `metadata.total_size` the description's bytes must reproduce, and synthetic safetensors files
 //! written here (quantized checkpoints with a config, broken files) whose sizes the tests work
 //! out by hand from the layouts.
@@ -13,7 +13,7 @@ use vramplan_profiles::model::{ImportOptions, ModelDescription, Naming, TensorKi
 use vramplan_profiles::{DType, InputError, Location};
 
 fn shared(model: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/models").join(model)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/published/models").join(model)
 }
 
 fn read_json(path: &Path) -> Value {

@@ -211,7 +211,8 @@ fn extend_refuses_facts_unknown_blocks_and_existing_names() {
         error("extend: pythia-2.8b\nmodules:\n  - name: x\n    after: gpt_neox.layers.99\n    params: 4\n");
     assert!(err.problem.contains("not a block"), "{err}");
     assert_eq!(line_of(&err), 4);
-    let err = error("extend: pythia-2.8b\nmodules:\n  - {name: embed_out, params: 4}\n");
+    // transformers 5.x names GPT-NeoX's head `lm_head` (4.x: `embed_out`).
+    let err = error("extend: pythia-2.8b\nmodules:\n  - {name: lm_head, params: 4}\n");
     assert!(err.problem.contains("already exists"), "{err}");
     let err = error("extend: no-such-model.json\nmodules:\n  - {name: x, params: 4}\n");
     assert!(err.problem.contains("neither a built-in model"), "{err}");

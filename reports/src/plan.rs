@@ -151,3 +151,49 @@ mod tests {
         assert_eq!(summarise_units(&units), "model.embed_tokens, model.layers.0-2, model.norm");
     }
 }
+
+/// How to load an accelerate map written to `file` into the model class `architecture`
+/// (`architectures[0]` of its config): the `from_pretrained` arguments that take it as it is. `offload_folder` is required once a module is on `disk`, and bitsandbytes
+/// refuses `cpu` or `disk` entries unless told to keep those modules in fp32
+/// (`llm_int8_enable_fp32_cpu_offload`).
+pub fn accelerate_loading(
+    file: &str,
+    architecture: &str,
+    plan: &Plan,
+    workload: &vramplan_sim::workload::Workload,
+) -> String {
+    use vramplan_sim::workload::Quant;
+    let on = |tier: Tier| plan.device_map.iter().any(|(_, t)| *t == tier);
+    let host = on(Tier::Cpu) || on(Tier::Disk);
+    let mut args = vec![format!("device_map=json.load(open({file:?}))")];
+    if let Some(dtype) = workload.weight_dtype.filter(|d| d.is_float()) {
+        let torch = match dtype.name() {
+            "fp32" => "float32",
+            "fp16" => "float16",
+            "bf16" => "bfloat16",
+            other => other,
+        };
+        args.push(format!("dtype=torch.{torch}"));
+    }
+    let bnb = match &workload.quant {
+        Quant::Int8 => Some("load_in_8bit=True".to_string()),
+        Quant::Nf4 { double_quant } | Quant::Fp4 { double_quant } => {
+            let kind = if matches!(workload.quant, Quant::Nf4 { .. }) { "nf4" } else { "fp4" };
+            let double = if *double_quant { ", bnb_4bit_use_double_quant=True" } else { "" };
+            Some(format!("load_in_4bit=True, bnb_4bit_quant_type=\"{kind}\"{double}"))
+        }
+        _ => None,
+    };
+    if let Some(config) = bnb {
+        let offload = if host { ", llm_int8_enable_fp32_cpu_offload=True" } else { "" };
+        args.push(format!("quantization_config=BitsAndBytesConfig({config}{offload})"));
+    }
+    if on(Tier::Disk) {
+        args.push("offload_folder=\"offload\"".into());
+    }
+    format!(
+        "\nwrote {file}; load it as it is (no max_memory: transformers ignores it beside a map):\n  \
+         model = {architecture}.from_pretrained(MODEL, {})\n",
+        args.join(", ")
+    )
+}

@@ -25,8 +25,11 @@ pub enum UnitRole {
 /// One placement unit's charges, in bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct UnitCharge {
-    /// The module path, as a device map names it.
+    /// The module path (for a parent's own tensors, the parent's).
     pub path: String,
+    /// The `device_map` keys that place the unit: disjoint prefixes, the first finding it in a
+    /// placement (see the simulator's units).
+    pub keys: Vec<String>,
     pub role: UnitRole,
     /// Held for the whole step: weights as stored (quantized, cast), optimizer states and
     /// master weights, and gradients when they are kept between steps.

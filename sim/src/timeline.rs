@@ -232,6 +232,7 @@ pub(crate) fn charges(
             };
             UnitCharge {
                 path: unit.path.clone(),
+                keys: unit.keys.clone(),
                 role,
                 resident_bytes: resident,
                 weight_bytes,
@@ -310,7 +311,7 @@ impl<'a> Program<'a> {
         let devices: Vec<Option<u32>> = units
             .iter()
             .zip(offloaded.iter_mut())
-            .map(|(u, offloaded)| match placement.target_of(&u.path) {
+            .map(|(u, offloaded)| match placement.target_of(&u.keys[0]) {
                 Some(Target::Gpu(g)) => Some(g),
                 Some(Target::Cpu | Target::Disk) if main_gpu.is_some() => {
                     *offloaded = true;

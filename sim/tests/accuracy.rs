@@ -1,4 +1,4 @@
-//! Accuracy against measurement: every case of `../shared/measurements/measured.csv` is
+//! Accuracy against measurement: every case of `fixtures/published/measurements/measured.csv` is
 //! simulated through the one `estimate` entry point from its configuration (transcribed below as
 //! a workload, since the file states it in prose) and compared with the figure of the kind that
 //! was measured: PyTorch's allocated or active peak, the whole-GPU `nvidia-smi` figure, the
@@ -56,8 +56,8 @@ fn logged_count(notes: &str, key: &str) -> Option<u64> {
 }
 
 fn measured() -> BTreeMap<String, Measured> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/measurements/measured.csv");
-    let mut reader = csv::Reader::from_path(path).expect("measured.csv in ../shared");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/published/measurements/measured.csv");
+    let mut reader = csv::Reader::from_path(path).expect("measured.csv in fixtures/published/measurements");
     let mut out = BTreeMap::new();
     for row in reader.deserialize::<BTreeMap<String, String>>() {
         let row = row.expect("a CSV row");

@@ -1,6 +1,6 @@
 //! The inference-engine budgets (vLLM, llama.cpp) and tensor-parallel sharding against
 //! independent figures: the logged vLLM 0.19 memory profiles and llama.cpp buffer sizes of
-//! `../shared/measurements/measured.csv`, llama.cpp's own model-size line for the same GGUF
+//! `fixtures/published/measurements/measured.csv`, llama.cpp's own model-size line for the same GGUF
 //! file, and closed forms computed here from the published configs.
 
 use std::collections::BTreeMap;
@@ -16,8 +16,8 @@ const GIB: f64 = (1u64 << 30) as f64;
 const MIB: f64 = (1u64 << 20) as f64;
 
 fn rows() -> Vec<BTreeMap<String, String>> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/measurements/measured.csv");
-    let mut reader = csv::Reader::from_path(path).expect("measured.csv in ../shared");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/published/measurements/measured.csv");
+    let mut reader = csv::Reader::from_path(path).expect("measured.csv in fixtures/published/measurements");
     reader.deserialize::<BTreeMap<String, String>>().map(|row| row.expect("a CSV row")).collect()
 }
 

@@ -14,7 +14,7 @@ use vramplan_sim::workload::{Engine, Finetune, Mode, Parallelism, Quant, Workloa
 use vramplan_sim::{Placement, Target};
 
 fn shared_model(folder: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/models").join(folder)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/published/models").join(folder)
 }
 
 fn load(folder: &str, naming: Naming) -> ModelDescription {

@@ -1,4 +1,4 @@
-//! The scenarios users reported (see ../shared/anchors.md), each simulated with its breakdown
+//! The scenarios users reported (see the anchors in the design brief), each simulated with its breakdown
 //! printed, and checked against figures known independently: closed-form weight sizes, and
 //! whether the setup is known to run.
 
@@ -69,22 +69,28 @@ fn pythia_lora_on_two_t4() {
     assert!(e.fits);
 }
 
-/// Mixtral-8x7B in 4-bit (nf4, double quantization) for inference on two 16 GB GPUs: its linear
-/// weights at ~0.52 bytes per parameter total ~22.6 GiB — more than one T4, less than two.
-#[test]
-fn mixtral_nf4_inference_on_two_t4() {
-    let model = builtin("mixtral-8x7b");
-    let hw = hardware::load("t4x2").expect("profile");
-    let workload = Workload {
+/// The Mixtral-8x7B 4-bit inference workload on two T4s (accelerate #3041).
+fn mixtral_nf4_workload() -> Workload {
+    Workload {
         batch: 1,
         seq: 4096,
         prompt: Some(1024),
         weight_dtype: Some(DType::F16),
         quant: Quant::Nf4 { double_quant: true },
         ..Workload::default()
-    };
-    let e = estimate(&model, &hw, &workload, &Placement::even_layers(&model, 2)).expect("estimate");
-    print("Mixtral-8x7B nf4 inference, 4096 context, t4x2", &e);
+    }
+}
+
+/// Mixtral-8x7B in 4-bit (nf4, double quantization) for inference on two 16 GB GPUs, as the
+/// report's user ran it (transformers 4.x, whose experts are `nn.Linear`s bitsandbytes
+/// quantizes): its linear weights at ~0.52 bytes per parameter total ~22.6 GiB — more than one
+/// T4, less than two.
+#[test]
+fn mixtral_nf4_inference_on_two_t4() {
+    let model = model::load("mixtral-8x7b", ImportOptions { naming: model::Naming::V4 }).expect("built-in");
+    let hw = hardware::load("t4x2").expect("profile");
+    let e = estimate(&model, &hw, &mixtral_nf4_workload(), &Placement::even_layers(&model, 2)).expect("estimate");
+    print("Mixtral-8x7B nf4 inference, 4096 context, t4x2 (transformers 4.x)", &e);
     // Closed form: 46,702,792,704 parameters, of which the embedding and head (2 × 32000 × 4096)
     // stay fp16 and the rest (linear and expert weights; norms are negligible) take 4 bits plus
     // an 8-bit absmax per 64 values and an fp32 scale per 256 blocks.
@@ -95,6 +101,24 @@ fn mixtral_nf4_inference_on_two_t4() {
     assert!((weights as f64 - expected).abs() / expected < 0.01, "{weights} vs {expected}");
     assert!(expected / GIB > 15.0, "more than one T4 holds");
     assert!(e.fits, "fits on two T4s");
+}
+
+/// The same workload under transformers 5.x: each layer's experts are two fused 3-D
+/// parameters, not `nn.Linear`s, so bitsandbytes leaves them in fp16: 32 layers × 8 experts ×
+/// 3 × 4096 × 14336 parameters × 2 bytes = 90.2 GB, 2.82 GB a layer, far past two T4s.
+#[test]
+fn mixtral_nf4_under_transformers_5_keeps_its_experts_in_fp16() {
+    let model = builtin("mixtral-8x7b");
+    let hw = hardware::load("t4x2").expect("profile");
+    let e = estimate(&model, &hw, &mixtral_nf4_workload(), &Placement::even_layers(&model, 2)).expect("estimate");
+    print("Mixtral-8x7B nf4 inference, 4096 context, t4x2 (transformers 5.x)", &e);
+    let experts = 32 * 8 * 3 * 4096 * 14336u64;
+    let halves = 2 * 32000 * 4096u64;
+    let quantized = 46_702_792_704u64 - halves - experts;
+    let expected = 2.0 * (halves + experts) as f64 + quantized as f64 * (0.5 + 1.0 / 64.0 + 4.0 / (64.0 * 256.0));
+    let weights: u64 = e.devices.iter().map(|d| d.components.weights).sum();
+    assert!((weights as f64 - expected).abs() / expected < 0.01, "{weights} vs {expected}");
+    assert!(!e.fits, "90 GB of fp16 experts do not fit two T4s");
 }
 
 /// XLNet-base full fine-tune in fp32 with AdamW on a T4, batch 8 × 512: model states are 16

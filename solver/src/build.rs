@@ -3,8 +3,10 @@
 //! charges it, and the devices with their capacities after headroom and fixed workspaces.
 //!
 //! - `accelerate`, `accelerate-v4`, `pipeline`: the simulator's units (embeddings, each decoder
-//!   layer whole, the final norm, the head, buffer-only modules), in forward order. A head tied
-//!   to the input embedding leaves the order and goes with the embedding.
+//!   layer whole, the final norm, the head, buffer-only modules), in forward order, each with
+//!   the `device_map` keys that place it. The units holding one tied group's tensors share a
+//!   device: the first keeps its place in the order and the others go with it (a head tied to
+//!   the input embedding). A unit holding no bytes never goes to `cpu` or `disk`.
 //! - `llama.cpp`: per layer its attention and dense tensors (with its KV cache), and for MoE
 //!   layers the fused expert tensors as a unit of their own; the output layer last. The CPU is
 //!   the first device in order, as `-ngl` keeps the first layers there.
@@ -57,8 +59,8 @@ impl Request {
 /// How a problem's units map back to the model, for the device map and the exports.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum UnitSource {
-    /// A module path, placed whole.
-    Module(String),
+    /// A module placed whole, by its `device_map` keys (disjoint prefixes).
+    Module(Vec<String>),
     /// llama.cpp: the non-expert tensors of block `layer` (`blk.N`).
     LlamaLayer { layer: usize },
     /// llama.cpp: the fused expert tensors of block `layer`.
@@ -158,37 +160,32 @@ fn module_units(
     request: &Request,
 ) -> Built {
     let charges = charges::unit_charges(model, hardware, workload);
-    let tied_head = tied_head(model);
+    let together = tied_units(model, &charges.units);
+    let grouped: Vec<bool> =
+        (0..charges.units.len()).map(|u| together.iter().any(|g| g.contains(&u))).collect();
+    // In a group, the first member keeps the group's place in the order; the others go with it.
+    let follows: Vec<bool> =
+        (0..charges.units.len()).map(|u| together.iter().any(|g| g.contains(&u) && g[0] != u)).collect();
     let mut units = Vec::new();
     let mut sources = Vec::new();
-    let mut embedding = None;
-    let mut head = None;
     for (i, c) in charges.units.iter().enumerate() {
-        let is_tied_head = c.role == UnitRole::Head && tied_head.as_deref() == Some(c.path.as_str());
-        if c.role == UnitRole::Embedding && embedding.is_none() {
-            embedding = Some(i);
-        }
-        if is_tied_head {
-            head = Some(i);
-        }
+        // A unit that holds nothing gains nothing on `cpu` or `disk`: offloading it would only
+        // add a device hop while a GPU has room (BERT's tied `cls.predictions`).
+        let holds_nothing = c.resident_bytes == 0 && c.peak_bytes == 0 && c.transient_bytes == 0;
         units.push(Unit {
             name: c.path.clone(),
             count: 1,
             resident_bytes: c.resident_bytes,
             peak_bytes: c.peak_bytes,
             transient_bytes: c.transient_bytes,
-            order: if is_tied_head { None } else { Some(i as u32) },
+            order: if follows[i] { None } else { Some(i as u32) },
             handoff_bytes: if matches!(c.role, UnitRole::Block(_)) { charges.handoff_bytes } else { 0 },
             load: 0.0,
             // Training state lives on GPUs. In inference an offloaded module's weights stay on
             // the host and its KV cache on the first GPU (`offload_runs_on`).
-            gpu_only: workload.mode == Mode::Train,
+            gpu_only: workload.mode == Mode::Train || (holds_nothing && !grouped[i]),
         });
-        sources.push(UnitSource::Module(c.path.clone()));
-    }
-    let mut together = Vec::new();
-    if let (Some(e), Some(h)) = (embedding, head) {
-        together.push(vec![e, h]);
+        sources.push(UnitSource::Module(c.keys.clone()));
     }
     let mut devices = gpu_devices(hardware, request.headroom, 0);
     let offload = request.offload && request.runtime != Runtime::Pipeline && workload.mode == Mode::Inference;
@@ -214,13 +211,51 @@ fn module_units(
     }
 }
 
-/// The head's module path when its weight is tied to the input embedding.
-fn tied_head(model: &ModelDescription) -> Option<String> {
-    model.tied_groups().into_iter().flatten().find_map(|path| {
-        let module = path.strip_suffix(".weight")?;
-        let m = model.root.find(module)?;
-        (m.kind == ModuleKind::Linear && !module.contains("layers.")).then(|| module.to_string())
-    })
+/// The units that hold a tied group's tensors, merged where groups share a unit: accelerate
+/// and transformers load a tied group on one device, so its units form one `together` group
+/// (an input embedding and the head tied to it; BERT's `cls.predictions` bias and decoder).
+/// Each group lists its units in order.
+fn tied_units(model: &ModelDescription, units: &[charges::UnitCharge]) -> Vec<Vec<usize>> {
+    let unit_of = |tensor: &str| {
+        units
+            .iter()
+            .enumerate()
+            .filter_map(|(u, c)| {
+                let key = c.keys.iter().filter(|k| covers(k, tensor)).max_by_key(|k| k.len())?;
+                Some((key.len(), u))
+            })
+            .max()
+            .map(|(_, u)| u)
+    };
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for tied in model.tied_groups() {
+        let mut members: Vec<usize> = tied.iter().filter_map(|t| unit_of(t)).collect();
+        members.sort_unstable();
+        members.dedup();
+        if members.len() < 2 {
+            continue;
+        }
+        // Merge with every group sharing a unit.
+        let mut merged = members;
+        groups.retain(|g| {
+            if g.iter().any(|u| merged.contains(u)) {
+                merged.extend(g);
+                false
+            } else {
+                true
+            }
+        });
+        merged.sort_unstable();
+        merged.dedup();
+        groups.push(merged);
+    }
+    groups.sort();
+    groups
+}
+
+/// accelerate's prefix rule: `key` places `path` when equal or a dotted ancestor.
+fn covers(key: &str, path: &str) -> bool {
+    key.is_empty() || path == key || path.strip_prefix(key).is_some_and(|rest| rest.starts_with('.'))
 }
 
 fn llamacpp_units(

@@ -1,10 +1,14 @@
 //! A plan in the formats runtimes read (`plan -o FILE --format F`):
 //!
 //! - `accelerate`: the `device_map` JSON (module → GPU index, `"cpu"` or `"disk"`) that
-//!   `from_pretrained(device_map=json.load(f))` takes unchanged; the matching `max_memory` goes
-//!   to a second document (see [`Export::companion`]).
+//!   `from_pretrained(device_map=json.load(f))` takes unchanged. No `max_memory` goes with it:
+//!   transformers reads `max_memory` only for `device_map="auto"` and its kin, never beside a
+//!   dict, and its GPU keys must be integers, which JSON cannot write.
 //! - `llama.cpp`: the command-line flags: `-ngl` (layers on GPUs, the output layer counted as one
-//!   more), `-ts` (layers per GPU, in order), `-ot` (expert tensors placed elsewhere than their
+//!   more when every layer is on a GPU), `-ts` (slots per GPU, in order: its layers, and the
+//!   output layer on the last GPU, since llama.cpp splits the `-ngl` slots with the output
+//!   layer as the last), `-ot "^output\.=CUDAn"` for a GPU-held output layer while layers
+//!   stay on the CPU, `-ot` (expert tensors placed elsewhere than their
 //!   layer, e.g. `blk\.(3|4)\.ffn_.*_exps\.=CPU`).
 //! - `expert-parallel`: per MoE experts module, the GPU of each expert.
 //! - `pipeline`: per GPU its contiguous stage of layers, and DeepSpeed's `parts` boundaries.
@@ -80,12 +84,10 @@ pub enum PlanTarget {
     Host(String),
 }
 
-/// One export: the main document and, for accelerate, the `max_memory` beside it.
+/// One export: the document to write.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Export {
     pub text: String,
-    /// `(file suffix, text)` of a second document (`.max_memory.json`).
-    pub companion: Option<(String, String)>,
 }
 
 /// Renders `plan` in `format`. `model`, `hardware` and `workload` are what the plan was made
@@ -103,12 +105,7 @@ pub fn export(
     }
     let text = match format {
         Format::Accelerate => {
-            let companion =
-                serde_json::to_string_pretty(&InOrder(&plan.max_memory)).unwrap_or_default() + "\n";
-            return Ok(Export {
-                text: serde_json::to_string_pretty(&InOrder(&plan.device_map)).unwrap_or_default() + "\n",
-                companion: Some((".max_memory.json".into(), companion)),
-            });
+            serde_json::to_string_pretty(&InOrder(&plan.device_map)).unwrap_or_default() + "\n"
         }
         Format::LlamaCpp => llamacpp_flags(plan)?,
         Format::ExpertParallel => {
@@ -142,7 +139,7 @@ pub fn export(
                 .map_err(|e| InputError::new("-o", format!("cannot write YAML: {e}")))?
         }
     };
-    Ok(Export { text, companion: None })
+    Ok(Export { text })
 }
 
 /// Pairs written as a JSON object in their order (a device map in model order; a [`Tier`]
@@ -191,18 +188,38 @@ fn llamacpp_flags(plan: &Plan) -> Result<String, InputError> {
         g.dedup();
         g
     };
-    let max_gpu = gpus.last().copied().unwrap_or(0);
-    let mut per_gpu = vec![0u32; max_gpu as usize + 1];
+    // llama.cpp's rule (`llama_model::load_tensors`): `-ngl N` puts the last N of the
+    // `n_layer + 1` slots (the layers, then the output layer) on GPUs, split over them in
+    // proportion to `-ts`. So the output layer is on a GPU only when every layer is
+    // (`-ngl n_layer + 1`), and then it is a slot of its own on the last GPU; with layers left
+    // on the CPU, a GPU-held output layer is moved there by `-ot`.
+    let mut per_gpu = vec![0u32; gpus.last().map_or(0, |g| *g as usize + 1)];
     for t in layer_tier.values() {
         if let Tier::Gpu(g) = t {
             per_gpu[*g as usize] += 1;
         }
     }
-    let on_gpu: u32 = per_gpu.iter().sum::<u32>() + u32::from(matches!(output, Some(Tier::Gpu(_))));
+    let all_layers_on_gpus = layer_tier.values().all(|t| matches!(t, Tier::Gpu(_)));
+    let mut output_override = None;
+    if let Some(Tier::Gpu(g)) = output {
+        if all_layers_on_gpus {
+            if per_gpu.len() <= g as usize {
+                per_gpu.resize(g as usize + 1, 0);
+            }
+            per_gpu[g as usize] += 1;
+        } else {
+            output_override = Some(g);
+        }
+    }
+    let on_gpu: u32 = per_gpu.iter().sum();
     let mut flags = format!("-ngl {on_gpu}");
     if per_gpu.len() > 1 {
         let split: Vec<String> = per_gpu.iter().map(u32::to_string).collect();
         flags += &format!(" -ts {}", split.join(","));
+    }
+    if let Some(g) = output_override {
+        // Anchored: `output\.` alone would match every `blk.N.attn_output.weight`.
+        flags += &format!(" -ot \"^output\\.=CUDA{g}\"");
     }
     // Expert tensors placed elsewhere than their layer, grouped by where they go.
     let mut moved: BTreeMap<String, Vec<u32>> = BTreeMap::new();

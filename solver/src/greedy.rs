@@ -1,40 +1,93 @@
-//! accelerate's `device_map="auto"`, the baseline every plan is compared with: what
-//! transformers' `_get_device_map` does for `from_pretrained(device_map="auto")`, rewritten
-//! from its documented rules (transformers 5.x `integrations/accelerate.py`, accelerate
-//! `utils/modeling.py`):
+//! `from_pretrained(device_map="auto")`, the baseline every plan is compared with, rewritten
+//! from the source of the two versions that compute it differently ([`Version`]):
+//!
+//! - transformers 5.x (the `accelerate` target): `transformers.integrations.accelerate.
+//!   _get_device_map`, which no longer calls accelerate's balancing or fill but its own
+//!   `get_max_memory`, `get_balanced_memory`, `compute_module_sizes` and
+//!   `infer_auto_device_map` (same file), the quantizer's `param_element_size` and
+//!   `adjust_max_memory`, and accelerate's `get_max_layer_size` and `clean_device_map`;
+//! - transformers 4.x (the `accelerate-v4` target): `modeling_utils._get_device_map`, which
+//!   calls accelerate 1.x's `get_balanced_memory` and `infer_auto_device_map`
+//!   (`accelerate/utils/modeling.py`) with a target dtype and `special_dtypes`.
+//!
+//! Both run in two steps:
 //!
 //! 1. [`max_memory`]: `get_max_memory` (each GPU's free memory once the CUDA context exists,
-//!    the host's available RAM), `get_balanced_memory` for "auto" / "balanced" /
-//!    "balanced_low_0", then the quantizer's `adjust_max_memory`.
+//!    the host's available RAM; 5.x keeps 90 % of the RAM), `get_balanced_memory` for "auto" /
+//!    "balanced" / "balanced_low_0", then the quantizer's `adjust_max_memory`.
 //! 2. [`auto_device_map`]: `infer_auto_device_map` (a greedy fill in module definition order
 //!    that splits what does not fit unless it is a no-split class, moves on to the next device
 //!    and never comes back, keeps the largest layer free on GPU 0 and the CPU, keeps tied
 //!    parameters together, and ends on an uncapped disk), then `clean_device_map`.
 //!
-//! Sizes are what transformers believes, not what memory holds ([`Sizing`]): parameters at the
-//! load dtype, quantized linear weights at the quantizer's element size (bitsandbytes 4-bit:
-//! half a byte, no quantization constants), buffers as created, tied copies counted once.
-//! Nothing here knows about activations or the KV cache, exactly as accelerate does not.
+//! Sizes are what transformers believes, not what memory holds ([`Sizing`]); nothing here
+//! knows about activations or the KV cache, exactly as transformers does not.
+//!
+//! What 5.x changed (transformers 5.23.0, `integrations/accelerate.py`):
+//! - `get_max_memory`: without a user `max_memory`, `final_max_memory["cpu"] *= 0.90`;
+//! - `get_balanced_memory`: the buffer added to `total // n` is ⌊1.25 · max(the largest module
+//!   of any no-split class, the largest leaf module)⌋ (4.x: the *first* module of each class
+//!   and the *mean* leaf);
+//! - `compute_module_sizes`: each tensor at `hf_quantizer.param_element_size` (bitsandbytes:
+//!   0.5 or 1 byte for the weight of an `nn.Linear` it replaced, the tensor's own element size
+//!   otherwise, so fused 3-D expert parameters stay 16-bit); 4.x sized every floating-point
+//!   tensor at min(target dtype, its own) unless `special_dtypes` names it;
+//! - `get_module_size_with_ties`: each module holding a tied parameter counted once, whole;
+//! - `infer_auto_device_map`: a module that does not fit with its ties is split whenever it can
+//!   be (4.x only when it does not fit alone either), and there is no fallback allocation.
 
 use crate::problem::Tier;
+use crate::runtime::Runtime;
 use std::collections::{HashMap, HashSet, VecDeque};
 use vramplan_profiles::DType;
 use vramplan_profiles::hardware::HardwareProfile;
-use vramplan_profiles::model::{ModelDescription, Module, ModuleKind, Tensor, TensorKind};
+use vramplan_profiles::model::{ModelDescription, Module, ModuleKind, Naming, Tensor, TensorKind};
 use vramplan_sim::workload::{Quant, Workload};
 
 /// Share of a lone GPU's free memory `get_balanced_memory` keeps when the user sets no
-/// `max_memory` ("90% is a good compromise"; accelerate PR #1798).
+/// `max_memory` ("90% is a good compromise"; accelerate PR #1798, copied into transformers 5.x).
 const SINGLE_GPU_SHARE: f64 = 0.9;
 /// Share of every device's budget the bitsandbytes quantizers keep ("need more space for
-/// buffers that are created during quantization"; transformers
-/// `Bnb8BitHfQuantizer.adjust_max_memory`, copied into `Bnb4BitHfQuantizer`).
+/// buffers that are created during quantization"; `Bnb8BitHfQuantizer.adjust_max_memory` and
+/// `Bnb4BitHfQuantizer.adjust_max_memory`, both versions).
 const QUANTIZER_SHARE: f64 = 0.9;
+/// Share of the host's available RAM transformers 5.x's `get_max_memory` keeps when the user
+/// sets no `max_memory` (`final_max_memory["cpu"] *= 0.90`, "we don't want to set extremely
+/// tight bound and pressure for cpu").
+const CPU_SHARE_V5: f64 = 0.9;
 /// Host RAM assumed where the profile gives none; the same default the ILP's problem uses
 /// (`build.rs`, `host_devices`).
 const DEFAULT_HOST_RAM: u64 = 64 << 30;
+/// `_keep_in_fp32_modules` of the model families in the catalog that set one (transformers'
+/// `modeling_<type>.py`): `T5PreTrainedModel` keeps `wo`, `GptOssPreTrainedModel` its norms.
+const KEEP_IN_FP32: [(&str, &[&str]); 2] =
+    [("t5", &["wo"]), ("gpt_oss", &["post_attention_layernorm", "input_layernorm", "norm"])];
 
-/// One entry of accelerate's `max_memory`: a device and the bytes it may fill.
+/// Which transformers computes the map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Version {
+    /// transformers 5.x: `transformers.integrations.accelerate._get_device_map`.
+    #[default]
+    Transformers5,
+    /// transformers 4.x: accelerate 1.x's `get_balanced_memory` + `infer_auto_device_map`.
+    Transformers4,
+}
+
+impl Version {
+    /// The version whose `device_map="auto"` the target's names follow: 4.x for
+    /// `accelerate-v4`, 5.x for `accelerate`, and the model's naming for the other targets.
+    pub fn of(runtime: Runtime, naming: Naming) -> Version {
+        match (runtime, naming) {
+            (Runtime::AccelerateV4, _) => Version::Transformers4,
+            (Runtime::Accelerate, _) => Version::Transformers5,
+            (_, Naming::V4) => Version::Transformers4,
+            (_, Naming::V5) => Version::Transformers5,
+        }
+    }
+}
+
+/// One entry of accelerate's `max_memory`: a device and the bytes it may fill (the floor of
+/// the float transformers computes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MaxMemory {
     pub tier: Tier,
@@ -73,13 +126,28 @@ pub struct Sizing {
     /// The dtype floating-point parameters are loaded in (`from_pretrained(dtype=...)`).
     pub dtype: DType,
     pub quant: GreedyQuant,
+    /// Whose rules: transformers 5.x or 4.x with accelerate 1.x.
+    pub version: Version,
 }
 
 impl Sizing {
     /// The sizing `from_pretrained` would use for this workload: its weight dtype (else the
     /// checkpoint's; a quantized checkpoint's own dtype falls back to bf16, as the simulator
-    /// holds unquantized parts) and its quantization.
+    /// holds unquantized parts), its quantization, and the version the model's naming follows.
     pub fn of(model: &ModelDescription, workload: &Workload) -> Sizing {
+        let version = match model.naming {
+            Naming::V4 => Version::Transformers4,
+            Naming::V5 => Version::Transformers5,
+        };
+        Sizing::with_version(model, workload, version)
+    }
+
+    /// [`Sizing::of`] for a target: `accelerate-v4` is 4.x, `accelerate` 5.x ([`Version::of`]).
+    pub fn for_target(model: &ModelDescription, workload: &Workload, runtime: Runtime) -> Sizing {
+        Sizing::with_version(model, workload, Version::of(runtime, model.naming))
+    }
+
+    fn with_version(model: &ModelDescription, workload: &Workload, version: Version) -> Sizing {
         let dtype = workload.weight_dtype.unwrap_or(model.dtype);
         let dtype = if dtype.is_float() && dtype.bits() >= 16 { dtype } else { DType::BF16 };
         let quant = match &workload.quant {
@@ -89,7 +157,7 @@ impl Sizing {
             Quant::Gptq { bits, .. } | Quant::Awq { bits, .. } => GreedyQuant::Packed { bits: *bits },
             Quant::Fp8 { .. } => GreedyQuant::Packed { bits: 8 },
         };
-        Sizing { dtype, quant }
+        Sizing { dtype, quant, version }
     }
 
     /// Bits per element of a quantized linear weight, `None` when nothing is quantized.
@@ -102,25 +170,28 @@ impl Sizing {
         }
     }
 
+    fn bitsandbytes(&self) -> bool {
+        matches!(self.quant, GreedyQuant::Int8 | GreedyQuant::Int4)
+    }
+
     /// The bitsandbytes quantizers shrink every budget (`adjust_max_memory`); others do not.
     fn budget_share(&self) -> f64 {
-        match self.quant {
-            GreedyQuant::Int8 | GreedyQuant::Int4 => QUANTIZER_SHARE,
-            GreedyQuant::None | GreedyQuant::Packed { .. } => 1.0,
-        }
+        if self.bitsandbytes() { QUANTIZER_SHARE } else { 1.0 }
     }
 }
 
-/// accelerate's `max_memory` for `model` on `hardware`, GPUs in order then `cpu`: the free
-/// memory after the CUDA context on each GPU of the first node (`mem_get_info` after
-/// `get_max_memory` creates the context) and the host's RAM, balanced as `strategy` asks
+/// `max_memory` for `model` on `hardware`, GPUs in order then `cpu`: the free memory after the
+/// CUDA context on each GPU of the first node (`mem_get_info` after `get_max_memory` creates the
+/// context) and the host's RAM (5.x: × 0.9), balanced as `strategy` asks
 /// (`get_balanced_memory`), then × 0.9 everywhere under bitsandbytes (`adjust_max_memory`).
 /// Without a model there is nothing to balance for: the budgets are `get_max_memory`'s.
 ///
 /// Balancing (`get_balanced_memory`, user `max_memory` unset):
 /// - one GPU: its budget × 0.9, no cap;
-/// - several: every GPU but the last is capped at total ÷ n + 1.25 × max(the first block of
-///   each no-split class, the mean module holding tensors); the last keeps its budget;
+/// - several: every GPU but the last is capped at total ÷ n + the buffer, ⌊1.25 · x⌋, where x
+///   is (5.x) max(the largest module of a no-split class, the largest leaf module) or (4.x)
+///   max(the first module of each no-split class, the mean leaf module); the last GPU keeps
+///   its budget;
 /// - `balanced_low_0`: total ÷ (n − 1) for the caps, and GPU 0 only what the others cannot take.
 pub fn max_memory(
     hardware: &HardwareProfile,
@@ -128,23 +199,32 @@ pub fn max_memory(
     strategy: Strategy,
     model: Option<&ModelDescription>,
 ) -> Vec<MaxMemory> {
-    let node = hardware.devices.first().map_or(0, |d| d.node);
-    let mut gpus: Vec<(u32, f64)> =
-        hardware.devices_of(node).map(|d| (d.index, d.usable_bytes() as f64)).collect();
-    gpus.sort_by_key(|g| g.0);
-    let ram = hardware.nodes.iter().find(|n| n.index == node).and_then(|n| n.host.ram_bytes);
-    let mut cpu = ram.unwrap_or(DEFAULT_HOST_RAM) as f64;
+    let (mut gpus, mut cpu) = free_memory(hardware);
+    if sizing.version == Version::Transformers5 {
+        cpu *= CPU_SHARE_V5;
+    }
     if let Some(model) = model
         && strategy != Strategy::Sequential
     {
         balance(&mut gpus, model, sizing, strategy == Strategy::BalancedLow0);
     }
     let share = sizing.budget_share();
-    cpu *= share;
     let mut out: Vec<MaxMemory> =
         gpus.iter().map(|&(i, b)| MaxMemory { tier: Tier::Gpu(i), bytes: (b * share) as u64 }).collect();
-    out.push(MaxMemory { tier: Tier::Cpu, bytes: cpu as u64 });
+    out.push(MaxMemory { tier: Tier::Cpu, bytes: (cpu * share) as u64 });
     out
+}
+
+/// What accelerate's `get_max_memory` reads before any share is taken: each GPU of the first
+/// node with its free memory (`mem_get_info` once the context exists), and the host's RAM
+/// (`psutil.virtual_memory().available`; 64 GiB where the profile gives none).
+pub fn free_memory(hardware: &HardwareProfile) -> (Vec<(u32, f64)>, f64) {
+    let node = hardware.devices.first().map_or(0, |d| d.node);
+    let mut gpus: Vec<(u32, f64)> =
+        hardware.devices_of(node).map(|d| (d.index, d.usable_bytes() as f64)).collect();
+    gpus.sort_by_key(|g| g.0);
+    let ram = hardware.nodes.iter().find(|n| n.index == node).and_then(|n| n.host.ram_bytes);
+    (gpus, ram.unwrap_or(DEFAULT_HOST_RAM) as f64)
 }
 
 /// `get_balanced_memory` on the GPU budgets (index, bytes), with `max_memory` unset by the user.
@@ -161,25 +241,44 @@ fn balance(gpus: &mut [(u32, f64)], model: &ModelDescription, sizing: &Sizing, m
     }
     let sizes = Sizes::of(model, sizing);
     let total = sizes.module("");
-    let mut per_gpu = total / if low_zero { count - 1 } else { count };
-    // The first module of each no-split class in definition order (not the largest: an MoE
-    // model whose first layers are dense gets a buffer sized for a dense layer).
-    let mut first_of_class: Vec<(&str, u64)> = Vec::new();
+    // `module_sizes[""] // n`: a float floor division where sizes are fractional.
+    let mut per_gpu = (total / (if low_zero { count - 1 } else { count }) as f64).floor();
     let no_split = &model.facts.no_split_classes;
-    model.root.visit(&mut |m| {
-        if no_split.contains(&m.class)
-            && sizes.modules.contains_key(m.path.as_str())
-            && !first_of_class.iter().any(|(class, _)| *class == m.class)
-        {
-            first_of_class.push((&m.class, sizes.module(&m.path)));
+    let (block, leaf) = match sizing.version {
+        Version::Transformers5 => {
+            // Every module of a no-split class, the largest ("a single _no_split_module class …
+            // may have different sizes depending on the layer idx"), and the largest leaf.
+            let mut block = 0.0f64;
+            model.root.visit(&mut |m| {
+                if no_split.contains(&m.class) {
+                    block = block.max(sizes.module(&m.path));
+                }
+            });
+            (block, sizes.leaves.iter().copied().fold(0.0, f64::max))
         }
-    });
-    let block = first_of_class.iter().map(|c| c.1).max().unwrap_or(0);
-    let leaves = sizes.leaves.len().max(1) as u64;
-    let mean_leaf = sizes.leaves.iter().sum::<u64>() / leaves;
-    // int(1.25 × max(block, mean)), exactly: ⌊5x/4⌋.
-    per_gpu += block.max(mean_leaf).saturating_mul(5) / 4;
-    let per_gpu = per_gpu as f64;
+        Version::Transformers4 => {
+            // The first module of each no-split class in definition order (not the largest: an
+            // MoE model whose first layers are dense gets a buffer sized for a dense layer).
+            let mut first_of_class: Vec<(&str, f64)> = Vec::new();
+            model.root.visit(&mut |m| {
+                if no_split.contains(&m.class)
+                    && sizes.modules.contains_key(m.path.as_str())
+                    && !first_of_class.iter().any(|(class, _)| *class == m.class)
+                {
+                    first_of_class.push((&m.class, sizes.module(&m.path)));
+                }
+            });
+            let block = first_of_class.iter().map(|c| c.1).fold(0.0, f64::max);
+            // `int(sum(...) / max(len(leaves), 1))`
+            let leaves = sizes.leaves.len().max(1) as f64;
+            (block, (sizes.leaves.iter().sum::<f64>() / leaves).trunc())
+        }
+    };
+    // `int(1.25 * max(buffer, leaf))`
+    if std::env::var("GREEDY_DEBUG").is_ok() {
+        eprintln!("DEBUG total {total} per_gpu {per_gpu} block {block} leaf {leaf} leaves {}", sizes.leaves.len());
+    }
+    per_gpu += (1.25 * block.max(leaf)).trunc();
     let gpu0 = gpus.iter().find(|g| g.0 == 0).map(|g| g.1);
     let positive: Vec<usize> = (0..gpus.len()).filter(|&i| gpus[i].1 > 0.0).collect();
     if let Some((_, capped)) = positive.split_last() {
@@ -193,7 +292,7 @@ fn balance(gpus: &mut [(u32, f64)], model: &ModelDescription, sizing: &Sizing, m
     }
     if low_zero {
         let others: f64 = gpus.iter().filter(|g| g.0 >= 1 && u64::from(g.0) < count).map(|g| g.1).sum();
-        let min_zero = (total as f64 - others).max(0.0);
+        let min_zero = (total - others).max(0.0);
         if let Some(zero) = gpus.iter_mut().find(|g| g.0 == 0) {
             zero.1 = zero.1.min(min_zero);
         }
@@ -214,7 +313,8 @@ pub fn auto_device_map(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Options {
     /// When a device would stay empty, first look (depth first) for a module that fits it
-    /// (accelerate PR #3066; off by default, and transformers never turns it on).
+    /// (accelerate PR #3066; off by default, and transformers never turns it on). accelerate's
+    /// fill only: transformers 5.x's has no such switch, and it is ignored there.
     pub fallback_allocation: bool,
     /// Merge the children that share a device into their parent (`clean_device_map`).
     pub clean_result: bool,
@@ -226,9 +326,9 @@ impl Default for Options {
     }
 }
 
-/// accelerate's `infer_auto_device_map`: module name → device, in the order placed (after
-/// cleaning, a merged parent takes the place of its first child). Devices are `max_memory`'s
-/// in order, then an uncapped disk.
+/// `infer_auto_device_map` of the sizing's version: module name → device, in the order placed
+/// (after cleaning, a merged parent takes the place of its first child). Devices are
+/// `max_memory`'s in order, then an uncapped disk.
 pub fn infer_auto_device_map(
     model: &ModelDescription,
     sizing: &Sizing,
@@ -237,32 +337,49 @@ pub fn infer_auto_device_map(
 ) -> Vec<(String, Tier)> {
     let sizes = Sizes::of(model, sizing);
     let mut fill = Fill::new(model, &sizes, max_memory);
-    let mut map = fill.run(options.fallback_allocation);
+    let fallback = options.fallback_allocation && sizing.version == Version::Transformers4;
+    let mut map = fill.run(fallback);
     if options.clean_result {
         clean_device_map(&mut map, "");
     }
     map
 }
 
-/// What transformers' `compute_module_sizes` gives: bytes under every module path (tied
-/// copies left out), any tensor's bytes on demand, and the modules that hold tensors
-/// themselves (the "leaves" whose mean `get_balanced_memory` takes).
+/// What `compute_module_sizes` gives: bytes under every module path (tied copies left out),
+/// any tensor's bytes on demand, and the leaf modules whose largest (5.x) or mean (4.x)
+/// `get_balanced_memory` takes. Bytes are `f64`, as in Python: 4.x sizes a 4-bit tensor at
+/// half a byte per element, so an odd element count (Gemma's scalar `embed_scale`) leaves half
+/// a byte.
 struct Sizes<'m> {
     root: &'m Module,
     sizing: Sizing,
-    /// Modules whose weights stay unquantized.
+    /// 5.x: modules bitsandbytes does not replace (`modules_to_not_convert`); 4.x: modules
+    /// whose parameters `special_dtypes` keeps at the load dtype; with `kept_fp32` below.
     kept: HashSet<&'m str>,
+    /// 4.x: modules whose parameters `keep_in_fp32_regex` keeps in float32.
+    kept_fp32: HashSet<&'m str>,
+    /// Packed checkpoints: the modules left unquantized ([`unquantized_modules`]).
+    packed_kept: HashSet<&'m str>,
     /// Bytes under each module path that holds a counted tensor.
-    modules: HashMap<&'m str, u64>,
-    leaves: Vec<u64>,
+    modules: HashMap<&'m str, f64>,
+    /// Bytes of each leaf module: (5.x) every module holding a counted tensor itself (the
+    /// root's own tensors excepted: `if "." in name`); (4.x) every module with counted tensors
+    /// below it and no child module that has any (accelerate's `get_module_leaves`, twice).
+    leaves: Vec<f64>,
 }
 
 impl<'m> Sizes<'m> {
     fn of(model: &'m ModelDescription, sizing: &Sizing) -> Sizes<'m> {
+        let (kept, kept_fp32) = match sizing.version {
+            Version::Transformers5 => (modules_to_not_convert(model), HashSet::new()),
+            Version::Transformers4 => special_modules(model, sizing),
+        };
         let mut sizes = Sizes {
             root: &model.root,
             sizing: *sizing,
-            kept: unquantized_modules(model),
+            kept,
+            kept_fp32,
+            packed_kept: unquantized_modules(model),
             modules: HashMap::new(),
             leaves: Vec::new(),
         };
@@ -271,70 +388,122 @@ impl<'m> Sizes<'m> {
     }
 
     /// Adds `module` and everything below; returns its bytes, `None` when it holds no counted tensor.
-    fn add(&mut self, module: &'m Module) -> Option<u64> {
-        let mut own: Option<u64> = None;
+    fn add(&mut self, module: &'m Module) -> Option<f64> {
+        let mut own: Option<f64> = None;
         for tensor in module.tensors.iter().filter(|t| t.tied_to.is_none()) {
-            own = Some(own.unwrap_or(0) + self.tensor(module, tensor));
+            own = Some(own.unwrap_or(0.0) + self.tensor(module, tensor));
         }
-        if let Some(bytes) = own
+        let mut below: Option<f64> = None;
+        for child in &module.children {
+            if let Some(bytes) = self.add(child) {
+                below = Some(below.unwrap_or(0.0) + bytes);
+            }
+        }
+        let leaf = match self.sizing.version {
+            Version::Transformers5 => own,
+            Version::Transformers4 if below.is_none() => own,
+            Version::Transformers4 => None,
+        };
+        if let Some(bytes) = leaf
             && !module.path.is_empty()
         {
             self.leaves.push(bytes);
         }
-        let mut total = own;
-        for child in &module.children {
-            if let Some(bytes) = self.add(child) {
-                total = Some(total.unwrap_or(0) + bytes);
-            }
-        }
+        let total = match (own, below) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+        };
         if let Some(bytes) = total {
             self.modules.insert(&module.path, bytes);
         }
         total
     }
 
-    /// A tensor's bytes (0 for a tied copy): `param_element_size` for the weights the quantizer
-    /// replaces, the load dtype for other floating-point parameters, and the type they are
-    /// created in for buffers, packed weights and their constants.
-    fn tensor(&self, module: &Module, tensor: &Tensor) -> u64 {
+    /// A tensor's bytes (0 for a tied copy).
+    ///
+    /// 5.x (`compute_module_sizes` with `hf_quantizer.param_element_size`): the weight of an
+    /// `nn.Linear` (or `Conv1D`) that bitsandbytes replaces at 0.5 or 1 byte per element
+    /// (`param_needs_quantization`: `isinstance(module, Linear4bit) and name != "bias"`);
+    /// anything else at its own element size: parameters and default-dtype buffers in the load
+    /// dtype, other buffers as created. Fused 3-D expert parameters are no `nn.Linear`, so they
+    /// stay at the load dtype.
+    ///
+    /// 4.x (accelerate's `compute_module_sizes(model, dtype=target_dtype, special_dtypes)`):
+    /// `special_dtypes` first (kept modules' parameters at the load dtype, `keep_in_fp32`
+    /// ones at float32), integer and bool tensors as they are, every other tensor at
+    /// min(target dtype, its own element size), the target being bitsandbytes' `int4` (0.5)
+    /// or `int8` (1), else the load dtype.
+    ///
+    /// Packed checkpoints (GPTQ, AWQ, fp8), both versions: quantized linear weights at their
+    /// bits per element (scales and zeros left out), the head and tied modules kept.
+    fn tensor(&self, module: &Module, tensor: &Tensor) -> f64 {
         if tensor.tied_to.is_some() {
-            return 0;
+            return 0.0;
         }
-        let numel = tensor.numel();
+        let numel = tensor.numel() as f64;
         let float_param = tensor.kind == TensorKind::Parameter && tensor.dtype.is_float();
-        let linear = matches!(module.kind, ModuleKind::Linear | ModuleKind::Experts { .. })
-            || module.class == "Linear";
-        match self.sizing.quantized_bits() {
-            Some(bits)
-                if float_param
-                    && tensor.shape.len() >= 2
-                    && linear
-                    && !self.kept.contains(module.path.as_str()) =>
-            {
-                (u128::from(numel) * u128::from(bits)).div_ceil(8) as u64
+        let load = self.sizing.dtype.bits() as f64 / 8.0;
+        // The element size on the meta model: parameters and buffers made in the default dtype
+        // are in the load dtype, those of a fixed dtype (`torch.FloatTensor`, rotary
+        // `inv_freq`) as made; integer and bool tensors are never converted.
+        let own = if tensor.dtype.is_float() && tensor.follows_load_dtype {
+            load
+        } else if tensor.dtype.is_float() {
+            tensor.dtype.bits() as f64 / 8.0
+        } else {
+            return tensor.bytes() as f64;
+        };
+        let path = module.path.as_str();
+        if let GreedyQuant::Packed { bits } = self.sizing.quant {
+            let linear = matches!(module.kind, ModuleKind::Linear | ModuleKind::Experts { .. });
+            if float_param && tensor.shape.len() >= 2 && linear && !self.packed_kept.contains(path) {
+                return (u128::from(tensor.numel()) * u128::from(bits)).div_ceil(8) as f64;
             }
-            _ if float_param => self.sizing.dtype.bytes_for(numel),
-            _ => tensor.bytes(),
+        }
+        match self.sizing.version {
+            Version::Transformers5 => {
+                let replaced = self.sizing.bitsandbytes()
+                    && module.kind == ModuleKind::Linear
+                    && !self.kept.contains(path);
+                match self.sizing.quantized_bits() {
+                    Some(bits) if replaced && float_param && tensor.name != "bias" => numel * bits as f64 / 8.0,
+                    _ => numel * own,
+                }
+            }
+            Version::Transformers4 => {
+                let target = match self.sizing.quant {
+                    GreedyQuant::Int4 => 0.5,
+                    GreedyQuant::Int8 => 1.0,
+                    GreedyQuant::None | GreedyQuant::Packed { .. } => load,
+                };
+                if float_param && self.kept_fp32.contains(path) {
+                    numel * 4.0
+                } else if float_param && self.kept.contains(path) {
+                    numel * load
+                } else {
+                    numel * own.min(target)
+                }
+            }
         }
     }
 
     /// Bytes under a module path (0 for one that holds nothing counted).
-    fn module(&self, path: &str) -> u64 {
-        self.modules.get(path).copied().unwrap_or(0)
+    fn module(&self, path: &str) -> f64 {
+        self.modules.get(path).copied().unwrap_or(0.0)
     }
 
     /// Bytes under a module or tensor path.
-    fn named(&self, name: &str) -> u64 {
+    fn named(&self, name: &str) -> f64 {
         if let Some(&bytes) = self.modules.get(name) {
             return bytes;
         }
         let (module, tensor) = name.rsplit_once('.').unwrap_or(("", name));
-        let Some(module) = self.root.find(module) else { return 0 };
-        module.tensors.iter().find(|t| t.name == tensor).map_or(0, |t| self.tensor(module, t))
+        let Some(module) = self.root.find(module) else { return 0.0 };
+        module.tensors.iter().find(|t| t.name == tensor).map_or(0.0, |t| self.tensor(module, t))
     }
 
     /// Bytes of a queue item.
-    fn item(&self, item: &Item<'m>) -> u64 {
+    fn item(&self, item: &Item<'m>) -> f64 {
         match item.node {
             Node::Module(module) => self.module(&module.path),
             Node::Tensor(module, tensor) => self.tensor(module, tensor),
@@ -342,8 +511,108 @@ impl<'m> Sizes<'m> {
     }
 }
 
-/// The modules bitsandbytes keeps unquantized (`get_keys_to_not_convert`): the module of the
-/// last parameter (the head), and both ends of every tie.
+/// The model's `_keep_in_fp32_modules` (by `model_type`; see [`KEEP_IN_FP32`]).
+fn keep_in_fp32(model: &ModelDescription) -> &'static [&'static str] {
+    KEEP_IN_FP32.iter().find(|(t, _)| *t == model.facts.model_type).map_or(&[], |(_, names)| *names)
+}
+
+/// transformers 5.x `should_convert_module(name, patterns)` negated: a pattern matches a module
+/// from the start up to a module boundary (`layer.1` matches `layer.1.attn`) or as a suffix
+/// (`fc1` matches `model.decoder.layers.23.fc1`). Patterns are module names here, matched
+/// literally (the regex reading of their dots never matters for these names).
+fn pattern_matches(pattern: &str, name: &str) -> bool {
+    let prefix = name.strip_prefix(pattern).is_some_and(|rest| rest.is_empty() || rest.starts_with('.'));
+    prefix || name.ends_with(pattern)
+}
+
+/// transformers 5.x: the modules bitsandbytes leaves as they are (`Bnb4BitHfQuantizer.
+/// _process_model_before_weight_loading`: `get_modules_to_not_convert`): every module matched
+/// by a pattern of `get_keys_to_not_convert` (both ends of every tie, the last parameter's
+/// module, the output embedding `lm_head`, ".weight" removed) or of `_keep_in_fp32_modules`.
+fn modules_to_not_convert(model: &ModelDescription) -> HashSet<&str> {
+    let mut patterns: Vec<&str> = Vec::new();
+    let mut last = None;
+    model.root.visit(&mut |m| {
+        for tensor in &m.tensors {
+            if let Some(target) = &tensor.tied_to {
+                patterns.push(m.path.as_str());
+                patterns.push(split_tensor_path(target));
+            }
+            // `list(model.named_parameters())[-1]`: the weights are not tied yet, so a tied
+            // head is still listed.
+            if is_parameter(tensor) {
+                last = Some(m.path.as_str());
+            }
+        }
+    });
+    patterns.extend(last);
+    if model.root.children.iter().any(|c| c.path == "lm_head") {
+        patterns.push("lm_head");
+    }
+    patterns.extend(keep_in_fp32(model).iter().copied());
+    let mut kept = HashSet::new();
+    model.root.visit(&mut |m| {
+        if !m.path.is_empty() && patterns.iter().any(|p| !p.is_empty() && pattern_matches(p, &m.path)) {
+            kept.insert(m.path.as_str());
+        }
+    });
+    kept
+}
+
+/// transformers 4.x with accelerate: the modules whose parameters `special_dtypes` names.
+/// Under bitsandbytes (`get_special_dtypes_update`): every parameter whose name contains one
+/// of `modules_to_not_convert` as a substring, which are `get_keys_to_not_convert` (the output
+/// embedding when nothing is tied; else both ends of every tie and the last parameter of the
+/// tied model, ".weight" removed) and `_keep_in_fp32_modules`. Then `keep_in_fp32_regex`
+/// (`(^|\.)name($|\.)`, when the load dtype is float16 or under bitsandbytes, whose
+/// `use_keep_in_fp32_modules` is set) puts those modules' parameters in float32.
+fn special_modules<'m>(model: &'m ModelDescription, sizing: &Sizing) -> (HashSet<&'m str>, HashSet<&'m str>) {
+    let mut kept = HashSet::new();
+    let mut kept_fp32 = HashSet::new();
+    let fp32 = keep_in_fp32(model);
+    if sizing.bitsandbytes() {
+        let mut ties: Vec<&str> = Vec::new();
+        let mut last = None;
+        model.root.visit(&mut |m| {
+            for tensor in &m.tensors {
+                if let Some(target) = &tensor.tied_to {
+                    ties.push(m.path.as_str());
+                    ties.push(split_tensor_path(target));
+                } else if is_parameter(tensor) {
+                    // `named_parameters()` of the tied model lists a tied copy once, first.
+                    last = Some(m.path.as_str());
+                }
+            }
+        });
+        let mut patterns: Vec<&str> = if ties.is_empty() {
+            model.root.children.iter().filter(|c| c.path == "lm_head").map(|c| c.path.as_str()).collect()
+        } else {
+            ties.into_iter().chain(last).collect()
+        };
+        if patterns.is_empty() {
+            patterns.extend(last);
+        }
+        patterns.extend(fp32.iter().copied());
+        model.root.visit(&mut |m| {
+            let holds_parameter = m.tensors.iter().any(is_parameter);
+            if holds_parameter && patterns.iter().any(|p| !p.is_empty() && m.path.contains(p)) {
+                kept.insert(m.path.as_str());
+            }
+        });
+    }
+    if sizing.dtype == DType::F16 || sizing.bitsandbytes() {
+        model.root.visit(&mut |m| {
+            let segments: Vec<&str> = m.path.split('.').collect();
+            if fp32.iter().any(|name| segments.contains(name)) {
+                kept_fp32.insert(m.path.as_str());
+            }
+        });
+    }
+    (kept, kept_fp32)
+}
+
+/// The modules a packed checkpoint keeps unquantized: the module of the last parameter (the
+/// head), and both ends of every tie.
 fn unquantized_modules(model: &ModelDescription) -> HashSet<&str> {
     let mut kept = HashSet::new();
     let mut last = None;
@@ -352,7 +621,7 @@ fn unquantized_modules(model: &ModelDescription) -> HashSet<&str> {
             if let Some(target) = &tensor.tied_to {
                 kept.insert(m.path.as_str());
                 kept.insert(split_tensor_path(target));
-            } else if matches!(tensor.kind, TensorKind::Parameter | TensorKind::PackedParameter { .. }) {
+            } else if is_parameter(tensor) {
                 last = Some(m.path.as_str());
             }
         }
@@ -432,7 +701,7 @@ struct Fill<'m, 's> {
     /// Tied parameter groups, each sorted.
     tied: Vec<Vec<String>>,
     /// Devices in order with their budget; `None` for the uncapped disk.
-    devices: Vec<(Tier, Option<i64>)>,
+    devices: Vec<(Tier, Option<f64>)>,
     /// GPU 0 (the first GPU listed) and the CPU keep the largest layer free.
     main: Vec<Tier>,
     queue: VecDeque<Item<'m>>,
@@ -440,16 +709,14 @@ struct Fill<'m, 's> {
 
 /// A module's size with the modules its tied parameters live in, and those modules.
 struct WithTies<'m> {
-    bytes: i64,
+    bytes: f64,
     modules: Vec<Item<'m>>,
 }
 
 impl<'m, 's> Fill<'m, 's> {
     fn new(model: &'m ModelDescription, sizes: &'s Sizes<'m>, max_memory: &[MaxMemory]) -> Fill<'m, 's> {
-        let mut devices: Vec<(Tier, Option<i64>)> = max_memory
-            .iter()
-            .map(|m| (m.tier, (m.tier != Tier::Disk).then(|| i64::try_from(m.bytes).unwrap_or(i64::MAX))))
-            .collect();
+        let mut devices: Vec<(Tier, Option<f64>)> =
+            max_memory.iter().map(|m| (m.tier, (m.tier != Tier::Disk).then_some(m.bytes as f64))).collect();
         if !devices.iter().any(|d| d.0 == Tier::Disk) {
             devices.push((Tier::Disk, None));
         }
@@ -476,28 +743,32 @@ impl<'m, 's> Fill<'m, 's> {
         Fill { sizes, no_split: &model.facts.no_split_classes, tied, devices, main, queue }
     }
 
-    fn size(&self, item: &Item<'m>) -> i64 {
-        i64::try_from(self.sizes.item(item)).unwrap_or(i64::MAX)
+    fn size(&self, item: &Item<'m>) -> f64 {
+        self.sizes.item(item)
     }
 
-    fn size_named(&self, name: &str) -> i64 {
-        i64::try_from(self.sizes.named(name)).unwrap_or(i64::MAX)
+    fn size_named(&self, name: &str) -> f64 {
+        self.sizes.named(name)
+    }
+
+    fn version(&self) -> Version {
+        self.sizes.sizing.version
     }
 
     /// `get_max_layer_size`: the largest leaf module or no-split block among `items` (depth
     /// first), and every name that reaches it.
-    fn max_layer<'a>(&self, items: impl Iterator<Item = &'a Item<'m>>) -> (i64, Vec<String>)
+    fn max_layer<'a>(&self, items: impl Iterator<Item = &'a Item<'m>>) -> (f64, Vec<String>)
     where
         'm: 'a,
     {
-        let mut best = (0, Vec::new());
+        let mut best = (0.0, Vec::new());
         for item in items {
             self.max_layer_below(item, &mut best);
         }
         best
     }
 
-    fn max_layer_below(&self, item: &Item<'m>, best: &mut (i64, Vec<String>)) {
+    fn max_layer_below(&self, item: &Item<'m>, best: &mut (f64, Vec<String>)) {
         let children = item.module().map_or(&[][..], |m| &m.children[..]);
         let whole = item.module().is_some_and(|m| self.no_split.contains(&m.class));
         if children.is_empty() || whole {
@@ -515,7 +786,7 @@ impl<'m, 's> Fill<'m, 's> {
     }
 
     /// The recomputed largest layer over the modules still to place (parameters excluded).
-    fn max_layer_left(&self) -> (i64, Vec<String>) {
+    fn max_layer_left(&self) -> (f64, Vec<String>) {
         self.max_layer(self.queue.iter().filter(|i| i.module().is_some()))
     }
 
@@ -531,18 +802,24 @@ impl<'m, 's> Fill<'m, 's> {
         out
     }
 
-    /// `get_module_size_with_ties`: `size` plus, for each tied parameter, the module of
-    /// `among` it lies in, less the parameter itself.
-    fn with_ties(&self, tied: &[String], size: i64, among: &VecDeque<Item<'m>>) -> WithTies<'m> {
+    /// `get_module_size_with_ties`: `size` plus, for each tied parameter, the first module of
+    /// `among` it lies in: accelerate adds that module less the parameter itself, once per
+    /// parameter; transformers 5.x adds each module once, whole (the tied copies weigh nothing
+    /// in its sizes anyway).
+    fn with_ties(&self, tied: &[String], size: f64, among: &VecDeque<Item<'m>>) -> WithTies<'m> {
         let mut out = WithTies { bytes: size, modules: Vec::new() };
         for param in tied {
-            // accelerate raises here when no module to place holds the parameter; it is skipped.
+            // Both raise here when no module to place holds the parameter; it is skipped.
             let inside =
                 |i: &&Item<'m>| param.strip_prefix(i.name.as_str()).is_some_and(|rest| rest.starts_with('.'));
             let Some(holder) = among.iter().find(inside) else {
                 continue;
             };
-            out.bytes += self.size(holder) - self.size_named(param);
+            match self.version() {
+                Version::Transformers4 => out.bytes += self.size(holder) - self.size_named(param),
+                Version::Transformers5 if out.modules.iter().any(|m| m.name == holder.name) => continue,
+                Version::Transformers5 => out.bytes += self.size(holder),
+            }
             out.modules.push(holder.clone());
         }
         out
@@ -556,7 +833,7 @@ impl<'m, 's> Fill<'m, 's> {
     fn run(&mut self, fallback: bool) -> Vec<(String, Tier)> {
         let mut map = Vec::new();
         let mut current = 0;
-        let mut used = vec![0i64; self.devices.len()];
+        let mut used = vec![0.0f64; self.devices.len()];
         let (mut max_layer, mut max_layer_names) = self.max_layer(self.queue.iter());
         while let Some(item) = self.queue.pop_front() {
             let prefix = format!("{}.", item.name);
@@ -571,7 +848,7 @@ impl<'m, 's> Fill<'m, 's> {
                 assign(&mut map, item.name, Tier::Disk);
                 continue;
             };
-            let reserved = if self.main.contains(&tier) { max_layer } else { 0 };
+            let reserved = if self.main.contains(&tier) { max_layer } else { 0.0 };
             let limit = budget.map(|b| b - reserved);
             let with_ties = self.with_ties(&tied, size, &self.queue);
 
@@ -606,8 +883,13 @@ impl<'m, 's> Fill<'m, 's> {
                 }
             }
 
-            // It does not fit alone: split it, unless it is a parameter, a leaf or a no-split block.
-            if used[current] + size >= limit && item.splittable(self.no_split) {
+            // It does not fit alone (accelerate), or not with its ties (transformers 5.x, "as
+            // last resort"): split it, unless it is a parameter, a leaf or a no-split block.
+            let split = match self.version() {
+                Version::Transformers4 => used[current] + size >= limit,
+                Version::Transformers5 => true,
+            };
+            if split && item.splittable(self.no_split) {
                 for child in item.split().into_iter().rev() {
                     self.queue.push_front(child);
                 }
@@ -616,7 +898,7 @@ impl<'m, 's> Fill<'m, 's> {
             }
 
             // An empty device first looks for something else that fits it.
-            if fallback && used[current] == 0 && tier != Tier::Disk {
+            if fallback && used[current] == 0.0 && tier != Tier::Disk {
                 let room = budget - max_layer.max(with_ties.bytes) - used[current];
                 if let Some((found, rest)) = self.fallback_allocate(room) {
                     self.queue = rest;
@@ -637,8 +919,8 @@ impl<'m, 's> Fill<'m, 's> {
     /// `fallback_allocate`: the first module (depth first, splitting what may be split) whose
     /// size with ties is at most `room`, and the queue without it (its ancestors in the queue
     /// replaced by their parameters and children).
-    fn fallback_allocate(&self, room: i64) -> Option<(Item<'m>, VecDeque<Item<'m>>)> {
-        if room < 0 {
+    fn fallback_allocate(&self, room: f64) -> Option<(Item<'m>, VecDeque<Item<'m>>)> {
+        if room < 0.0 {
             return None;
         }
         let mut search = self.queue.clone();

@@ -524,6 +524,11 @@ struct Formulation {
     handoffs: Handoffs,
     /// The largest `S_d`: the offload stage's objective is bytes over this.
     scale: f64,
+    /// Copies on `cpu` and `disk`, all units counted alike. Offloaded bytes over `scale` cannot
+    /// see a unit of a few megabytes next to a 4 TiB disk (10⁻⁶ of the objective); once no
+    /// offload is needed this count is held at zero, so no small unit is offloaded while a GPU
+    /// has room for it.
+    host_copies: Expression,
     /// Ordered problems: the pool at each position of the chain and the chain as
     /// [`chain::partition`] takes it.
     chain: Option<(Vec<usize>, Vec<Link>)>,
@@ -700,6 +705,7 @@ impl Formulation {
         let max_utilisation = x.vars.add(variable().min(0.0));
         let mut offloaded = Expression::default();
         let mut on_disk = Expression::default();
+        let mut host_copies = Expression::default();
         let mut charges: Vec<Expression> = Vec::with_capacity(n_devices);
         for d in 0..n_devices {
             let device = &problem.devices[d];
@@ -756,6 +762,9 @@ impl Formulation {
                     x.rows.push((held - max_utilisation).leq(0.0));
                 }
             } else {
+                for &b in &holders {
+                    host_copies.add_mul(1.0, x.count(b, d));
+                }
                 offloaded.add_mul(s / scale, &charge);
                 if device.tier == Tier::Disk {
                     on_disk.add_mul(s / scale, &charge);
@@ -902,7 +911,16 @@ impl Formulation {
             chain,
             handoffs,
             scale,
+            host_copies,
         }
+    }
+
+    /// Whether the plan `values` leaves `cpu` and `disk` empty.
+    fn nothing_on_hosts(&self, problem: &Problem, values: &[f64]) -> bool {
+        let assignment = self.assignment(problem, values);
+        assignment.counts.iter().all(|per_device| {
+            per_device.iter().enumerate().all(|(d, &n)| n == 0 || !problem.is_host(d))
+        })
     }
 
     /// Whether the chain holds every pool once: then its partitions are exactly the plans.
@@ -1580,6 +1598,10 @@ fn solve_stages(problem: &Problem, capacities: &[u64], options: &SolveOptions, s
         }
         if let Some(chain) = partition.as_ref().filter(|p| p.complete) {
             let value = if model.stage == Stage::Offload { 0.0 } else { chain.value };
+            if model.stage == Stage::Offload {
+                // Everything fits on the GPUs: nothing goes to `cpu` or `disk`, however small.
+                fixes.push(formulation.host_copies.clone().leq(0.0));
+            }
             if model.stage == Stage::Balance {
                 bound = value;
                 balance = value + 1e-6 * value.abs().max(1.0);
@@ -1624,6 +1646,9 @@ fn solve_stages(problem: &Problem, capacities: &[u64], options: &SolveOptions, s
             Run::Found { values, objective, bound: stage_bound, optimal } => {
                 if model.stage == Stage::Offload {
                     offloaded = objective;
+                    if formulation.nothing_on_hosts(problem, &values) {
+                        fixes.push(formulation.host_copies.clone().leq(0.0));
+                    }
                 }
                 if model.stage == Stage::Balance {
                     bound = stage_bound.max(0.0);

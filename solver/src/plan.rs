@@ -223,7 +223,7 @@ fn solve_greedy(
     built: &Built,
 ) -> Result<Plan, InputError> {
     let start = std::time::Instant::now();
-    let sizing = greedy::Sizing::of(model, workload);
+    let sizing = greedy::Sizing::for_target(model, workload, request.runtime);
     let max_memory = greedy::max_memory(hardware, &sizing, greedy::Strategy::Balanced, Some(model));
     let entries = greedy::auto_device_map(model, &sizing, &max_memory);
     let seconds = start.elapsed().as_secs_f64();
@@ -231,8 +231,8 @@ fn solve_greedy(
     let placement = to_placement(&entries);
     let mut counts = vec![vec![0u32; built.problem.devices.len()]; built.problem.units.len()];
     for (u, source) in built.sources.iter().enumerate() {
-        let UnitSource::Module(path) = source else { continue };
-        let tier = Tier::from(placement.target_of(path).unwrap_or(Target::Gpu(0)));
+        let UnitSource::Module(keys) = source else { continue };
+        let tier = Tier::from(placement.target_of(&keys[0]).unwrap_or(Target::Gpu(0)));
         let d = built.problem.devices.iter().position(|d| d.tier == tier).unwrap_or(0);
         counts[u][d] = built.problem.units[u].count;
     }
@@ -297,6 +297,11 @@ fn assemble(
                         }
                     }
                 }
+            }
+            UnitSource::Module(keys) => {
+                let d = assignment.device_of(u).unwrap_or(0);
+                device_map.extend(keys.iter().map(|k| (k.clone(), problem.devices[d].tier)));
+                held[d].push(unit.name.clone());
             }
             _ => {
                 let d = assignment.device_of(u).unwrap_or(0);

@@ -1,5 +1,5 @@
 //! Helpers shared by the integration tests: running the command line in-process as a user would,
-//! and finding the reference data in `../shared` (beside the checkout).
+//! and finding the reference data kept in the repository (`fixtures/published`).
 
 use std::path::PathBuf;
 
@@ -36,12 +36,12 @@ pub fn vramplan(args: &[&str]) -> Output {
     }
 }
 
-/// `../shared` beside the repository (the reference models and measurements).
+/// `fixtures/published`: copies of public configs, checkpoint indexes and measured figures.
 pub fn shared_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/published")
 }
 
-/// A folder of `../shared/models`, as a string argument.
+/// A folder of `fixtures/published/models`, as a string argument.
 pub fn shared_model(folder: &str) -> String {
     shared_dir().join("models").join(folder).display().to_string()
 }

@@ -5,7 +5,7 @@ use vramplan_tests::{shared_dir, shared_model, vramplan};
 
 fn total_size(folder: &str) -> u64 {
     let path = shared_dir().join("models").join(folder).join("model.safetensors.index.json");
-    let text = std::fs::read_to_string(&path).expect("index file in ../shared");
+    let text = std::fs::read_to_string(&path).expect("index file in fixtures/published/models");
     let index: serde_json::Value = serde_json::from_str(&text).expect("index is JSON");
     index["metadata"]["total_size"].as_u64().expect("metadata.total_size")
 }
@@ -24,6 +24,7 @@ fn pythia_matches_the_model_card_and_json_has_the_contract_fields() {
     assert_eq!(json["bytes"], 2_775_208_960u64 * 2 + 2 * 10 * 4);
     let modules = json["modules"].as_array().expect("modules list");
     let names: Vec<&str> = modules.iter().filter_map(|m| m["name"].as_str()).collect();
+    // transformers 5.x names the head `lm_head` (`GPTNeoXForCausalLM.lm_head`); 4.x `embed_out`.
     assert_eq!(
         names,
         [
@@ -31,12 +32,21 @@ fn pythia_matches_the_model_card_and_json_has_the_contract_fields() {
             "gpt_neox.layers",
             "gpt_neox.final_layer_norm",
             "gpt_neox.rotary_emb",
-            "embed_out"
+            "lm_head"
         ]
     );
     for m in modules {
         assert!(m["params"].is_u64() && m["bytes"].is_u64(), "{m}");
     }
+}
+
+#[test]
+fn naming_v4_keeps_the_gpt_neox_head_name() {
+    // transformers 4.x: `GPTNeoXForCausalLM.embed_out` (5.x renames it `lm_head`).
+    let json = vramplan(&["inspect", "pythia-2.8b", "--naming", "v4", "--json"]).json();
+    let modules = json["modules"].as_array().expect("modules list");
+    assert_eq!(modules.last().and_then(|m| m["name"].as_str()), Some("embed_out"));
+    assert_eq!(json["params"], 2_775_208_960u64);
 }
 
 #[test]

@@ -194,16 +194,19 @@ impl ModelDescription {
             .collect()
     }
 
-    /// The same model with every floating-point parameter held in `dtype`: what the weights
-    /// weigh at that precision. fp8 weights are dequantized, so their scales go with them;
-    /// packed integer weights (GPTQ, AWQ, bitsandbytes) keep their storage and constants, and
-    /// buffers keep their types.
+    /// The same model loaded in `dtype`: every floating-point parameter held in `dtype`, what the
+    /// weights weigh at that precision. fp8 weights are dequantized, so their scales go with
+    /// them; packed integer weights (GPTQ, AWQ, bitsandbytes) keep their storage and constants.
+    /// As in transformers, only tensors created in the default dtype follow
+    /// ([`Tensor::follows_load_dtype`]: parameters and some buffers); the others keep their
+    /// types (float32 rotary frequencies, XLNet's `torch.FloatTensor` parameters).
     pub fn cast(&self, dtype: DType) -> ModelDescription {
         let mut out = self.clone();
         out.dtype = dtype;
         out.root.visit_mut(&mut |module| {
             for tensor in &mut module.tensors {
-                if tensor.kind == TensorKind::Parameter && tensor.dtype.is_float() {
+                let castable = matches!(tensor.kind, TensorKind::Parameter | TensorKind::Buffer { .. });
+                if castable && tensor.follows_load_dtype && tensor.dtype.is_float() {
                     tensor.dtype = dtype;
                 }
             }

@@ -52,6 +52,13 @@ pub struct Tensor {
     /// The full path of the tensor this one shares storage with (tied embeddings).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tied_to: Option<String>,
+    /// The tensor is created in PyTorch's default dtype, which transformers sets to the load
+    /// dtype while it builds the model, so it is held in the dtype the model is loaded in and
+    /// recast with it ([`crate::model::ModelDescription::cast`]). True for parameters and for
+    /// buffers made with `torch.tensor(x)` / `torch.zeros(n)`; false for tensors of a fixed
+    /// dtype: rotary `inv_freq` (computed in float32), int64 position ids, bool masks, and
+    /// parameters made with `torch.FloatTensor` (XLNet), which stay float32 when loaded.
+    pub follows_load_dtype: bool,
 }
 
 impl Tensor {
@@ -62,11 +69,28 @@ impl Tensor {
             dtype,
             kind: TensorKind::Parameter,
             tied_to: None,
+            follows_load_dtype: true,
         }
     }
 
+    /// A parameter of a fixed dtype, whatever the model is loaded in (`torch.FloatTensor`).
+    pub fn fixed_parameter(name: &str, shape: &[u64], dtype: DType) -> Tensor {
+        Tensor { follows_load_dtype: false, ..Tensor::parameter(name, shape, dtype) }
+    }
+
+    /// A buffer of a fixed dtype, whatever the model is loaded in.
     pub fn buffer(name: &str, shape: &[u64], dtype: DType, persistent: bool) -> Tensor {
-        Tensor { kind: TensorKind::Buffer { persistent }, ..Tensor::parameter(name, shape, dtype) }
+        Tensor {
+            kind: TensorKind::Buffer { persistent },
+            follows_load_dtype: false,
+            ..Tensor::parameter(name, shape, dtype)
+        }
+    }
+
+    /// A buffer created in the default dtype, so held in the load dtype `load_dtype` (see
+    /// [`Tensor::follows_load_dtype`]).
+    pub fn load_dtype_buffer(name: &str, shape: &[u64], load_dtype: DType, persistent: bool) -> Tensor {
+        Tensor { follows_load_dtype: true, ..Tensor::buffer(name, shape, load_dtype, persistent) }
     }
 
     /// Elements stored.

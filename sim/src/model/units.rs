@@ -23,6 +23,12 @@ pub(crate) enum UnitKind {
 #[derive(Debug, Clone)]
 pub(crate) struct Unit {
     pub path: String,
+    /// The `device_map` keys that place it, a set of disjoint prefixes (transformers 5.x leaves
+    /// a parent's weights on the meta device when its own key sits beside its children's): the
+    /// module's path, or for a parent's own tensors their full names; then the modules whose
+    /// tensors are all tied to this unit's (T5's `encoder.embed_tokens`), which load with it.
+    /// The first key finds the unit in a placement.
+    pub keys: Vec<String>,
     pub kind: UnitKind,
     /// Bytes of each weight tensor as held (quantized, cast), in order: the allocations of load.
     pub weight_tensors: Vec<u64>,
@@ -147,8 +153,15 @@ pub(crate) fn units(
     lora_targets: &[String],
 ) -> Vec<Unit> {
     let mut out = Vec::new();
+    let mut aliases = Vec::new();
     let head_path = head_path(model);
-    collect(model, &model.root, workload, precision, lora_targets, head_path.as_deref(), &mut out);
+    collect(model, &model.root, workload, precision, lora_targets, head_path.as_deref(), &mut out, &mut aliases);
+    // A module whose tensors are all tied to another unit's loads on that unit's device.
+    for (alias, target) in aliases {
+        if let Some(unit) = out.iter_mut().find(|u| u.keys.iter().any(|k| key_covers(k, &target))) {
+            unit.keys.push(alias);
+        }
+    }
     out
 }
 
@@ -177,6 +190,7 @@ fn collect(
     lora_targets: &[String],
     head: Option<&str>,
     out: &mut Vec<Unit>,
+    aliases: &mut Vec<(String, String)>,
 ) {
     let is_block = module.kind == ModuleKind::Block;
     if is_block || module.children.is_empty() {
@@ -193,16 +207,26 @@ fn collect(
         let unit = describe(module, kind, workload, precision, lora_targets, head);
         if !unit.weight_tensors.is_empty() || kind == UnitKind::Head {
             out.push(unit);
+        } else if let Some(target) = module.tensors.iter().find_map(|t| t.tied_to.clone()) {
+            aliases.push((module.path.clone(), target));
         }
         return;
     }
     if module.tensors.iter().any(|t| t.tied_to.is_none()) {
         let own = Module { children: Vec::new(), ..module.clone() };
-        out.push(describe(&own, UnitKind::Other, workload, precision, lora_targets, head));
+        let mut unit = describe(&own, UnitKind::Other, workload, precision, lora_targets, head);
+        unit.keys = module.tensors.iter().map(|t| format!("{}.{}", module.path, t.name)).collect();
+        out.push(unit);
     }
     for child in &module.children {
-        collect(model, child, workload, precision, lora_targets, head, out);
+        collect(model, child, workload, precision, lora_targets, head, out, aliases);
     }
+}
+
+/// True if the `device_map` key `key` places the tensor or module at `path` (accelerate's
+/// prefix rule: equal, or a dotted ancestor).
+fn key_covers(key: &str, path: &str) -> bool {
+    key.is_empty() || path == key || path.strip_prefix(key).is_some_and(|rest| rest.starts_with('.'))
 }
 
 fn describe(
@@ -227,6 +251,7 @@ fn describe(
     let adapter_dtype = trainable_dtype(workload, precision);
     let mut unit = Unit {
         path: module.path.clone(),
+        keys: vec![module.path.clone()],
         kind,
         weight_tensors: Vec::new(),
         trainable_tensors: Vec::new(),
@@ -234,8 +259,15 @@ fn describe(
         largest_quantized_linear: 0,
     };
     module.visit(&mut |m| {
-        let quantizable = matches!(m.kind, ModuleKind::Linear | ModuleKind::Experts { .. })
-            && Some(m.path.as_str()) != head;
+        // bitsandbytes replaces `nn.Linear` modules only: transformers 5.x's fused experts
+        // (3-D `nn.Parameter`s) stay at the load dtype under `load_in_4bit`/`load_in_8bit`,
+        // where 4.x's listed experts, each an `nn.Linear`, are quantized.
+        let bitsandbytes = matches!(workload.quant, Quant::Int8 | Quant::Nf4 { .. } | Quant::Fp4 { .. });
+        let quantizable = match m.kind {
+            ModuleKind::Linear => true,
+            ModuleKind::Experts { .. } => !bitsandbytes,
+            _ => false,
+        } && Some(m.path.as_str()) != head;
         for tensor in m.tensors.iter().filter(|t| t.tied_to.is_none()) {
             let numel = tensor.numel();
             let is_float_param = tensor.kind == TensorKind::Parameter && tensor.dtype.is_float();

@@ -226,13 +226,15 @@ fn moe_block(b: &Builder, v3: bool, naming: Naming, layer: &str, hidden: u64, e:
         ),
     };
     let gate = match (v3, naming) {
-        // 5.x keeps the correction bias in fp32; 4.x loads it in the model dtype.
+        // `torch.zeros(n_routed_experts)`: built in the load dtype. 5.x's loader then casts the
+        // checkpoint's values to fp32 (`_keep_in_fp32_modules_strict`, whenever the load dtype is
+        // fp16 or bf16), so a loaded 5.x model holds fp32; 4.x keeps the load dtype.
         (true, Naming::V5) => b
             .router(&p, "gate", "DeepseekV3TopkRouter", hidden, e.routed, false)
             .with_tensor(Tensor::buffer("e_score_correction_bias", &[routed], DType::F32, true)),
         (true, Naming::V4) => b
             .router(&p, "gate", "DeepseekV3TopkRouter", hidden, e.routed, false)
-            .with_tensor(Tensor::buffer("e_score_correction_bias", &[routed], b.dtype, true)),
+            .with_tensor(Tensor::load_dtype_buffer("e_score_correction_bias", &[routed], b.dtype, true)),
         (false, Naming::V4) => b.router(&p, "gate", "DeepseekV2MoEGate", hidden, e.routed, false),
         (false, Naming::V5) => b.router(&p, "gate", "DeepseekV2TopkRouter", hidden, e.routed, false),
     };

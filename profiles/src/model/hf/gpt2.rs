@@ -179,7 +179,7 @@ fn attention(
         let p = dims.positions;
         module = module
             .with_tensor(Tensor::buffer("bias", &[1, 1, p, p], DType::Bool, false))
-            .with_tensor(Tensor::buffer("masked_bias", &[], b.dtype, false));
+            .with_tensor(Tensor::load_dtype_buffer("masked_bias", &[], b.dtype, false));
     }
     if cross {
         module = module

@@ -1,14 +1,17 @@
 //! `GPTNeoXForCausalLM` (Pythia, GPT-NeoX-20B): parallel attention and MLP, fused QKV with bias,
-//! LayerNorms with bias, partial rotary embeddings, untied `embed_out`.
+//! LayerNorms with bias, partial rotary embeddings, an untied output head.
 //!
 //! Module names (transformers 4.4x/5.x, `modeling_gpt_neox.py`): `gpt_neox.embed_in`,
 //! `gpt_neox.layers.N.{input_layernorm, post_attention_layernorm, attention.query_key_value,
 //! attention.dense, mlp.dense_h_to_4h, mlp.dense_4h_to_h}`, `gpt_neox.final_layer_norm`,
-//! `gpt_neox.rotary_emb`, `embed_out`.
+//! `gpt_neox.rotary_emb`, and the head: `lm_head` in 5.x (`GPTNeoXForCausalLM.lm_head`; its
+//! conversion mapping renames the checkpoints' `embed_out.`), `embed_out` in 4.x.
 
 use super::{CoreSizes, HfConfig, STANDARD_SIZE_KEYS, dense_layers, describe, tie_if};
 use crate::InputError;
-use crate::model::{ArchFacts, AttentionKind, Builder, ImportOptions, ModelDescription, NormKind, StackKind};
+use crate::model::{
+    ArchFacts, AttentionKind, Builder, ImportOptions, ModelDescription, Naming, NormKind, StackKind,
+};
 
 pub(crate) fn build(
     config: &HfConfig,
@@ -59,13 +62,12 @@ pub(crate) fn build(
         .with_child(b.module_list(base, "layers", blocks))
         .with_child(b.norm(base, "final_layer_norm", "LayerNorm", hidden, true))
         .with_child(b.rotary(base, "rotary_emb", "GPTNeoXRotaryEmbedding", rotary_dim));
-    let root = b.container("", "", arch).with_child(model).with_child(b.linear(
-        "",
-        "embed_out",
-        hidden,
-        vocab,
-        false,
-    ));
+    let head = match options.naming {
+        Naming::V5 => "lm_head",
+        Naming::V4 => "embed_out",
+    };
+    let root =
+        b.container("", "", arch).with_child(model).with_child(b.linear("", head, hidden, vocab, false));
 
     let facts = ArchFacts {
         model_type: "gpt_neox".into(),
@@ -86,5 +88,5 @@ pub(crate) fn build(
         no_split_classes: vec!["GPTNeoXLayer".into()],
     };
     let description = describe(config, arch, options, dtype, facts, root, Vec::new());
-    tie_if(tie, description, "embed_out.weight", "gpt_neox.embed_in.weight")
+    tie_if(tie, description, &format!("{head}.weight"), "gpt_neox.embed_in.weight")
 }

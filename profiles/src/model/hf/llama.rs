@@ -620,11 +620,12 @@ fn fused_mlp(b: &Builder, layer: &str, prefix: &str, hidden: u64, intermediate: 
 pub(super) const MODEL: &str = "model";
 
 /// 5.x Gemma's `embed_tokens`: an embedding that multiplies by `sqrt(hidden_size)`, kept in a
-/// non-persistent scalar buffer `embed_scale` of the model dtype.
+/// non-persistent scalar buffer `embed_scale` made by `torch.tensor(embed_scale)`, so in the
+/// load dtype.
 fn scaled_embedding(b: &Builder, class: &str, vocab: u64, hidden: u64) -> Module {
     Module::new(join(MODEL, "embed_tokens"), class, ModuleKind::Embedding)
         .with_tensor(Tensor::parameter("weight", &[vocab, hidden], b.dtype))
-        .with_tensor(Tensor::buffer("embed_scale", &[], b.dtype, false))
+        .with_tensor(Tensor::load_dtype_buffer("embed_scale", &[], b.dtype, false))
 }
 
 /// What a `…ForCausalLM` root is made of besides its class names.

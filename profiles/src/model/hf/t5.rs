@@ -11,13 +11,15 @@
 //! wo}`; `{encoder, decoder}.final_layer_norm`; `lm_head`.
 //!
 //! `relative_attention_bias` (`[relative_attention_num_buckets, num_heads]`) exists only in block
-//! 0's self-attention of each stack. `lm_head` is tied to `shared` unless `tie_word_embeddings` is
-//! false (T5 v1.1 and Flan-T5 ship a separate `lm_head`).
+//! 0's self-attention of each stack. In 4.x `lm_head` is tied to `shared` unless
+//! `tie_word_embeddings` is false (T5 v1.1 and Flan-T5 ship a separate `lm_head`); 5.x ties it
+//! always (`T5Config` forces `tie_word_embeddings = True` and reads a false value only as "do not
+//! scale the decoder output"), so a 5.x model holds one embedding where 4.x holds two.
 
 use super::{HfConfig, dense_layers, describe, tie_if};
 use crate::InputError;
 use crate::model::{
-    ArchFacts, AttentionKind, Builder, ImportOptions, ModelDescription, Module, NormKind, StackKind,
+    ArchFacts, AttentionKind, Builder, ImportOptions, ModelDescription, Module, Naming, NormKind, StackKind,
 };
 
 /// Shapes shared by every block.
@@ -45,7 +47,8 @@ pub(crate) fn build(
     let vocab = config.positive(&["vocab_size"])?;
     let buckets = config.positive_or(&["relative_attention_num_buckets"], 32)?;
     let max_positions = config.positive_or(&["n_positions"], 512)?;
-    let tie = config.bool_or(&["tie_word_embeddings"], true)?;
+    let tie_key = config.bool_or(&["tie_word_embeddings"], true)?;
+    let tie = tie_key || options.naming == Naming::V5;
     let (gated, activation) = feed_forward(config)?;
     let dtype = config.dtype()?;
     let b = Builder::new(dtype, options.naming);
@@ -88,7 +91,15 @@ pub(crate) fn build(
         layers,
         no_split_classes: vec!["T5Block".into()],
     };
-    let mut description = describe(config, arch, options, dtype, facts, root, Vec::new());
+    let mut notes = Vec::new();
+    if tie && !tie_key {
+        notes.push(
+            "`tie_word_embeddings` is false, but transformers 5.x ties `lm_head` to `shared` in every T5 \
+             (the flag only turns off the decoder output scaling): 4.x naming keeps them apart"
+                .to_string(),
+        );
+    }
+    let mut description = describe(config, arch, options, dtype, facts, root, notes);
     description.tie("encoder.embed_tokens.weight", "shared.weight")?;
     description.tie("decoder.embed_tokens.weight", "shared.weight")?;
     tie_if(tie, description, "lm_head.weight", "shared.weight")

@@ -6,6 +6,8 @@
 //! `transformer.mask_emb` (`[1, 1, d_model]`), `transformer.layer.N.{rel_attn.{q, k, v, o, r,
 //! r_r_bias, r_s_bias, r_w_bias, seg_embed, layer_norm}, ff.{layer_norm, layer_1, layer_2}}`,
 //! `lm_loss` (weight tied unless `tie_word_embeddings` is false, bias its own). No buffers.
+//! The raw parameters (`mask_emb` and those of `rel_attn`) are made with `torch.FloatTensor`, so
+//! they are float32 whatever the load dtype (from_pretrained keeps a parameter's own dtype).
 //!
 //! XLNet has no `_no_split_modules`, so transformers refuses `device_map="auto"` for it (an
 //! explicit device map loads); each `XLNetLayer` is still built as a block. It has no position
@@ -13,10 +15,10 @@
 //! `untie_r` only matters to the TensorFlow checkpoint converter: every layer has its own biases.
 
 use super::{CoreSizes, HfConfig, SizeKeys, dense_layers, describe, tie_if};
-use crate::InputError;
 use crate::model::{
     ArchFacts, AttentionKind, Builder, ImportOptions, ModelDescription, NormKind, StackKind, Tensor,
 };
+use crate::{DType, InputError};
 
 const SIZE_KEYS: SizeKeys = SizeKeys {
     layers: &["n_layer", "num_hidden_layers"],
@@ -57,13 +59,14 @@ pub(crate) fn build(
             let projection = [d_model, heads, d_head];
             let mut attention = b.container(&path, "rel_attn", "XLNetRelativeAttention");
             for name in ["q", "k", "v", "o", "r"] {
-                attention = attention.with_tensor(Tensor::parameter(name, &projection, dtype));
+                attention = attention.with_tensor(Tensor::fixed_parameter(name, &projection, DType::F32));
             }
             for name in ["r_r_bias", "r_s_bias", "r_w_bias"] {
-                attention = attention.with_tensor(Tensor::parameter(name, &[heads, d_head], dtype));
+                attention =
+                    attention.with_tensor(Tensor::fixed_parameter(name, &[heads, d_head], DType::F32));
             }
             attention = attention
-                .with_tensor(Tensor::parameter("seg_embed", &[2, heads, d_head], dtype))
+                .with_tensor(Tensor::fixed_parameter("seg_embed", &[2, heads, d_head], DType::F32))
                 .with_child(b.norm(&format!("{path}.rel_attn"), "layer_norm", "LayerNorm", d_model, true));
             let ff_path = format!("{path}.ff");
             let ff = b
@@ -76,7 +79,7 @@ pub(crate) fn build(
         .collect();
     let model = b
         .container("", base, "XLNetModel")
-        .with_tensor(Tensor::parameter("mask_emb", &[1, 1, d_model], dtype))
+        .with_tensor(Tensor::fixed_parameter("mask_emb", &[1, 1, d_model], DType::F32))
         .with_child(b.embedding(base, "word_embedding", vocab, d_model))
         .with_child(b.module_list(base, "layer", blocks));
     let root =

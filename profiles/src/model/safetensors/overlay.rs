@@ -51,6 +51,14 @@ pub(crate) fn build(
         && let Some(dtype) = dominant_float_dtype(&model.root)
     {
         model.dtype = dtype;
+        // Buffers made in the default dtype are held in the load dtype, whatever a checkpoint
+        // that stores them says (a persistent one is cast to it on load).
+        model.root.visit_mut(&mut |module| {
+            let buffers = module.tensors.iter_mut().filter(|t| matches!(t.kind, TensorKind::Buffer { .. }));
+            for tensor in buffers.filter(|t| t.follows_load_dtype) {
+                tensor.dtype = dtype;
+            }
+        });
         if dtype != config_dtype {
             notes.push(format!(
                 "the checkpoint stores its floating-point parameters as {dtype}; config.json says \

@@ -1,0 +1,493 @@
+//! Every built-in model against what the real transformers builds from the same `config.json`.
+//!
+//! `fixtures/reference/models/{v5,v4}/<name>.json` were recorded by
+//! `scripts/reference/models.py` with transformers 5.x and 4.57 (versions in each file): the
+//! class built on the meta device as `from_pretrained(..., dtype=torch.bfloat16)` builds it
+//! before reading weights, `quantization_config` stripped. For each one, the built-in is imported
+//! in the matching naming (`--naming v5` / `v4`), loaded in the fixture's dtype
+//! (`ModelDescription::cast`), and compared exactly:
+//! - `named_parameters()` (which yields each tied group once, under the first name): the names,
+//!   their order, shapes and dtypes, and their total (`parameter_count`);
+//! - the tied groups (accelerate's `find_tied_parameters`);
+//! - the buffers: names, order, shapes, dtypes, persistence;
+//! - `_no_split_modules` against the classes of our `Block` modules;
+//! - accelerate's `compute_module_sizes(model, dtype)` at bf16 and fp16 for every module with at
+//!   most three dots in its name, computed here from our tensors with accelerate's rule
+//!   (`accelerate/utils/modeling.py`): each tensor of `named_parameters()` (tied ones once, where
+//!   their first name is) and `named_buffers()` counts `numel × min(dtype size, its own size)`,
+//!   integer and bool tensors their own size (bool 1/8 byte), added to the module and every
+//!   ancestor; the fixture keeps `int()` of each sum.
+//!
+//! Every mismatch of every model is collected and printed, grouped by class, before the test
+//! fails, so that one run shows everything. Where vramplan deliberately differs from the
+//! fixture, the difference is listed in [`DEVIATIONS`] with the reason and the fixture's own
+//! evidence, which the test checks.
+
+use serde_json::Value;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use vramplan_profiles::DType;
+use vramplan_profiles::model::{
+    self, ImportOptions, ModelDescription, ModuleKind, Naming, TensorKind, catalog,
+};
+
+fn fixtures_dir(naming: Naming) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/reference/models").join(tag(naming))
+}
+
+/// A deliberate difference from the fixture, for one class in one naming.
+struct Deviation {
+    naming: Naming,
+    class: &'static str,
+    what: Differs,
+    reason: &'static str,
+}
+
+enum Differs {
+    /// Buffers named `buffer` (last path component) are held in `ours` where the fixture shows
+    /// `fixture`; the fixture's list `evidence` must name `buffer` (transformers' own word).
+    BufferDtype { buffer: &'static str, ours: &'static str, fixture: &'static str, evidence: &'static str },
+    /// transformers declares no `_no_split_modules` (the fixture's list is empty, and so are our
+    /// `no_split_classes`), but we keep these classes as `Block` modules: they are the layers
+    /// the simulator steps through (`LayerFacts`).
+    BlocksWithoutNoSplit { classes: &'static [&'static str] },
+}
+
+const DEVIATIONS: &[Deviation] = &[
+    Deviation {
+        naming: Naming::V5,
+        class: "DeepseekV3ForCausalLM",
+        what: Differs::BufferDtype {
+            buffer: "e_score_correction_bias",
+            ours: "float32",
+            fixture: "bfloat16",
+            evidence: "keep_in_fp32_modules_strict",
+        },
+        reason: "the fixture shows the dtype at construction (`torch.zeros` in the bf16 default dtype); \
+                 5.x's loader then casts this persistent buffer's checkpoint values to float32 \
+                 (`_keep_in_fp32_modules_strict`, applied through `dtype_plan` in \
+                 core_model_loading.py whenever the load dtype is fp16 or bf16), so a model loaded by \
+                 `from_pretrained` holds float32: checked with transformers 5.23 on a tiny DeepseekV3 \
+                 checkpoint (from_pretrained: float32, _from_config: bfloat16). accelerate counts it \
+                 at min(2, 4) bytes either way, so module sizes agree",
+    },
+    Deviation {
+        naming: Naming::V5,
+        class: "XLNetLMHeadModel",
+        what: Differs::BlocksWithoutNoSplit { classes: &["XLNetLayer"] },
+        reason: "XLNet declares no `_no_split_modules` (5.x: empty), so accelerate may split an \
+                 XLNetLayer; our `no_split_classes` are empty as transformers says, and the layers \
+                 stay blocks for the simulator",
+    },
+    Deviation {
+        naming: Naming::V4,
+        class: "XLNetLMHeadModel",
+        what: Differs::BlocksWithoutNoSplit { classes: &["XLNetLayer"] },
+        reason: "XLNet declares no `_no_split_modules` (4.57: []), so accelerate may split an \
+                 XLNetLayer; our `no_split_classes` are empty as transformers says, and the layers \
+                 stay blocks for the simulator",
+    },
+    Deviation {
+        naming: Naming::V4,
+        class: "BertForMaskedLM",
+        what: Differs::BlocksWithoutNoSplit { classes: &["BertEmbeddings", "BertLayer"] },
+        reason: "4.57 declares `_no_split_modules` on `BertModel` only; `BertForMaskedLM` inherits \
+                 None from BertPreTrainedModel (the fixture writes it as []), so 4.x refuses \
+                 `device_map=\"auto\"` and an explicit map may split anything; our \
+                 `no_split_classes` are empty in 4.x naming, and the embeddings and layers stay \
+                 blocks for the simulator",
+    },
+];
+
+fn tag(naming: Naming) -> &'static str {
+    match naming {
+        Naming::V5 => "v5",
+        Naming::V4 => "v4",
+    }
+}
+
+/// The deviation for `class` in `naming` that `test` accepts, marked as applied.
+fn deviation(
+    naming: Naming,
+    class: &str,
+    applied: &RefCell<BTreeSet<usize>>,
+    test: impl Fn(&Differs) -> bool,
+) -> bool {
+    let found = DEVIATIONS.iter().position(|d| d.naming == naming && d.class == class && test(&d.what));
+    if let Some(i) = found {
+        applied.borrow_mut().insert(i);
+    }
+    found.is_some()
+}
+
+/// torch's name of a dtype (`bfloat16`).
+fn torch_name(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F64 => "float64",
+        DType::F32 => "float32",
+        DType::F16 => "float16",
+        DType::BF16 => "bfloat16",
+        DType::F8E4M3 => "float8_e4m3fn",
+        DType::F8E5M2 => "float8_e5m2",
+        DType::F8E8M0 => "float8_e8m0fnu",
+        DType::F4 => "float4_e2m1fn_x2",
+        DType::I64 => "int64",
+        DType::I32 => "int32",
+        DType::I16 => "int16",
+        DType::I8 => "int8",
+        DType::U64 => "uint64",
+        DType::U32 => "uint32",
+        DType::U16 => "uint16",
+        DType::U8 => "uint8",
+        DType::I4 => "int4",
+        DType::Bool => "bool",
+    }
+}
+
+/// One named tensor as transformers lists it: (name, shape, dtype, persistent).
+type Listed = (String, Vec<u64>, String, bool);
+
+/// Our `named_parameters()` (each storage once, under its first name) and `named_buffers()`,
+/// with the tensors themselves for the module sizes.
+struct Ours {
+    parameters: Vec<Listed>,
+    buffers: Vec<Listed>,
+    /// (name, numel, dtype) of every tensor accelerate counts, in that order.
+    counted: Vec<(String, u64, DType)>,
+}
+
+fn ours(model: &ModelDescription) -> Ours {
+    let mut parameters = Vec::new();
+    let mut buffers = Vec::new();
+    let mut counted = Vec::new();
+    let mut seen = BTreeSet::new();
+    let mut counted_buffers = Vec::new();
+    for (path, tensor) in model.tensors() {
+        let storage = tensor.tied_to.clone().unwrap_or_else(|| path.clone());
+        let listed = (path.clone(), tensor.shape.clone(), torch_name(tensor.dtype).to_string(), true);
+        match tensor.kind {
+            TensorKind::Buffer { persistent } => {
+                buffers.push((listed.0, listed.1, listed.2, persistent));
+                counted_buffers.push((path, tensor.numel(), tensor.dtype));
+            }
+            _ => {
+                if seen.insert(storage) {
+                    parameters.push(listed);
+                    counted.push((path, tensor.numel(), tensor.dtype));
+                }
+            }
+        }
+    }
+    counted.extend(counted_buffers);
+    Ours { parameters, buffers, counted }
+}
+
+/// accelerate's `compute_module_sizes(model, dtype)`, restricted to module names with at most
+/// three dots (and modules only: `modules` is every module path).
+fn module_sizes(ours: &Ours, modules: &BTreeSet<String>, dtype: DType) -> BTreeMap<String, u64> {
+    let target = dtype.bits() as f64 / 8.0;
+    let mut sums: BTreeMap<String, f64> = BTreeMap::new();
+    for (name, numel, tensor_dtype) in &ours.counted {
+        let own = if *tensor_dtype == DType::Bool { 0.125 } else { tensor_dtype.bits() as f64 / 8.0 };
+        let each =
+            if tensor_dtype.is_float() || *tensor_dtype == DType::F8E8M0 { own.min(target) } else { own };
+        let size = *numel as f64 * each;
+        let parts: Vec<&str> = name.split('.').collect();
+        for i in 0..=parts.len() {
+            *sums.entry(parts[..i].join(".")).or_default() += size;
+        }
+    }
+    sums.into_iter()
+        .filter(|(k, _)| modules.contains(k) && k.matches('.').count() <= 3)
+        .map(|(k, v)| (k, v as u64))
+        .collect()
+}
+
+/// Up to `n` items and how many more.
+fn few<T: std::fmt::Display>(items: &[T], n: usize) -> String {
+    let mut text: Vec<String> = items.iter().take(n).map(|i| format!("`{i}`")).collect();
+    if items.len() > n {
+        text.push(format!("… {} more", items.len() - n));
+    }
+    text.join(", ")
+}
+
+fn listed(value: &Value) -> Vec<Listed> {
+    value
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .map(|item| {
+                    let name = item[0].as_str().unwrap_or_default().to_string();
+                    let shape = item[1].as_array().map(|d| d.iter().filter_map(Value::as_u64).collect());
+                    let dtype = item[2].as_str().unwrap_or_default().to_string();
+                    (
+                        name,
+                        shape.unwrap_or_default(),
+                        dtype,
+                        item.get(3).and_then(Value::as_bool).unwrap_or(true),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Compares two ordered lists of named tensors: names (as sets, then order), shapes, dtypes and
+/// (for buffers) persistence. `allowed` says whether a dtype difference is a listed deviation.
+fn compare_listed(
+    what: &str,
+    ours: &[Listed],
+    theirs: &[Listed],
+    allowed: &dyn Fn(&str, &str, &str) -> bool,
+    out: &mut Vec<String>,
+) {
+    let our_names: BTreeSet<&str> = ours.iter().map(|t| t.0.as_str()).collect();
+    let their_names: BTreeSet<&str> = theirs.iter().map(|t| t.0.as_str()).collect();
+    let missing: Vec<&str> = theirs.iter().map(|t| t.0.as_str()).filter(|n| !our_names.contains(n)).collect();
+    let extra: Vec<&str> = ours.iter().map(|t| t.0.as_str()).filter(|n| !their_names.contains(n)).collect();
+    if !missing.is_empty() {
+        out.push(format!("{what}: {} missing: {}", missing.len(), few(&missing, 6)));
+    }
+    if !extra.is_empty() {
+        out.push(format!("{what}: {} not in transformers: {}", extra.len(), few(&extra, 6)));
+    }
+    let common_ours: Vec<&str> =
+        ours.iter().map(|t| t.0.as_str()).filter(|n| their_names.contains(n)).collect();
+    let common_theirs: Vec<&str> =
+        theirs.iter().map(|t| t.0.as_str()).filter(|n| our_names.contains(n)).collect();
+    if let Some(i) = (0..common_ours.len()).find(|&i| common_ours[i] != common_theirs[i]) {
+        out.push(format!(
+            "{what}: order differs at #{i}: ours `{}`, transformers `{}`",
+            common_ours[i], common_theirs[i]
+        ));
+    }
+    let by_name: BTreeMap<&str, &Listed> = theirs.iter().map(|t| (t.0.as_str(), t)).collect();
+    let (mut shapes, mut dtypes, mut persistence) = (Vec::new(), Vec::new(), Vec::new());
+    for mine in ours {
+        let Some(their) = by_name.get(mine.0.as_str()) else { continue };
+        if mine.1 != their.1 {
+            shapes.push(format!("{} {:?} (transformers {:?})", mine.0, mine.1, their.1));
+        }
+        if mine.2 != their.2 && !allowed(&mine.0, &mine.2, &their.2) {
+            dtypes.push(format!("{} {} (transformers {})", mine.0, mine.2, their.2));
+        }
+        if mine.3 != their.3 {
+            persistence.push(format!("{} persistent={} (transformers {})", mine.0, mine.3, their.3));
+        }
+    }
+    for (kind, items) in [("shape", shapes), ("dtype", dtypes), ("persistence", persistence)] {
+        if !items.is_empty() {
+            out.push(format!("{what} {kind}: {} differ: {}", items.len(), few(&items, 4)));
+        }
+    }
+}
+
+/// The mismatches of one model against one fixture (empty when it matches), and the deviations
+/// that applied.
+fn check(fixture: &Value, naming: Naming, applied: &RefCell<BTreeSet<usize>>) -> Vec<String> {
+    let mut out = Vec::new();
+    let name = fixture["model"].as_str().unwrap_or_default();
+    let class = fixture["class"].as_str().unwrap_or_default();
+    let load_dtype = fixture["load_dtype"].as_str().and_then(DType::parse).unwrap_or(DType::BF16);
+    let model = match model::load(name, ImportOptions { naming }) {
+        Ok(model) => model.cast(load_dtype),
+        Err(e) => return vec![format!("import failed: {e}")],
+    };
+    if model.architecture != class {
+        out.push(format!("class `{}`, transformers `{class}`", model.architecture));
+    }
+    let ours = ours(&model);
+
+    // Parameters.
+    compare_listed(
+        "parameters",
+        &ours.parameters,
+        &listed(&fixture["parameters"]),
+        &|_, _, _| false,
+        &mut out,
+    );
+    let count = fixture["parameter_count"].as_u64().unwrap_or_default();
+    if model.params() != count {
+        out.push(format!(
+            "parameter count {} (transformers {count}, {:+})",
+            model.params(),
+            model.params() as i128 - count as i128
+        ));
+    }
+
+    // Tied groups.
+    let mut our_tied: Vec<Vec<String>> = model
+        .tied_groups()
+        .into_iter()
+        .map(|mut g| {
+            g.sort();
+            g
+        })
+        .collect();
+    our_tied.sort();
+    let their_tied: Vec<Vec<String>> = serde_json::from_value(fixture["tied"].clone()).unwrap_or_default();
+    if our_tied != their_tied {
+        out.push(format!("tied groups {our_tied:?} (transformers {their_tied:?})"));
+    }
+
+    // Buffers, with the listed deviations.
+    let allowed = |path: &str, mine: &str, theirs: &str| -> bool {
+        let leaf = path.rsplit('.').next().unwrap_or(path);
+        deviation(naming, class, applied, |what| match what {
+            Differs::BufferDtype { buffer, ours, fixture: shown, evidence } => {
+                let named = fixture[*evidence]
+                    .as_array()
+                    .is_some_and(|list| list.iter().any(|v| v.as_str() == Some(*buffer)));
+                *buffer == leaf && *ours == mine && *shown == theirs && named
+            }
+            Differs::BlocksWithoutNoSplit { .. } => false,
+        })
+    };
+    compare_listed("buffers", &ours.buffers, &listed(&fixture["buffers"]), &allowed, &mut out);
+
+    // No-split classes.
+    let mut blocks = BTreeSet::new();
+    let mut modules = BTreeSet::new();
+    model.root.visit(&mut |m| {
+        if m.kind == ModuleKind::Block {
+            blocks.insert(m.class.clone());
+        }
+        modules.insert(m.path.clone());
+    });
+    let no_split: BTreeSet<String> =
+        serde_json::from_value(fixture["no_split_modules"].clone()).unwrap_or_default();
+    let facts: BTreeSet<String> = model.facts.no_split_classes.iter().cloned().collect();
+    if facts != no_split {
+        out.push(format!("no_split_classes {facts:?} (transformers _no_split_modules {no_split:?})"));
+    }
+    let kept = |what: &Differs| match what {
+        Differs::BlocksWithoutNoSplit { classes } => {
+            no_split.is_empty() && blocks.iter().map(String::as_str).eq(classes.iter().copied())
+        }
+        Differs::BufferDtype { .. } => false,
+    };
+    if blocks != no_split && !deviation(naming, class, applied, kept) {
+        out.push(format!("block classes {blocks:?} (transformers _no_split_modules {no_split:?})"));
+    }
+
+    // Module sizes.
+    if let Some(sizes) = fixture["module_sizes"].as_object() {
+        for (dtype_name, theirs) in sizes {
+            let Some(dtype) = DType::parse(dtype_name) else { continue };
+            let mine = module_sizes(&ours, &modules, dtype);
+            let theirs: BTreeMap<String, u64> = serde_json::from_value(theirs.clone()).unwrap_or_default();
+            let missing: Vec<&String> = theirs.keys().filter(|k| !mine.contains_key(*k)).collect();
+            let extra: Vec<&String> = mine.keys().filter(|k| !theirs.contains_key(*k)).collect();
+            let differ: Vec<String> = mine
+                .iter()
+                .filter_map(|(k, v)| {
+                    let t = theirs.get(k)?;
+                    (v != t).then(|| format!("{k}: {v} ({:+})", *v as i128 - *t as i128))
+                })
+                .collect();
+            if !missing.is_empty() {
+                out.push(format!(
+                    "module sizes {dtype_name}: {} modules missing: {}",
+                    missing.len(),
+                    few(&missing, 6)
+                ));
+            }
+            if !extra.is_empty() {
+                out.push(format!(
+                    "module sizes {dtype_name}: {} extra modules: {}",
+                    extra.len(),
+                    few(&extra, 6)
+                ));
+            }
+            if !differ.is_empty() {
+                out.push(format!("module sizes {dtype_name}: {} differ: {}", differ.len(), few(&differ, 5)));
+            }
+        }
+    } else {
+        out.push("fixture has no module_sizes".into());
+    }
+    out
+}
+
+#[test]
+fn every_builtin_matches_transformers() {
+    // class → model (naming) → mismatches
+    let mut found: BTreeMap<String, Vec<(String, Vec<String>)>> = BTreeMap::new();
+    let mut unbuildable = Vec::new();
+    let mut missing_fixtures = Vec::new();
+    let applied = RefCell::new(BTreeSet::new());
+    let mut checked_classes = BTreeSet::new();
+    let mut checked = 0;
+    for naming in [Naming::V5, Naming::V4] {
+        let dir = fixtures_dir(naming);
+        let tag = tag(naming);
+        for name in catalog::builtin_names() {
+            let path = dir.join(format!("{name}.json"));
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                missing_fixtures.push(format!("{tag}/{name}"));
+                continue;
+            };
+            let fixture: Value =
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            if let Some(error) = fixture["error"].as_str() {
+                unbuildable.push(format!("{tag}/{name}: {error}"));
+                continue;
+            }
+            checked += 1;
+            checked_classes.insert((tag, fixture["class"].as_str().unwrap_or("?").to_string()));
+            let mismatches = check(&fixture, naming, &applied);
+            if !mismatches.is_empty() {
+                let class = fixture["class"].as_str().unwrap_or("?").to_string();
+                found.entry(class).or_default().push((format!("{name} ({tag})"), mismatches));
+            }
+        }
+    }
+    let mut report = String::new();
+    if !unbuildable.is_empty() {
+        report += &format!("transformers could not build (not checked):\n  {}\n", unbuildable.join("\n  "));
+    }
+    let mut failures = String::new();
+    for (i, d) in DEVIATIONS.iter().enumerate() {
+        let tag = tag(d.naming);
+        let seen = applied.borrow().contains(&i);
+        let what = match &d.what {
+            Differs::BufferDtype { buffer, ours, fixture, .. } => {
+                format!("`{buffer}` {ours} where the fixture has {fixture}")
+            }
+            Differs::BlocksWithoutNoSplit { classes } => {
+                format!("blocks {classes:?} without _no_split_modules")
+            }
+        };
+        report += &format!(
+            "deviation{}: {} ({tag}) {what}: {}\n",
+            if seen { "" } else { " (not seen)" },
+            d.class,
+            d.reason
+        );
+        if !seen && checked_classes.contains(&(tag, d.class.to_string())) {
+            failures += &format!("\ndeviation for {} ({tag}) no longer applies: {what}\n", d.class);
+        }
+    }
+    eprintln!("{report}");
+    let total: usize = found.values().map(Vec::len).sum();
+    for (class, models) in &found {
+        failures += &format!("\n== {class}: {} model(s)\n", models.len());
+        for (model, mismatches) in models {
+            failures += &format!("  {model}\n");
+            for m in mismatches {
+                failures += &format!("    - {m}\n");
+            }
+        }
+    }
+    if !missing_fixtures.is_empty() {
+        failures += &format!("\nno fixture for: {}\n", missing_fixtures.join(", "));
+    }
+    assert!(checked > 0, "no fixtures under {}", fixtures_dir(Naming::V5).display());
+    assert!(
+        failures.is_empty(),
+        "{total} model(s) differ from transformers ({checked} checked):\n{failures}"
+    );
+}
