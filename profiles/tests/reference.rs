@@ -10,7 +10,7 @@
 //!   their order, shapes and dtypes, and their total (`parameter_count`);
 //! - the tied groups (accelerate's `find_tied_parameters`);
 //! - the buffers: names, order, shapes, dtypes, persistence;
-//! - `_no_split_modules` against the classes of our `Block` modules;
+//! - `_no_split_modules` against our `no_split_classes` and the classes of our `Block` modules;
 //! - accelerate's `compute_module_sizes(model, dtype)` at bf16 and fp16 for every module with at
 //!   most three dots in its name, computed here from our tensors with accelerate's rule
 //!   (`accelerate/utils/modeling.py`): each tensor of `named_parameters()` (tied ones once, where

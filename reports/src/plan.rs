@@ -137,21 +137,6 @@ fn summarise_units(units: &[String]) -> String {
     out.join(", ")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::summarise_units;
-
-    #[test]
-    fn numbered_runs_collapse() {
-        let units: Vec<String> =
-            ["model.embed_tokens", "model.layers.0", "model.layers.1", "model.layers.2", "model.norm"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
-        assert_eq!(summarise_units(&units), "model.embed_tokens, model.layers.0-2, model.norm");
-    }
-}
-
 /// How to load an accelerate map written to `file` into the model class `architecture`
 /// (`architectures[0]` of its config): the `from_pretrained` arguments that take it as it is. `offload_folder` is required once a module is on `disk`, and bitsandbytes
 /// refuses `cpu` or `disk` entries unless told to keep those modules in fp32
@@ -196,4 +181,19 @@ pub fn accelerate_loading(
          model = {architecture}.from_pretrained(MODEL, {})\n",
         args.join(", ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::summarise_units;
+
+    #[test]
+    fn numbered_runs_collapse() {
+        let units: Vec<String> =
+            ["model.embed_tokens", "model.layers.0", "model.layers.1", "model.layers.2", "model.norm"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+        assert_eq!(summarise_units(&units), "model.embed_tokens, model.layers.0-2, model.norm");
+    }
 }

@@ -113,7 +113,9 @@ CASES = [
     ("v5", ["plan", "bert-base-uncased", "--hardware", "2xt4", *INF, "--dtype", "fp16", "--seq", "512"]),
     ("v5", ["plan", "bert-base-uncased", "--hardware", "t4", *TRAIN, "--dtype", "fp32", "--seq", "512"]),
     ("v5", ["plan", "bert-large-uncased", "--hardware", "t4", *INF, "--dtype", "fp16", "--seq", "512"]),
-    ("v5", ["plan", "xlnet-base-cased", "--hardware", "2xt4", *INF, "--dtype", "fp16", "--seq", "512"]),
+    # XLNet keeps 109 `torch.FloatTensor` parameters in float32 whatever the dtype, so its forward
+    # fails in fp16/bf16 with any map ("expected scalar type Float but found Half"): fp32 here.
+    ("v5", ["plan", "xlnet-base-cased", "--hardware", "2xt4", *INF, "--dtype", "fp32", "--seq", "512"]),
     ("v5", ["plan", "xlnet-base-cased", "--hardware", "t4", *TRAIN, "--dtype", "fp32", "--seq", "512"]),
     # more splits and offloads
     ("v5", ["plan", "mistral-7b", "--hardware", "2xt4", *INF, "--dtype", "fp16", "--seq", "2048"]),
@@ -137,7 +139,7 @@ CASES = [
     ("v4", ["plan", "gpt2", "--hardware", "2xt4", *TRAIN, "--dtype", "fp16", "--seq", "1024", "--target", "accelerate-v4"]),
     ("v4", ["plan", "t5-base", "--hardware", "t4", *INF, "--dtype", "fp16", "--seq", "512", "--target", "accelerate-v4"]),
     ("v4", ["plan", "bert-base-uncased", "--hardware", "2xt4", *INF, "--dtype", "fp16", "--seq", "512", "--target", "accelerate-v4"]),
-    ("v4", ["plan", "xlnet-base-cased", "--hardware", "2xt4", *INF, "--dtype", "fp16", "--seq", "512", "--target", "accelerate-v4"]),
+    ("v4", ["plan", "xlnet-base-cased", "--hardware", "2xt4", *INF, "--dtype", "fp32", "--seq", "512", "--target", "accelerate-v4"]),
     ("v4", ["plan", "starcoder", "--hardware", "t4x2", *INF, "--dtype", "fp16", "--seq", "2048", "--target", "accelerate-v4"]),
     ("v4", ["plan", "falcon-7b", "--hardware", "t4", *INF, "--dtype", "fp16", "--seq", "2048", "--target", "accelerate-v4"]),
     ("v4", ["plan", "t0-3b", "--hardware", "2xt4", *INF, "--dtype", "fp16", "--seq", "512", "--target", "accelerate-v4"]),

@@ -109,8 +109,9 @@ fn top_level_modules(model: &ModelDescription) -> Vec<String> {
     out
 }
 
-/// True if `prefix` is empty, equals `path`, or is a dotted ancestor of it.
-fn covers(prefix: &str, path: &str) -> bool {
+/// accelerate's prefix rule: the `device_map` key `prefix` places the module or tensor at
+/// `path` when it is empty, equals `path`, or is a dotted ancestor of it.
+pub fn covers(prefix: &str, path: &str) -> bool {
     prefix.is_empty()
         || (path.starts_with(prefix) && (path.len() == prefix.len() || path.as_bytes()[prefix.len()] == b'.'))
 }

@@ -89,7 +89,8 @@ fn mixtral_nf4_workload() -> Workload {
 fn mixtral_nf4_inference_on_two_t4() {
     let model = model::load("mixtral-8x7b", ImportOptions { naming: model::Naming::V4 }).expect("built-in");
     let hw = hardware::load("t4x2").expect("profile");
-    let e = estimate(&model, &hw, &mixtral_nf4_workload(), &Placement::even_layers(&model, 2)).expect("estimate");
+    let e =
+        estimate(&model, &hw, &mixtral_nf4_workload(), &Placement::even_layers(&model, 2)).expect("estimate");
     print("Mixtral-8x7B nf4 inference, 4096 context, t4x2 (transformers 4.x)", &e);
     // Closed form: 46,702,792,704 parameters, of which the embedding and head (2 × 32000 × 4096)
     // stay fp16 and the rest (linear and expert weights; norms are negligible) take 4 bits plus
@@ -110,12 +111,14 @@ fn mixtral_nf4_inference_on_two_t4() {
 fn mixtral_nf4_under_transformers_5_keeps_its_experts_in_fp16() {
     let model = builtin("mixtral-8x7b");
     let hw = hardware::load("t4x2").expect("profile");
-    let e = estimate(&model, &hw, &mixtral_nf4_workload(), &Placement::even_layers(&model, 2)).expect("estimate");
+    let e =
+        estimate(&model, &hw, &mixtral_nf4_workload(), &Placement::even_layers(&model, 2)).expect("estimate");
     print("Mixtral-8x7B nf4 inference, 4096 context, t4x2 (transformers 5.x)", &e);
     let experts = 32 * 8 * 3 * 4096 * 14336u64;
     let halves = 2 * 32000 * 4096u64;
     let quantized = 46_702_792_704u64 - halves - experts;
-    let expected = 2.0 * (halves + experts) as f64 + quantized as f64 * (0.5 + 1.0 / 64.0 + 4.0 / (64.0 * 256.0));
+    let expected =
+        2.0 * (halves + experts) as f64 + quantized as f64 * (0.5 + 1.0 / 64.0 + 4.0 / (64.0 * 256.0));
     let weights: u64 = e.devices.iter().map(|d| d.components.weights).sum();
     assert!((weights as f64 - expected).abs() / expected < 0.01, "{weights} vs {expected}");
     assert!(!e.fits, "90 GB of fp16 experts do not fit two T4s");

@@ -22,6 +22,7 @@ use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::{ModelDescription, ModuleKind};
 use vramplan_sim::charges::{self, UnitRole};
 use vramplan_sim::engines::{gguf, llamacpp};
+use vramplan_sim::placement::covers;
 use vramplan_sim::workload::{Mode, Workload};
 
 /// How many load classes the experts of one layer are grouped into under `--expert-load`.
@@ -251,11 +252,6 @@ fn tied_units(model: &ModelDescription, units: &[charges::UnitCharge]) -> Vec<Ve
     }
     groups.sort();
     groups
-}
-
-/// accelerate's prefix rule: `key` places `path` when equal or a dotted ancestor.
-fn covers(key: &str, path: &str) -> bool {
-    key.is_empty() || path == key || path.strip_prefix(key).is_some_and(|rest| rest.starts_with('.'))
 }
 
 fn llamacpp_units(

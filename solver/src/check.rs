@@ -11,7 +11,7 @@
 //! | rule | accelerate, accelerate-v4 | pipeline | expert-parallel | llama.cpp |
 //! |---|---|---|---|---|
 //! | listed twice, uncovered | yes | yes | yes | yes |
-//! | overlapping entries (accelerate's hooks) | yes | – | – | – |
+//! | overlapping entries (accelerate's hooks; 5.x: any nesting) | yes | – | – | – |
 //! | tied weights apart | yes | – (tied layers are copied to each stage) | – | – (`output` is a copy) |
 //! | experts apart from their router | yes | as a split block | – (the point of it) | – |
 //! | split block | yes | yes | yes, experts aside | – (ggml copies between devices) |
@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use vramplan_profiles::model::{ModelDescription, Module, ModuleKind};
 use vramplan_sim::device_map::unplaced;
-use vramplan_sim::placement::{Placement, Target};
+use vramplan_sim::placement::{Placement, Target, covers};
 
 /// How many names a message lists before counting the rest.
 const LISTED: usize = 4;
@@ -117,6 +117,48 @@ pub fn check_device_map(
     }
     if accelerate {
         findings.extend(overlapping_entries(&map, &split));
+    }
+    if runtime == Runtime::Accelerate {
+        findings.extend(nested_entries(&map));
+    }
+    findings
+}
+
+/// transformers 5.x needs a map's keys to be disjoint prefixes: with a parent listed beside
+/// its own children (`"transformer": 0` and `"transformer.layer.0": 0`), `from_pretrained`
+/// leaves the parent's weights on the meta device even where both are on one device (seen with
+/// 5.23 on XLNet and GPTBigCode, issue 9). Entries on different GPUs are
+/// [`overlapping_entries`]' finding already; the whole-model key `""` is left to it too.
+fn nested_entries(map: &Map) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    for (outer_key, outer_device) in &map.entries {
+        if outer_key.is_empty() {
+            continue;
+        }
+        let inside: Vec<&(String, Target)> = map
+            .entries
+            .iter()
+            .filter(|(k, d)| k != outer_key && covers(outer_key, k) && d == outer_device)
+            .collect();
+        let Some((first, _)) = inside.first() else { continue };
+        let replacement = disjoint_cover(map, outer_key);
+        let message = format!(
+            "{} ({}) is listed beside {} inside it{}. transformers 5.x loads such a map with {} weights left \
+             on the meta device, and the first forward fails. Fix: make the entries disjoint: replace {} by {}.",
+            shown(outer_key),
+            label(*outer_device),
+            shown(first),
+            if inside.len() > 1 { format!(" and {} more", inside.len() - 1) } else { String::new() },
+            shown(outer_key),
+            shown(outer_key),
+            ticked_list(&replacement),
+        );
+        findings.push(Finding {
+            rule: Rule::OverlappingEntries,
+            modules: vec![first.clone(), outer_key.clone()],
+            devices: vec![label(*outer_device), label(*outer_device)],
+            message,
+        });
     }
     findings
 }
@@ -667,12 +709,6 @@ fn cover_around(module: &Module, inside: &[&str], out: &mut Vec<String>) {
     for child in &module.children {
         cover_around(child, inside, out);
     }
-}
-
-/// True if `prefix` is empty, equals `path`, or is a dotted ancestor of it.
-fn covers(prefix: &str, path: &str) -> bool {
-    prefix.is_empty()
-        || (path.starts_with(prefix) && (path.len() == prefix.len() || path.as_bytes()[prefix.len()] == b'.'))
 }
 
 fn join(module: &str, name: &str) -> String {

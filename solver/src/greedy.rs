@@ -275,9 +275,6 @@ fn balance(gpus: &mut [(u32, f64)], model: &ModelDescription, sizing: &Sizing, m
         }
     };
     // `int(1.25 * max(buffer, leaf))`
-    if std::env::var("GREEDY_DEBUG").is_ok() {
-        eprintln!("DEBUG total {total} per_gpu {per_gpu} block {block} leaf {leaf} leaves {}", sizes.leaves.len());
-    }
     per_gpu += (1.25 * block.max(leaf)).trunc();
     let gpu0 = gpus.iter().find(|g| g.0 == 0).map(|g| g.1);
     let positive: Vec<usize> = (0..gpus.len()).filter(|&i| gpus[i].1 > 0.0).collect();
@@ -450,6 +447,9 @@ impl<'m> Sizes<'m> {
             load
         } else if tensor.dtype.is_float() {
             tensor.dtype.bits() as f64 / 8.0
+        } else if tensor.dtype == DType::Bool && self.sizing.version == Version::Transformers4 {
+            // accelerate's `dtype_byte_size(torch.bool)` is 1/8 (GPT-2's causal-mask buffer).
+            return numel / 8.0;
         } else {
             return tensor.bytes() as f64;
         };
@@ -466,7 +466,9 @@ impl<'m> Sizes<'m> {
                     && module.kind == ModuleKind::Linear
                     && !self.kept.contains(path);
                 match self.sizing.quantized_bits() {
-                    Some(bits) if replaced && float_param && tensor.name != "bias" => numel * bits as f64 / 8.0,
+                    Some(bits) if replaced && float_param && tensor.name != "bias" => {
+                        numel * bits as f64 / 8.0
+                    }
                     _ => numel * own,
                 }
             }
@@ -960,18 +962,20 @@ fn assign(map: &mut Vec<(String, Tier)>, name: String, tier: Tier) {
     }
 }
 
-/// `clean_device_map`: where every entry under `module` (two or more) shares one device, they
-/// become one entry for `module`, at the place of the first; then the same below each child.
+/// accelerate's `clean_device_map`: where every entry under `module` (two or more) shares one
+/// device, they become one entry for `module`, which, as a new key of a Python dict, goes to
+/// the end of the map; then the same below each child. Python walks the children as a `set`,
+/// whose order follows string hashes; here they go in map order, which gives Python's result
+/// whenever at most one subtree merges below a split parent (every fixture case).
 fn clean_device_map(map: &mut Vec<(String, Tier)>, module: &str) {
     let prefix = if module.is_empty() { String::new() } else { format!("{module}.") };
     let under: Vec<usize> = (0..map.len()).filter(|&i| map[i].0.starts_with(&prefix)).collect();
     if under.len() > 1 && under.iter().all(|&i| map[i].1 == map[under[0]].1) {
         let tier = map[under[0]].1;
-        let first = under[0];
         for &i in under.iter().rev() {
             map.remove(i);
         }
-        map.insert(first, (module.to_string(), tier));
+        map.push((module.to_string(), tier));
     }
     let depth = if module.is_empty() { 1 } else { module.split('.').count() + 1 };
     let mut children: Vec<String> = Vec::new();

@@ -918,9 +918,10 @@ impl Formulation {
     /// Whether the plan `values` leaves `cpu` and `disk` empty.
     fn nothing_on_hosts(&self, problem: &Problem, values: &[f64]) -> bool {
         let assignment = self.assignment(problem, values);
-        assignment.counts.iter().all(|per_device| {
-            per_device.iter().enumerate().all(|(d, &n)| n == 0 || !problem.is_host(d))
-        })
+        assignment
+            .counts
+            .iter()
+            .all(|per_device| per_device.iter().enumerate().all(|(d, &n)| n == 0 || !problem.is_host(d)))
     }
 
     /// Whether the chain holds every pool once: then its partitions are exactly the plans.

@@ -14,7 +14,9 @@
 //! (c) the same map: the same keys in the same order on the same devices.
 //!
 //! No Python runs here; the fixture is data. A table of matches is printed (`--nocapture`) and
-//! any mismatch fails the test.
+//! any mismatch fails the test. Debugging aids: `VRAMPLAN_REFERENCE_MAPS=<dir>` reads the
+//! fixtures from another folder, `BASELINE_ONLY="<model> <hardware>"` (a substring) checks only
+//! the matching cases, `BASELINE_SHOW=1` prints both maps of a mismatch.
 
 use serde_json::Value;
 use std::path::PathBuf;
@@ -105,7 +107,8 @@ fn check(case: &Value, naming: Naming, runtime: Runtime) -> Vec<String> {
     // (a) the raw budgets.
     let (gpus, cpu) = greedy::free_memory(&hw);
     let ours: Vec<u64> = gpus.iter().map(|g| g.1 as u64).collect();
-    let theirs: Vec<u64> = case["gpus_free_bytes"].as_array().expect("gpus").iter().filter_map(Value::as_u64).collect();
+    let theirs: Vec<u64> =
+        case["gpus_free_bytes"].as_array().expect("gpus").iter().filter_map(Value::as_u64).collect();
     if ours != theirs {
         problems.push(format!("gpus_free_bytes: ours {ours:?}, transformers {theirs:?}"));
     }
@@ -141,6 +144,9 @@ fn check(case: &Value, naming: Naming, runtime: Runtime) -> Vec<String> {
         .map(|e| (e[0].as_str().expect("module").to_string(), e[1].clone()))
         .collect();
     let got: Vec<(String, Value)> = map.iter().map(|(n, t)| (n.clone(), device(*t))).collect();
+    if got != expected && std::env::var_os("BASELINE_SHOW").is_some() {
+        println!("    ours:         {got:?}\n    transformers: {expected:?}");
+    }
     if got != expected {
         let first = (0..got.len().max(expected.len())).find(|&i| got.get(i) != expected.get(i)).unwrap_or(0);
         let at = |m: &[(String, Value)]| {
@@ -153,6 +159,15 @@ fn check(case: &Value, naming: Naming, runtime: Runtime) -> Vec<String> {
             at(&got),
             at(&expected)
         ));
+        // A diagnosis, not a pass: modules the description does not hold (no tensors, such as
+        // `nn.Dropout`) cannot appear in our map; say when they are the whole difference.
+        let held_by_us = |n: &str| model.root.find(n).is_some() || model.root.tensor(n).is_some();
+        let absent: Vec<&str> = expected.iter().map(|e| e.0.as_str()).filter(|n| !held_by_us(n)).collect();
+        let held: Vec<(String, Value)> =
+            expected.iter().filter(|e| !absent.contains(&e.0.as_str())).cloned().collect();
+        if !absent.is_empty() && held == got {
+            problems.push(format!("the only difference: modules absent from the description {absent:?}"));
+        }
     }
     problems
 }
@@ -167,8 +182,13 @@ fn run(file: &str, naming: Naming, runtime: Runtime) {
     let all = cases(&doc);
     println!("{:<20} {:<14} {:<9} {:<5} result", "model", "hardware", "dtype", "quant");
     for case in all {
-        if let Ok(only) = std::env::var("ONLY")
-            && !format!("{} {}", case["model"].as_str().unwrap_or(""), case["hardware"].as_str().unwrap_or("")).contains(&only)
+        if let Ok(only) = std::env::var("BASELINE_ONLY")
+            && !format!(
+                "{} {}",
+                case["model"].as_str().unwrap_or(""),
+                case["hardware"].as_str().unwrap_or("")
+            )
+            .contains(&only)
         {
             continue;
         }
@@ -195,7 +215,13 @@ fn run(file: &str, naming: Naming, runtime: Runtime) {
         }
     }
     println!("{file}: {}/{} cases match", all.len() - failures.len(), all.len());
-    assert!(failures.is_empty(), "{} of {} cases differ:\n{}", failures.len(), all.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases differ:\n{}",
+        failures.len(),
+        all.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]

@@ -1,34 +1,46 @@
-//! accelerate's `device_map="auto"` reproduced: every expected figure below is worked out by
-//! hand from the algorithm's documented rules (`get_balanced_memory`, `infer_auto_device_map`,
-//! `clean_device_map`, the bitsandbytes quantizer's sizes and its × 0.9), with the arithmetic
-//! in the comments; none is copied from the code's output.
+//! `device_map="auto"` reproduced, in both versions: every expected figure below is worked out
+//! by hand from the rules read in the source (transformers 5.23 `integrations/accelerate.py`;
+//! transformers 4.57 `modeling_utils._get_device_map` with accelerate 1.15 `utils/modeling.py`;
+//! the bitsandbytes quantizers), with the arithmetic in the comments; none is copied from the
+//! code's output. `baseline_reference.rs` checks the same code against the real libraries.
 //!
 //! Shared facts:
 //! - A T4 in the profiles: nvidia-smi 15360 MiB, driver reserve 443 MiB, CUDA context 400 MB,
 //!   so `mem_get_info` reports 16106127360 − 464519168 − 400000000 = 15241608192 bytes free.
-//! - A profile without host RAM is given 64 GiB = 68719476736 bytes.
+//! - A profile without host RAM is given 64 GiB = 68719476736 bytes; 5.x keeps 90 % of it,
+//!   ⌊68719476736 · 0.9⌋ = 61847529062 (and ⌊· 0.9 · 0.9⌋ = 55662776156 under bitsandbytes).
 //! - Llama-2-7B (hidden 4096, intermediate 11008, 32 layers, vocab 32000), fp16: a decoder
 //!   layer has 4·4096² + 3·4096·11008 + 2·4096 = 202383360 parameters = 404766720 bytes; the
 //!   embedding and the head 32000·4096 = 131072000 parameters = 262144000 bytes each; the final
-//!   norm 8192 bytes; the rotary module two fp32 buffers of 64 = 512 bytes. Total
-//!   32·404766720 + 2·262144000 + 8192 + 512 = 13476831744 bytes. Modules holding tensors
-//!   ("leaves"): the embedding, 9 per layer (7 linears, 2 norms), the norm, the rotary module,
-//!   the head = 292.
+//!   norm 8192 bytes. The rotary module holds, with 5.x names, two fp32 buffers of 64 (`inv_freq`
+//!   and `original_inv_freq`, 512 bytes), with 4.x names `inv_freq` alone, which accelerate sizes
+//!   at min(fp16, fp32): 128 bytes. Modules holding tensors ("leaves"): the embedding, 9 per
+//!   layer (7 linears, 2 norms), the norm, the rotary module, the head = 292.
+//! - The buffer added to each capped GPU's share: 5.x ⌊1.25 · max(largest no-split module,
+//!   largest leaf)⌋, 4.x ⌊1.25 · max(first module of each no-split class, mean leaf)⌋.
 
 use vramplan_profiles::DType;
 use vramplan_profiles::hardware::{self, HardwareProfile};
-use vramplan_profiles::model::{self, ImportOptions, ModelDescription, Module, ModuleKind, Tensor};
+use vramplan_profiles::model::{self, ImportOptions, ModelDescription, Module, ModuleKind, Naming, Tensor};
 use vramplan_sim::workload::{Quant, Workload};
-use vramplan_solver::Tier;
 use vramplan_solver::greedy::{
-    self, GreedyQuant, MaxMemory, Options, Sizing, Strategy, auto_device_map, infer_auto_device_map,
+    self, GreedyQuant, MaxMemory, Options, Sizing, Strategy, Version, auto_device_map, infer_auto_device_map,
 };
+use vramplan_solver::{Runtime, Tier};
 
 const T4_FREE: u64 = 16106127360 - 464519168 - 400000000;
 const DEFAULT_RAM: u64 = 64 << 30;
+/// ⌊0.9 · 64 GiB⌋: transformers 5.x's CPU budget without a user `max_memory`.
+const DEFAULT_RAM_V5: u64 = 61847529062;
 
+/// A built-in model with transformers 5.x names (its baseline follows 5.x).
 fn load(name: &str) -> ModelDescription {
     model::load(name, ImportOptions::default()).expect("built-in model")
+}
+
+/// A built-in model with transformers 4.x names (its baseline follows 4.x with accelerate).
+fn load_v4(name: &str) -> ModelDescription {
+    model::load(name, ImportOptions { naming: Naming::V4 }).expect("built-in model")
 }
 
 fn profile(name: &str) -> HardwareProfile {
@@ -39,7 +51,8 @@ fn gpu(i: u32) -> Tier {
     Tier::Gpu(i)
 }
 
-/// The map `from_pretrained(device_map="auto")` would build for `workload`.
+/// The map `from_pretrained(device_map="auto")` would build for `workload`, in the version the
+/// model's naming follows.
 fn auto(
     model: &ModelDescription,
     hw: &HardwareProfile,
@@ -71,11 +84,26 @@ fn t4_free_memory_matches_the_profile() {
     assert_eq!(T4_FREE, 15241608192);
 }
 
-/// Llama-2-7B fp16 on two T4s, `device_map="auto"`.
+/// The version follows the target: `accelerate-v4` is 4.x, `accelerate` 5.x, whatever names
+/// the description was read with; other targets follow the names.
+#[test]
+fn the_target_picks_the_version() {
+    let w = Workload::default();
+    let v5 = load("llama-3.2-1b");
+    let v4 = load_v4("llama-3.2-1b");
+    assert_eq!(Sizing::of(&v5, &w).version, Version::Transformers5);
+    assert_eq!(Sizing::of(&v4, &w).version, Version::Transformers4);
+    assert_eq!(Sizing::for_target(&v5, &w, Runtime::AccelerateV4).version, Version::Transformers4);
+    assert_eq!(Sizing::for_target(&v4, &w, Runtime::Accelerate).version, Version::Transformers5);
+    assert_eq!(Sizing::for_target(&v4, &w, Runtime::Pipeline).version, Version::Transformers4);
+}
+
+/// Llama-2-7B fp16 on two T4s, `device_map="auto"`, transformers 5.x.
 ///
-/// Caps: total ÷ 2 = 6738415872; the first LlamaDecoderLayer is 404766720 bytes, the mean leaf
-/// 13476831744 ÷ 292 = 46153533, so the buffer is ⌊1.25 · 404766720⌋ = 505958400 and GPU 0's
-/// cap 7244374272; GPU 1, the last, keeps all 15241608192.
+/// Caps: total 32·404766720 + 2·262144000 + 8192 + 512 = 13476831744, ÷ 2 = 6738415872; the
+/// largest LlamaDecoderLayer (404766720) outweighs the largest leaf (the embedding or the head,
+/// 262144000), so the buffer is ⌊1.25 · 404766720⌋ = 505958400 and GPU 0's cap 7244374272;
+/// GPU 1, the last, keeps all 15241608192; the CPU 90 % of 64 GiB.
 ///
 /// Fill: GPU 0 keeps the largest layer (404766720) free, so 7244374272 − 404766720 =
 /// 6839607552 for modules: the embedding (262144000) and 16 layers (262144000 + 16·404766720 =
@@ -90,18 +118,42 @@ fn llama_2_7b_fp16_on_two_t4_stops_gpu0_after_16_layers() {
         vec![
             MaxMemory { tier: gpu(0), bytes: 7244374272 },
             MaxMemory { tier: gpu(1), bytes: 15241608192 },
-            MaxMemory { tier: Tier::Cpu, bytes: DEFAULT_RAM },
+            MaxMemory { tier: Tier::Cpu, bytes: DEFAULT_RAM_V5 },
         ]
     );
+    assert_eq!(map, llama_2_7b_split_after(16));
+}
+
+fn llama_2_7b_split_after(n: u32) -> Vec<(String, Tier)> {
     let mut expected = vec![entry("model.embed_tokens", gpu(0))];
-    expected.extend(layers(0..16, gpu(0)));
-    expected.extend(layers(16..32, gpu(1)));
+    expected.extend(layers(0..n, gpu(0)));
+    expected.extend(layers(n..32, gpu(1)));
     expected.extend([
         entry("model.norm", gpu(1)),
         entry("model.rotary_emb", gpu(1)),
         entry("lm_head", gpu(1)),
     ]);
-    assert_eq!(map, expected);
+    expected
+}
+
+/// The same under transformers 4.x (4.x names): the rotary module is 128 bytes, so the total is
+/// 13476831360, ÷ 2 = 6738415680; the first decoder layer (404766720) outweighs the mean leaf
+/// (⌊13476831360 ÷ 292⌋ = 46153531), so the cap is 6738415680 + 505958400 = 7244374080, and
+/// the CPU keeps all 64 GiB. The fill is the same: 16 layers (6738411520 ≤ 7244374080 −
+/// 404766720 = 6839607360 < 7143178240).
+#[test]
+fn llama_2_7b_fp16_on_two_t4_under_4x() {
+    let model = load_v4("llama-2-7b");
+    let (budgets, map) = auto(&model, &profile("t4x2"), &Workload::default());
+    assert_eq!(
+        budgets,
+        vec![
+            MaxMemory { tier: gpu(0), bytes: 7244374080 },
+            MaxMemory { tier: gpu(1), bytes: 15241608192 },
+            MaxMemory { tier: Tier::Cpu, bytes: DEFAULT_RAM },
+        ]
+    );
+    assert_eq!(map, llama_2_7b_split_after(16));
 }
 
 /// Without balancing every GPU keeps its free memory, and Llama-2-7B fits on GPU 0 alone.
@@ -117,6 +169,7 @@ fn sequential_fills_gpu0_and_cleans_to_one_entry() {
     let budgets = greedy::max_memory(&hw, &sizing, Strategy::Sequential, Some(&model));
     assert_eq!(budgets[0].bytes, T4_FREE);
     assert_eq!(budgets[1].bytes, T4_FREE);
+    assert_eq!(budgets[2].bytes, DEFAULT_RAM_V5);
     assert_eq!(auto_device_map(&model, &sizing, &budgets), vec![entry("", gpu(0))]);
     let raw = Options { fallback_allocation: false, clean_result: false };
     let uncleaned = infer_auto_device_map(&model, &sizing, &budgets, raw);
@@ -142,63 +195,72 @@ fn balanced_low_0_leaves_gpu0_empty_when_gpu1_holds_everything() {
 ///
 /// One T4: a lone GPU gets 90 % of its free memory, ⌊0.9 · 15241608192⌋ = 13717447372, and no
 /// cap. GPU 0 keeps 634408960 free: 13083038412 holds the embedding and 20 layers
-/// (327680000 + 20·634408960 = 13015859200; a 21st makes 13650268160).
-fn llama_2_13b_on_one_t4(ram: Option<u64>) -> Vec<(String, Tier)> {
-    let model = load("llama-2-13b");
+/// (327680000 + 20·634408960 = 13015859200; a 21st makes 13650268160). The CPU gets the RAM
+/// (4.x) or 90 % of it (5.x).
+fn llama_2_13b_on_one_t4(model: &ModelDescription, ram: u64) -> Vec<(String, Tier)> {
     let mut hw = profile("t4");
-    hw.nodes[0].host.ram_bytes = ram;
-    let (budgets, map) = auto(&model, &hw, &Workload::default());
+    hw.nodes[0].host.ram_bytes = Some(ram);
+    let (budgets, map) = auto(model, &hw, &Workload::default());
+    let cpu = match model.naming {
+        Naming::V4 => ram,
+        Naming::V5 => (ram as f64 * 0.9) as u64,
+    };
     assert_eq!(budgets[0], MaxMemory { tier: gpu(0), bytes: 13717447372 });
-    assert_eq!(budgets[1], MaxMemory { tier: Tier::Cpu, bytes: ram.unwrap_or(DEFAULT_RAM) });
+    assert_eq!(budgets[1], MaxMemory { tier: Tier::Cpu, bytes: cpu });
     map
 }
 
-/// With 32 GB of RAM the rest goes to the CPU: layers 20-39, the norm, the rotary buffers and
-/// the head (12688179200 + … ≪ 32e9 − 634408960).
-#[test]
-fn llama_2_13b_on_one_t4_offloads_the_rest_to_cpu() {
-    let map = llama_2_13b_on_one_t4(Some(32_000_000_000));
+/// `(layers on GPU 0, on the CPU, on the disk)` of Llama-2-13B's map; the norm, rotary buffers
+/// and head follow the last layer.
+fn llama_2_13b_map(cpu: std::ops::Range<u32>, disk: std::ops::Range<u32>) -> Vec<(String, Tier)> {
     let mut expected = vec![entry("model.embed_tokens", gpu(0))];
     expected.extend(layers(0..20, gpu(0)));
-    expected.extend(layers(20..40, Tier::Cpu));
-    expected.extend([
-        entry("model.norm", Tier::Cpu),
-        entry("model.rotary_emb", Tier::Cpu),
-        entry("lm_head", Tier::Cpu),
-    ]);
-    assert_eq!(map, expected);
+    expected.extend(layers(cpu.clone(), Tier::Cpu));
+    expected.extend(layers(disk.clone(), Tier::Disk));
+    let rest = if disk.is_empty() { Tier::Cpu } else { Tier::Disk };
+    expected.extend([entry("model.norm", rest), entry("model.rotary_emb", rest), entry("lm_head", rest)]);
+    expected
 }
 
-/// Colab's 12.7 GB: the CPU also keeps the largest layer free, 12700000000 − 634408960 =
-/// 12065591040, which holds 19 layers (20-38: 12053770240). Taking layer 39 leaves the head as
-/// the largest layer (327680000), so the CPU's room is 12372320000, and layer 39 (making
-/// 12688179200) goes to the disk, which has no cap, with everything after it.
+/// With 32 GB of RAM (5.x: 28.8e9 for the CPU) the rest goes to the CPU: layers 20-39, the
+/// norm, the rotary buffers and the head (12688179200 + … ≪ 28.8e9 − 634408960).
+#[test]
+fn llama_2_13b_on_one_t4_offloads_the_rest_to_cpu() {
+    let map = llama_2_13b_on_one_t4(&load("llama-2-13b"), 32_000_000_000);
+    assert_eq!(map, llama_2_13b_map(20..40, 40..40));
+}
+
+/// Colab's 12.7 GB under 4.x: the CPU also keeps the largest layer free, 12700000000 −
+/// 634408960 = 12065591040, which holds 19 layers (20-38: 12053770240). Taking layer 39 leaves
+/// the head as the largest layer (327680000), so the CPU's room is 12372320000, and layer 39
+/// (making 12688179200) goes to the disk, which has no cap, with everything after it.
+#[test]
+fn llama_2_13b_on_colab_spills_to_an_uncapped_disk_under_4x() {
+    let map = llama_2_13b_on_one_t4(&load_v4("llama-2-13b"), 12_700_000_000);
+    assert_eq!(map, llama_2_13b_map(20..39, 39..40));
+}
+
+/// Colab under 5.x: the CPU gets ⌊0.9 · 12.7e9⌋ = 11430000000, less the layer kept free,
+/// 10795591040: 17 layers (20-36: 10784952320); layer 37 would make 11419361280 with layers 38
+/// and 39 still to reserve for, so 37-39 and the rest go to the disk.
 #[test]
 fn llama_2_13b_on_colab_spills_to_an_uncapped_disk() {
-    let map = llama_2_13b_on_one_t4(Some(12_700_000_000));
-    let mut expected = vec![entry("model.embed_tokens", gpu(0))];
-    expected.extend(layers(0..20, gpu(0)));
-    expected.extend(layers(20..39, Tier::Cpu));
-    expected.extend([
-        entry("model.layers.39", Tier::Disk),
-        entry("model.norm", Tier::Disk),
-        entry("model.rotary_emb", Tier::Disk),
-        entry("lm_head", Tier::Disk),
-    ]);
-    assert_eq!(map, expected);
+    let map = llama_2_13b_on_one_t4(&load("llama-2-13b"), 12_700_000_000);
+    assert_eq!(map, llama_2_13b_map(20..37, 37..40));
 }
 
 /// Gemma-2B (bf16, 18 layers, vocab 256000, hidden 2048) ties `lm_head.weight` to the input
-/// embedding (256000·2048·2 = 1048576000 bytes, plus a 2-byte `embed_scale` buffer). A layer:
-/// q 2048·2048, k and v 256·2048, o 2048·2048, MLP 3·2048·16384, two norms 2048 → 110104576
-/// parameters = 220209152 bytes. Total 1048576002 + 18·220209152 + 4096 (norm) + 1024 (rotary,
-/// two fp32 buffers of 128) = 5012345858; the tied head counts nothing and is no leaf, so 165
-/// leaves (embedding, 9 per layer, norm, rotary), mean 30377853.
+/// embedding (256000·2048·2 = 1048576000 bytes). A layer: q 2048·2048, k and v 256·2048, o
+/// 2048·2048, MLP 3·2048·16384, two norms 2048 → 110104576 parameters = 220209152 bytes; the
+/// norm 4096 bytes. The tied head counts nothing and is no leaf.
 ///
-/// Cap on GPU 0: 5012345858 ÷ 2 + ⌊1.25 · 220209152⌋ = 2506172929 + 275261440 = 2781434369.
-/// Once the embedding is taken the largest layer left is a decoder layer, so GPU 0 has
-/// 2781434369 − 220209152 = 2561225217 for modules: the embedding, and with it the head it is
-/// tied to, then 6 layers (1048576002 + 6·220209152 = 2369830914; a 7th makes 2590040066).
+/// 5.x: the embedding module also holds a 2-byte `embed_scale` buffer (1048576002), the rotary
+/// module two fp32 buffers of 128 (1024): total 1048576002 + 18·220209152 + 4096 + 1024 =
+/// 5012345858. The largest leaf is the embedding, so the buffer is ⌊1.25 · 1048576002⌋ =
+/// 1310720002 and GPU 0's cap 2506172929 + 1310720002 = 3816892931. Once the embedding is
+/// taken the largest layer left is a decoder layer: 3816892931 − 220209152 = 3596683779 for
+/// the embedding, the head tied to it (0), and 11 layers (1048576002 + 11·220209152 =
+/// 3470876674; a 12th makes 3691085826).
 #[test]
 fn tied_head_goes_with_the_embedding() {
     let model = load("gemma-2b");
@@ -207,108 +269,178 @@ fn tied_head_goes_with_the_embedding() {
         vec![vec!["model.embed_tokens.weight".to_string(), "lm_head.weight".into()]]
     );
     let (budgets, map) = auto(&model, &profile("t4x2"), &Workload::default());
-    assert_eq!(budgets[0].bytes, 2781434369);
-    let mut expected = vec![entry("model.embed_tokens", gpu(0)), entry("lm_head", gpu(0))];
-    expected.extend(layers(0..6, gpu(0)));
-    expected.extend(layers(6..18, gpu(1)));
-    expected.extend([entry("model.norm", gpu(1)), entry("model.rotary_emb", gpu(1))]);
-    assert_eq!(map, expected);
+    assert_eq!(budgets[0].bytes, 3816892931);
+    assert_eq!(map, gemma_2b_split_after(11));
 }
 
-/// bitsandbytes sizes the weights it quantizes at its element size (4-bit: half a byte,
-/// 8-bit: one byte) and keeps the head and the embeddings in fp16; then every budget is
-/// multiplied by 0.9.
+fn gemma_2b_split_after(n: u32) -> Vec<(String, Tier)> {
+    let mut expected = vec![entry("model.embed_tokens", gpu(0)), entry("lm_head", gpu(0))];
+    expected.extend(layers(0..n, gpu(0)));
+    expected.extend(layers(n..18, gpu(1)));
+    expected.extend([entry("model.norm", gpu(1)), entry("model.rotary_emb", gpu(1))]);
+    expected
+}
+
+/// 4.x: no `embed_scale` buffer and one rotary buffer sized at bf16 (256): total 1048576000 +
+/// 18·220209152 + 4096 + 256 = 5012345088; 165 leaves (embedding, 9 per layer, norm, rotary),
+/// mean 30377849 < the first layer, so the cap is 2506172544 + ⌊1.25 · 220209152⌋ =
+/// 2781433984, and 2781433984 − 220209152 = 2561224832 holds the embedding with the head and 6
+/// layers (1048576000 + 6·220209152 = 2369830912; a 7th makes 2590040064).
+#[test]
+fn tied_head_goes_with_the_embedding_under_4x() {
+    let model = load_v4("gemma-2b");
+    let (budgets, map) = auto(&model, &profile("t4x2"), &Workload::default());
+    assert_eq!(budgets[0].bytes, 2781433984);
+    assert_eq!(map, gemma_2b_split_after(6));
+}
+
+/// bitsandbytes 4-bit under 5.x: `param_element_size` is 0.5 for the weight of each
+/// `nn.Linear` it replaced, the tensor's own size for the rest (norms, the embedding, the head
+/// it keeps); then every budget × 0.9.
 ///
-/// Llama-2-7B 4-bit: a layer is 202375168 linear weights · 0.5 + 2 norms · 8192 = 101203968
-/// bytes; total 32·101203968 + 2·262144000 + 8192 + 512 = 3762823680; mean leaf
-/// ⌊3762823680 ÷ 292⌋ = 12886382. Cap on GPU 0: 1881411840 + ⌊1.25 · 101203968⌋ = 2007916800,
-/// × 0.9 = 1807125120; GPU 1 ⌊0.9 · 15241608192⌋ = 13717447372; the CPU ⌊0.9 · 64 GiB⌋ =
-/// 61847529062.
+/// Llama-2-7B: a layer is 202375168 linear weights · 0.5 + 2 norms · 8192 = 101203968 bytes;
+/// total 32·101203968 + 2·262144000 + 8192 + 512 = 3762823680. The largest leaf, the fp16
+/// embedding or head (262144000), outweighs a layer: cap on GPU 0 1881411840 + ⌊1.25 ·
+/// 262144000⌋ = 2209091840, × 0.9 = 1988182656; GPU 1 ⌊0.9 · 15241608192⌋ = 13717447372; the
+/// CPU ⌊0.9 · 0.9 · 64 GiB⌋ = 55662776156.
 ///
-/// The largest layers are now the fp16 embedding and head (262144000): GPU 0 has
-/// 1807125120 − 262144000 = 1544981120 for the embedding and 12 layers (262144000 +
-/// 12·101203968 = 1476591616; a 13th makes 1577795584). The head goes last, to GPU 1.
+/// The largest layers are the embedding and the head (262144000): GPU 0 has 1988182656 −
+/// 262144000 = 1726038656 for the embedding and 14 layers (262144000 + 14·101203968 =
+/// 1678999552; a 15th makes 1780203520). The head goes last, to GPU 1.
 #[test]
 fn bnb_4bit_sizes_linear_weights_at_half_a_byte_and_keeps_the_head() {
     let model = load("llama-2-7b");
     let workload = nf4(Workload::default());
-    assert_eq!(Sizing::of(&model, &workload), Sizing { dtype: DType::F16, quant: GreedyQuant::Int4 });
+    assert_eq!(
+        Sizing::of(&model, &workload),
+        Sizing { dtype: DType::F16, quant: GreedyQuant::Int4, version: Version::Transformers5 }
+    );
     let (budgets, map) = auto(&model, &profile("t4x2"), &workload);
     assert_eq!(
         budgets,
         vec![
-            MaxMemory { tier: gpu(0), bytes: 1807125120 },
+            MaxMemory { tier: gpu(0), bytes: 1988182656 },
             MaxMemory { tier: gpu(1), bytes: 13717447372 },
-            MaxMemory { tier: Tier::Cpu, bytes: 61847529062 },
+            MaxMemory { tier: Tier::Cpu, bytes: 55662776156 },
         ]
     );
-    let mut expected = vec![entry("model.embed_tokens", gpu(0))];
-    expected.extend(layers(0..12, gpu(0)));
-    expected.extend(layers(12..32, gpu(1)));
-    expected.extend([
-        entry("model.norm", gpu(1)),
-        entry("model.rotary_emb", gpu(1)),
-        entry("lm_head", gpu(1)),
-    ]);
-    assert_eq!(map, expected);
+    assert_eq!(map, llama_2_7b_split_after(14));
 }
 
-/// 8-bit: a layer is 202375168 + 16384 = 202391552 bytes, total 32·202391552 + 524296704 =
-/// 7000826368, mean leaf 23975432; GPU 0's cap 3500413184 + ⌊1.25 · 202391552⌋ = 3753402624,
-/// × 0.9 = 3378062361 (⌊3378062361.6⌋).
+/// 4.x sizes every floating-point tensor at min(int4, its own) = half a byte, except the
+/// `special_dtypes` (the parameters of `lm_head`, kept in fp16): a layer 202383360 · 0.5 =
+/// 101191680, the embedding 65536000, the norm 2048, the rotary buffer 32, the head 262144000;
+/// total 32·101191680 + 65536000 + 262144000 + 2080 = 3565815840. Cap on GPU 0: 1782907920 +
+/// ⌊1.25 · 101191680⌋ = 1909397520, × 0.9 = 1718457768; the CPU ⌊0.9 · 64 GiB⌋.
+///
+/// The head is the largest layer: 1718457768 − 262144000 = 1456313768 holds the embedding and
+/// 13 layers (65536000 + 13·101191680 = 1381027840; a 14th makes 1482219520).
 #[test]
-fn bnb_8bit_sizes_linear_weights_at_one_byte() {
-    let model = load("llama-2-7b");
-    let workload = Workload { quant: Quant::Int8, ..Workload::default() };
-    let sizing = Sizing::of(&model, &workload);
-    assert_eq!(sizing.quant, GreedyQuant::Int8);
-    let budgets = greedy::max_memory(&profile("t4x2"), &sizing, Strategy::Balanced, Some(&model));
-    assert_eq!(budgets[0].bytes, 3378062361);
-}
-
-/// The quantizer's 0.9 comes on top of the lone GPU's 0.9: ⌊0.9 · 0.9 · 15241608192⌋ =
-/// ⌊12345702635.52⌋; the CPU ⌊0.9 · 12.7e9⌋ = 11430000000.
-#[test]
-fn one_gpu_under_bnb_keeps_81_percent() {
-    let model = load("llama-2-7b");
-    let sizing = Sizing::of(&model, &nf4(Workload::default()));
-    let budgets = greedy::max_memory(&profile("t4"), &sizing, Strategy::Balanced, Some(&model));
+fn bnb_4bit_under_4x_sizes_everything_but_the_head_at_half_a_byte() {
+    let model = load_v4("llama-2-7b");
+    let (budgets, map) = auto(&model, &profile("t4x2"), &nf4(Workload::default()));
     assert_eq!(
         budgets,
         vec![
-            MaxMemory { tier: gpu(0), bytes: 12345702635 },
-            MaxMemory { tier: Tier::Cpu, bytes: 11430000000 }
+            MaxMemory { tier: gpu(0), bytes: 1718457768 },
+            MaxMemory { tier: gpu(1), bytes: 13717447372 },
+            MaxMemory { tier: Tier::Cpu, bytes: DEFAULT_RAM_V5 },
         ]
     );
+    assert_eq!(map, llama_2_7b_split_after(13));
 }
 
-/// The reported case: Mixtral-8x7B, 4-bit, on Kaggle's two T4s (transformers 5.x names: fused
-/// experts `mlp.experts.gate_up_proj` [8, 28672, 4096] and `down_proj` [8, 4096, 14336]).
-///
-/// A layer at 4-bit: attention (4096·4096·2 + 1024·4096·2)·0.5 = 20971520, experts
-/// (939524096 + 469762048)·0.5 = 704643072, the router kept in bf16 8·4096·2 = 65536, two
-/// norms 16384 → 725696512 bytes. Total 32·725696512 + 262144000 (embedding) + 262144000 (head,
-/// kept) + 8192 + 512 = 23746585088; 260 leaves (8 per layer), mean 91333019.
-///
-/// Cap on GPU 0: 11873292544 + ⌊1.25 · 725696512⌋ = 12780413184, × 0.9 = 11502371865; GPU 1
-/// 13717447372. GPU 0 keeps a layer free: 10776675353 holds the embedding and 14 layers
-/// (262144000 + 14·725696512 = 10421895168; a 15th makes 11147591680). GPU 1 takes the
-/// other 18 (13062537216), the norm, rotary buffers and the head (13324689920 ≤ 13717447372).
+/// 8-bit, 5.x: a layer is 202375168 + 16384 = 202391552 bytes, total 32·202391552 +
+/// 524296704 = 7000826368; the buffer is still the head's ⌊1.25 · 262144000⌋ = 327680000, so
+/// GPU 0's cap is 3500413184 + 327680000 = 3828093184, × 0.9 = 3445283865 (⌊…865.6⌋).
+/// 4.x: everything but the head at one byte: a layer 202383360, total 32·202383360 +
+/// 131072000 + 262144000 + 4096 + 64 = 6869487680; cap 3434743840 + ⌊1.25 · 202383360⌋ =
+/// 3687723040, × 0.9 = 3318950736.
 #[test]
-fn mixtral_8x7b_4bit_on_t4x2() {
-    let model = load("mixtral-8x7b");
-    let (budgets, map) = auto(&model, &profile("t4x2"), &nf4(Workload::default()));
-    println!("max_memory: {budgets:?}");
-    for (name, tier) in &map {
-        println!("  {name:<24} {tier}");
+fn bnb_8bit_sizes_linear_weights_at_one_byte() {
+    let workload = Workload { quant: Quant::Int8, ..Workload::default() };
+    for (model, cap) in [(load("llama-2-7b"), 3445283865), (load_v4("llama-2-7b"), 3318950736)] {
+        let sizing = Sizing::of(&model, &workload);
+        assert_eq!(sizing.quant, GreedyQuant::Int8);
+        let budgets = greedy::max_memory(&profile("t4x2"), &sizing, Strategy::Balanced, Some(&model));
+        assert_eq!(budgets[0].bytes, cap, "{:?}", sizing.version);
     }
-    assert_eq!(budgets[0].bytes, 11502371865);
+}
+
+/// The quantizer's 0.9 comes on top of the lone GPU's 0.9: ⌊0.9 · 0.9 · 15241608192⌋ =
+/// ⌊12345702635.52⌋; the CPU ⌊0.9 · 12.7e9⌋ = 11430000000 under 4.x, and 5.x's own 0.9 on top,
+/// 10287000000.
+#[test]
+fn one_gpu_under_bnb_keeps_81_percent() {
+    for (model, cpu) in [(load("llama-2-7b"), 10287000000), (load_v4("llama-2-7b"), 11430000000)] {
+        let sizing = Sizing::of(&model, &nf4(Workload::default()));
+        let budgets = greedy::max_memory(&profile("t4"), &sizing, Strategy::Balanced, Some(&model));
+        assert_eq!(
+            budgets,
+            vec![MaxMemory { tier: gpu(0), bytes: 12345702635 }, MaxMemory { tier: Tier::Cpu, bytes: cpu }]
+        );
+    }
+}
+
+/// The reported case under 4.x: Mixtral-8x7B, 4-bit, on Kaggle's two T4s, with 4.x names
+/// (`block_sparse_moe.experts.E.w1`, each expert three `nn.Linear`s that bitsandbytes replaces).
+///
+/// A layer at 4-bit, everything at half a byte: attention 4096·4096·2 + 1024·4096·2 =
+/// 41943040, experts 8·3·4096·14336 = 1409286144, the router 8·4096 = 32768, two norms 8192 →
+/// 1451270144 · 0.5 = 725635072. Total 32·725635072 + 65536000 (embedding) + 262144000 (head,
+/// kept) + 2048 + 32 = 23548004384. Cap on GPU 0: 11774002192 + ⌊1.25 · 725635072⌋ =
+/// 12681046032, × 0.9 = 11412941428; GPU 1 13717447372. GPU 0 keeps a layer free:
+/// 10687306356 holds the embedding and 14 layers (65536000 + 14·725635072 = 10224427008; a
+/// 15th makes 10950062080). GPU 1 takes the other 18 (13061431296), the norm, the rotary
+/// buffer and the head (13323577376 ≤ 13717447372).
+#[test]
+fn mixtral_8x7b_4bit_on_t4x2_under_4x() {
+    let model = load_v4("mixtral-8x7b");
+    let (budgets, map) = auto(&model, &profile("t4x2"), &nf4(Workload::default()));
+    assert_eq!(budgets[0].bytes, 11412941428);
     assert_eq!(budgets[1].bytes, 13717447372);
     let on = |tier: Tier| map.iter().filter(|(n, t)| *t == tier && n.starts_with("model.layers.")).count();
     assert_eq!(on(gpu(0)), 14);
     assert_eq!(on(gpu(1)), 18);
     assert!(map.contains(&entry("lm_head", gpu(1))));
     assert!(map.iter().all(|(_, t)| matches!(t, Tier::Gpu(_))), "nothing offloaded");
+}
+
+/// The reported case under 5.x: the fused experts (`mlp.experts.gate_up_proj` [8, 28672, 4096],
+/// `down_proj` [8, 4096, 14336]) are `nn.Parameter`s, not `nn.Linear`s, so bitsandbytes leaves
+/// them 16-bit and they are sized so: attention 41943040 · 0.5 = 20971520, experts
+/// 1409286144 · 2 = 2818572288, the router 65536, two norms 16384 → 2839625728 per layer. The
+/// model (≈ 91.4e9) is far above two T4s, so GPU 0's cap is its budget, ⌊0.9 · 15241608192⌋ =
+/// 13717447372, like GPU 1's; the CPU 55662776156.
+///
+/// GPU 0 keeps a layer free: 10877821644 holds the embedding and 3 layers (262144000 +
+/// 3·2839625728 = 8781021184; a 4th makes 11620646912). GPU 1, no main device, holds 4
+/// (11358502912; a 5th makes 14198128640). The CPU keeps a layer free: 52823150428 holds 18
+/// (51113263104; a 19th makes 53952888832). Layers 25-31, the norm, the rotary buffers and
+/// the head go to the disk. (transformers then refuses the map: 4-bit with offload.)
+#[test]
+fn mixtral_8x7b_4bit_on_t4x2_keeps_fused_experts_16_bit_and_offloads() {
+    let model = load("mixtral-8x7b");
+    let (budgets, map) = auto(&model, &profile("t4x2"), &nf4(Workload::default()));
+    assert_eq!(
+        budgets,
+        vec![
+            MaxMemory { tier: gpu(0), bytes: 13717447372 },
+            MaxMemory { tier: gpu(1), bytes: 13717447372 },
+            MaxMemory { tier: Tier::Cpu, bytes: 55662776156 },
+        ]
+    );
+    let mut expected = vec![entry("model.embed_tokens", gpu(0))];
+    expected.extend(layers(0..3, gpu(0)));
+    expected.extend(layers(3..7, gpu(1)));
+    expected.extend(layers(7..25, Tier::Cpu));
+    expected.extend(layers(25..32, Tier::Disk));
+    expected.extend([
+        entry("model.norm", Tier::Disk),
+        entry("model.rotary_emb", Tier::Disk),
+        entry("lm_head", Tier::Disk),
+    ]);
+    assert_eq!(map, expected);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -334,7 +466,10 @@ fn toy(root: Module, no_split: &[&str]) -> ModelDescription {
     model
 }
 
-const TOY_SIZING: Sizing = Sizing { dtype: DType::F32, quant: GreedyQuant::None };
+/// accelerate's fill (4.x); [`TOY_SIZING_V5`] for transformers 5.x's.
+const TOY_SIZING: Sizing =
+    Sizing { dtype: DType::F32, quant: GreedyQuant::None, version: Version::Transformers4 };
+const TOY_SIZING_V5: Sizing = Sizing { version: Version::Transformers5, ..TOY_SIZING };
 
 fn budgets(gpu0: u64, gpu1: u64) -> Vec<MaxMemory> {
     vec![
@@ -375,7 +510,8 @@ fn a_module_that_does_not_fit_is_split_and_the_fill_never_returns() {
 /// `head.proj` (0, the tied copy is not counted) fits, and both go to GPU 0. Taking `body`
 /// leaves `head.extra` (80) to reserve: room 170 < 100 + 200, so `body` is split; `body.l0`
 /// (largest 100 again, room 150) would make 200 and moves the fill to GPU 1. After cleaning,
-/// `body`'s two layers merge into `body`.
+/// `body`'s two layers merge into `body`, a new key that goes to the end of the map (Python's
+/// `del` and re-insert in `clean_device_map`). Both versions agree here.
 #[test]
 fn tied_parameters_move_together_and_a_tied_module_is_split_to_fit() {
     let head = container(
@@ -398,15 +534,42 @@ fn tied_parameters_move_together_and_a_tied_module_is_split_to_fit() {
             head,
         ],
     );
-    let map = auto_device_map(&toy(root, &[]), &TOY_SIZING, &budgets(250, 1000));
+    let model = toy(root, &[]);
+    let expected = vec![
+        entry("emb", gpu(0)),
+        entry("head.proj", gpu(0)),
+        entry("head.extra", gpu(1)),
+        entry("body", gpu(1)),
+    ];
+    assert_eq!(auto_device_map(&model, &TOY_SIZING, &budgets(250, 1000)), expected);
+    assert_eq!(auto_device_map(&model, &TOY_SIZING_V5, &budgets(250, 1000)), expected);
+}
+
+/// Where the fills differ: `a` (a `Pair` of `a.p`, 60, and `a.q`, 60) and `c`, a leaf holding
+/// a copy tied to `a.p.weight` (0) and its own `bias` (50). GPU 0 has 200. Taking `a` leaves
+/// `c` (50) to reserve: room 150. `a` with the `c` it is tied to makes 170: too much; alone (120)
+/// it fits, but `c` cannot be split.
+/// - accelerate (4.x) splits a module only when it does not fit alone, so `a` moves on to
+///   GPU 1, and everything with it: `{"": 1}`.
+/// - transformers 5.x splits it anyway ("as last resort"): `a.p` (largest layer now 60, room
+///   140) with `c` makes 110 and fits; taking `a.q` leaves nothing to reserve, and 170 ≤ 200:
+///   all on GPU 0, `{"": 0}` (uncleaned `a.p`, `c`, `a.q`).
+#[test]
+fn a_module_too_big_with_its_ties_is_split_by_5x_and_moved_on_by_4x() {
+    let c = Module::new("c", "Linear", ModuleKind::Linear)
+        .with_tensor(Tensor {
+            tied_to: Some("a.p.weight".into()),
+            ..Tensor::parameter("weight", &[60], DType::U8)
+        })
+        .with_tensor(Tensor::parameter("bias", &[50], DType::U8));
+    let root = container("", "Toy", vec![container("a", "Pair", vec![leaf("a.p", 60), leaf("a.q", 60)]), c]);
+    let model = toy(root, &[]);
+    assert_eq!(auto_device_map(&model, &TOY_SIZING, &budgets(200, 1000)), vec![entry("", gpu(1))]);
+    assert_eq!(auto_device_map(&model, &TOY_SIZING_V5, &budgets(200, 1000)), vec![entry("", gpu(0))]);
+    let raw = Options { fallback_allocation: false, clean_result: false };
     assert_eq!(
-        map,
-        vec![
-            entry("emb", gpu(0)),
-            entry("head.proj", gpu(0)),
-            entry("body", gpu(1)),
-            entry("head.extra", gpu(1))
-        ]
+        infer_auto_device_map(&model, &TOY_SIZING_V5, &budgets(200, 1000), raw),
+        vec![entry("a.p", gpu(0)), entry("c", gpu(0)), entry("a.q", gpu(0))]
     );
 }
 

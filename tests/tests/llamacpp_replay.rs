@@ -54,7 +54,8 @@ fn parse_flags(text: &str) -> Flags {
     let value = |flag: &str| words.windows(2).find(|w| w[0] == flag).map(|w| w[1]);
     let ngl = value("-ngl").expect("-ngl").parse().expect("-ngl is a number");
     let ts = value("-ts").map_or(vec![1.0], |v| v.split(',').map(|x| x.parse().expect("-ts")).collect());
-    let buffer_slot = |buffer: &str| -> Slot { buffer.strip_prefix("CUDA").map(|g| g.parse().expect("CUDA index")) };
+    let buffer_slot =
+        |buffer: &str| -> Slot { buffer.strip_prefix("CUDA").map(|g| g.parse().expect("CUDA index")) };
     let mut overrides = Vec::new();
     let mut output = None;
     for w in words.windows(2).filter(|w| w[0] == "-ot") {
@@ -64,8 +65,11 @@ fn parse_flags(text: &str) -> Flags {
             output = Some(buffer_slot(buffer));
             continue;
         }
-        let list =
-            pattern.strip_prefix("blk\\.(").and_then(|p| p.split_once(')')).map(|(l, _)| l).expect("a layer list");
+        let list = pattern
+            .strip_prefix("blk\\.(")
+            .and_then(|p| p.split_once(')'))
+            .map(|(l, _)| l)
+            .expect("a layer list");
         let layers = list.split('|').map(|l| l.parse().expect("layer")).collect();
         overrides.push((layers, buffer_slot(buffer)));
     }
@@ -128,7 +132,12 @@ fn replay(args: &[&str]) -> String {
     let flags = parse_flags(&text);
     let n_layer = plan.layers.len();
     let slots = llamacpp_slots(n_layer, flags.ngl, &flags.ts);
-    assert_eq!(&slots[..n_layer], &plan.layers[..], "{args:?}: `{}` places the layers otherwise", text.trim());
+    assert_eq!(
+        &slots[..n_layer],
+        &plan.layers[..],
+        "{args:?}: `{}` places the layers otherwise",
+        text.trim()
+    );
     let output = flags.output.unwrap_or(slots[n_layer]);
     assert_eq!(output, plan.output, "{args:?}: `{}` places the output layer otherwise", text.trim());
     for (layer, device) in &plan.experts {

@@ -6,7 +6,7 @@ use super::lora::lora_target_modules;
 use crate::engines::gguf::FileType;
 use crate::workload::{Engine, Finetune, Mode, Parallelism, Quant, Workload};
 use vramplan_profiles::hardware::{Device, HardwareProfile};
-use vramplan_profiles::model::ModelDescription;
+use vramplan_profiles::model::{ModelDescription, TensorKind};
 use vramplan_profiles::{DType, InputError};
 
 /// Where workload errors come from: the merged file and flags.
@@ -277,6 +277,28 @@ fn warnings(w: &Workload, model: &ModelDescription, hardware: &HardwareProfile) 
                 "{what} on {} (compute capability {}), which has no fp8 tensor cores (Ada and Hopper have): \
                  fp8 is only storage there, upcast for every matmul (slower, and not every runtime allows it)",
                 device.name, device.compute_capability
+            ));
+        }
+    }
+    // Parameters of a fixed float32 dtype (`torch.FloatTensor`, XLNet's attention) stay float32
+    // when the model is loaded in half precision, and meet half-precision activations in the
+    // forward: transformers raises there, whatever the device map (seen with 4.57 and 5.23).
+    if !gguf && weights.is_float() && weights.bits() < 32 {
+        let mut fixed = 0u64;
+        model.root.visit(&mut |m| {
+            let stays = |t: &&vramplan_profiles::model::Tensor| {
+                t.kind == TensorKind::Parameter && !t.follows_load_dtype && t.dtype == DType::F32
+            };
+            fixed += m.tensors.iter().filter(stays).count() as u64;
+        });
+        if fixed > 0 {
+            out.push(format!(
+                "{fixed} parameters of {} stay float32 whatever the load dtype (made with `torch.FloatTensor`), \
+                 so its forward in {} fails with `RuntimeError: expected scalar type Float but found {}`; \
+                 run it in fp32 (`--dtype fp32`)",
+                model.name,
+                weights.name(),
+                if weights == DType::BF16 { "BFloat16" } else { "Half" }
             ));
         }
     }

@@ -4,6 +4,7 @@
 //! split) or a module outside the blocks that holds tensors (embeddings, final norm, head).
 
 use super::precision::Precision;
+use crate::placement::covers;
 use crate::workload::{Finetune, Mode, Optimizer, Parallelism, Quant, Trainer, Workload};
 use vramplan_profiles::DType;
 use vramplan_profiles::model::{ModelDescription, Module, ModuleKind, TensorKind};
@@ -155,10 +156,19 @@ pub(crate) fn units(
     let mut out = Vec::new();
     let mut aliases = Vec::new();
     let head_path = head_path(model);
-    collect(model, &model.root, workload, precision, lora_targets, head_path.as_deref(), &mut out, &mut aliases);
+    collect(
+        model,
+        &model.root,
+        workload,
+        precision,
+        lora_targets,
+        head_path.as_deref(),
+        &mut out,
+        &mut aliases,
+    );
     // A module whose tensors are all tied to another unit's loads on that unit's device.
     for (alias, target) in aliases {
-        if let Some(unit) = out.iter_mut().find(|u| u.keys.iter().any(|k| key_covers(k, &target))) {
+        if let Some(unit) = out.iter_mut().find(|u| u.keys.iter().any(|k| covers(k, &target))) {
             unit.keys.push(alias);
         }
     }
@@ -221,12 +231,6 @@ fn collect(
     for child in &module.children {
         collect(model, child, workload, precision, lora_targets, head, out, aliases);
     }
-}
-
-/// True if the `device_map` key `key` places the tensor or module at `path` (accelerate's
-/// prefix rule: equal, or a dotted ancestor).
-fn key_covers(key: &str, path: &str) -> bool {
-    key.is_empty() || path == key || path.strip_prefix(key).is_some_and(|rest| rest.starts_with('.'))
 }
 
 fn describe(
@@ -292,7 +296,11 @@ fn describe(
                 // PEFT's `prepare_model_for_kbit_training` casts every unquantized half-precision
                 // parameter (embeddings, norms, head) to fp32 before k-bit LoRA training.
                 None if is_float_param && kbit_training => DType::F32.bytes_for(numel),
-                None if is_float_param => precision.weights.bytes_for(numel),
+                // Parameters and buffers made in the default dtype take the load dtype; those of
+                // a fixed dtype (XLNet's `torch.FloatTensor`s, rotary `inv_freq`) keep theirs.
+                None if tensor.follows_load_dtype && tensor.dtype.is_float() => {
+                    precision.weights.bytes_for(numel)
+                }
                 None => tensor.bytes(),
             };
             unit.weight_tensors.push(bytes);
