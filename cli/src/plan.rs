@@ -6,6 +6,7 @@
 use crate::estimate::{Inputs, Loaded};
 use clap::Args;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use vramplan_profiles::InputError;
@@ -25,7 +26,8 @@ pub(crate) struct PlanArgs {
     /// The runtime the plan is for: accelerate | accelerate-v4 | llama.cpp | expert-parallel | pipeline.
     #[arg(long, default_value = "accelerate")]
     target: String,
-    /// Share of each GPU's usable memory kept free: `10%` or `0.1`.
+    /// Share of each GPU's usable memory kept free, 0 to 90 %: `10%` (a percentage) or `0.1` (a
+    /// share below 1); a bare `2` is refused (write `2%` or `0.02`).
     #[arg(long, default_value = "10%")]
     headroom: String,
     /// Fix a module to a device: `lm_head=0`, `model.layers.0-3=cpu` (repeatable).
@@ -88,7 +90,7 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
     request.min_devices = args.min_devices;
     request.pins = args.pin.iter().map(|p| parse_pin(p)).collect::<Result<_, _>>()?;
     if let Some(path) = &args.expert_load {
-        request.expert_load = read_expert_load(path)?;
+        request.expert_load = read_expert_load(path, &model, runtime)?;
     }
     if let Some(limit) = args.time_limit
         && !(limit > 0.0 && limit.is_finite())
@@ -139,33 +141,140 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
     Ok(if result.feasible { 0 } else { EXIT_INFEASIBLE })
 }
 
-/// `10%`, `10` (a percentage) or `0.1` (a share) → 0.1.
+/// `10%` (an explicit percentage) or `0.1` (a share below 1) → 0.1. A bare number of 1 or more
+/// is refused: `2` could mean 2 % or 200 %, and one spelling has one meaning.
 fn parse_headroom(text: &str) -> Result<f64, InputError> {
-    let bad = || {
-        InputError::new("--headroom", format!("`{text}` is not a share of memory"))
-            .with_fix("give a percentage from 0 to 90, e.g. `--headroom 10%` or `--headroom 0.1`")
+    let range = "keep from 0 to 90 %, e.g. `--headroom 10%` or `--headroom 0.1`";
+    let bad = |what: &str| {
+        InputError::new("--headroom", format!("`{text}` {what}")).with_fix(range)
     };
     let trimmed = text.trim();
     let (number, percent) = match trimmed.strip_suffix('%') {
         Some(n) => (n.trim(), true),
         None => (trimmed, false),
     };
-    let value: f64 = number.parse().map_err(|_| bad())?;
-    let share = if percent || value > 1.0 { value / 100.0 } else { value };
+    let value: f64 = number.parse().map_err(|_| bad("is not a share of memory"))?;
+    if !value.is_finite() {
+        return Err(bad("is not a share of memory"));
+    }
+    if !percent && value >= 1.0 {
+        return Err(InputError::new(
+            "--headroom",
+            format!("`{text}` is ambiguous: a bare number is a share of memory below 1, a percentage needs `%`"),
+        )
+        .with_fix(format!("write `{number}%` for {number} percent, or `{}` as a share", value / 100.0)));
+    }
+    let share = if percent { value / 100.0 } else { value };
     if !(0.0..=0.9).contains(&share) {
-        return Err(bad());
+        return Err(bad("is outside 0 to 90 % of memory"));
     }
     Ok(share)
 }
 
-/// Reads `--expert-load`: `{"model.layers.3.mlp.experts": [tokens per expert, …], …}`.
-fn read_expert_load(path: &Path) -> Result<std::collections::BTreeMap<String, Vec<f64>>, InputError> {
-    let text = std::fs::read_to_string(path).map_err(|e| InputError::io(path, &e))?;
-    serde_json::from_str(&text).map_err(|e| {
-        InputError::json(path.display().to_string(), &e).with_fix(
-            "write `{\"model.layers.3.mlp.experts\": [1200, 800, …]}`: tokens per expert, per MoE layer",
+/// Reads `--expert-load`: `{"model.layers.3.mlp.experts": [tokens per expert, …], …}`, one
+/// entry per MoE layer (keyed by its experts module or its block), each with one finite,
+/// non-negative load per routed expert. Refused on a dense model and for a target that does
+/// not read it (only `expert-parallel` places experts one by one).
+fn read_expert_load(
+    path: &Path,
+    model: &vramplan_profiles::model::ModelDescription,
+    runtime: Runtime,
+) -> Result<BTreeMap<String, Vec<f64>>, InputError> {
+    let origin = path.display().to_string();
+    let Some(moe) = &model.facts.moe else {
+        return Err(InputError::new(
+            "--expert-load",
+            format!("{} is a dense model: it has no experts to load", model.name),
         )
-    })
+        .with_fix("leave out --expert-load; it is for mixture-of-experts models"));
+    };
+    if runtime != Runtime::ExpertParallel {
+        return Err(InputError::new(
+            "--expert-load",
+            format!("--target {} places whole layers and would ignore the expert loads", runtime.name()),
+        )
+        .with_fix("add `--target expert-parallel`, or leave out --expert-load"));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| InputError::io(path, &e))?;
+    let example = "write `{\"model.layers.3.mlp.experts\": [1200, 800, …]}`: tokens per expert, per MoE layer";
+    let loads: BTreeMap<String, Vec<f64>> =
+        serde_json::from_str(&text).map_err(|e| InputError::json(origin.clone(), &e).with_fix(example))?;
+    // Each MoE layer: its block path and its experts module's path.
+    let layers: Vec<(String, String)> = model
+        .facts
+        .layers
+        .iter()
+        .filter(|l| l.moe)
+        .map(|l| (l.path.clone(), experts_module(model, &l.path).unwrap_or_else(|| l.path.clone())))
+        .collect();
+    let at = |key: &str, problem: String| {
+        let e = InputError::new(origin.clone(), problem);
+        match text.find(&format!("\"{key}\"")) {
+            Some(offset) => {
+                let line = text[..offset].matches('\n').count() as u64 + 1;
+                let column = (offset - text[..offset].rfind('\n').map_or(0, |n| n + 1)) as u64 + 1;
+                e.at_line(line, column)
+            }
+            None => e.at_key(key),
+        }
+    };
+    let mut seen: BTreeMap<usize, &str> = BTreeMap::new();
+    for (key, values) in &loads {
+        let Some(layer) = layers.iter().position(|(block, experts)| key == block || key == experts) else {
+            let first = layers.first().map_or("model.layers.0.mlp.experts", |(_, e)| e.as_str());
+            return Err(at(key, format!("`{key}` is not a MoE layer of {}", model.name))
+                .with_fix(format!("key each MoE layer by its experts module, e.g. `{first}`")));
+        };
+        if let Some(other) = seen.insert(layer, key) {
+            return Err(at(key, format!("`{key}` and `{other}` are the same layer"))
+                .with_fix("give each MoE layer once"));
+        }
+        if values.len() != moe.experts as usize {
+            return Err(at(
+                key,
+                format!(
+                    "`{key}` has {} loads, but {} has {} routed experts per layer",
+                    values.len(),
+                    model.name,
+                    moe.experts
+                ),
+            )
+            .with_fix(format!("give {} numbers, the tokens routed to each expert in expert order", moe.experts)));
+        }
+        if let Some((i, v)) = values.iter().enumerate().find(|(_, v)| !(v.is_finite() && **v >= 0.0)) {
+            return Err(at(key, format!("`{key}`[{i}] is {v}: a load counts tokens, a finite number ≥ 0"))
+                .with_fix("give the tokens routed to each expert, 0 for an expert that got none"));
+        }
+    }
+    let missing: Vec<&str> =
+        layers.iter().enumerate().filter(|(i, _)| !seen.contains_key(i)).map(|(_, (_, e))| e.as_str()).collect();
+    if !missing.is_empty() {
+        let shown: Vec<&str> = missing.iter().take(3).copied().collect();
+        let more = if missing.len() > 3 { ", …" } else { "" };
+        return Err(InputError::new(
+            origin,
+            format!(
+                "no loads for {} of the {} MoE layers of {}: {}{more}",
+                missing.len(),
+                layers.len(),
+                model.name,
+                shown.join(", ")
+            ),
+        )
+        .with_fix("give every MoE layer's loads, measured over the same tokens"));
+    }
+    Ok(loads)
+}
+
+/// The routed-experts module inside block `block`.
+fn experts_module(model: &vramplan_profiles::model::ModelDescription, block: &str) -> Option<String> {
+    let mut found = None;
+    model.root.find(block)?.visit(&mut |m| {
+        if found.is_none() && matches!(m.kind, vramplan_profiles::model::ModuleKind::Experts { .. }) {
+            found = Some(m.path.clone());
+        }
+    });
+    found
 }
 
 /// Writes `text` to `path` through a temporary file in the same folder and a rename, so that

@@ -88,16 +88,6 @@ const DEVIATIONS: &[Deviation] = &[
                  XLNetLayer; our `no_split_classes` are empty as transformers says, and the layers \
                  stay blocks for the simulator",
     },
-    Deviation {
-        naming: Naming::V4,
-        class: "BertForMaskedLM",
-        what: Differs::BlocksWithoutNoSplit { classes: &["BertEmbeddings", "BertLayer"] },
-        reason: "4.57 declares `_no_split_modules` on `BertModel` only; `BertForMaskedLM` inherits \
-                 None from BertPreTrainedModel (the fixture writes it as []), so 4.x refuses \
-                 `device_map=\"auto\"` and an explicit map may split anything; our \
-                 `no_split_classes` are empty in 4.x naming, and the embeddings and layers stay \
-                 blocks for the simulator",
-    },
 ];
 
 fn tag(naming: Naming) -> &'static str {

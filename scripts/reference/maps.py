@@ -36,6 +36,7 @@ Writes fixtures/reference/maps/<v5|v4>.json: {"versions": ..., "cases": [...]}; 
   device_map ([[module, device], ...] in dict order), validate_error, error.
 """
 
+import functools
 import sys
 import time
 import traceback
@@ -121,6 +122,9 @@ def run_case(model_name, hw, dtype_name, quant):
     captured = {}
     real_infer = mod.infer_auto_device_map
 
+    # `functools.wraps` keeps the real signature: 4.57's `_get_device_map` passes
+    # `special_dtypes` only when `inspect.signature(infer_auto_device_map)` lists it.
+    @functools.wraps(real_infer)
     def infer(model, *a, **k):
         mm = k.get("max_memory")
         captured["max_memory"] = {str(kk): int(vv) for kk, vv in (mm or {}).items()}

@@ -17,7 +17,7 @@ loading, and writes fixtures/reference/models/<v5|v4>/<name>.json with:
                   _tied_weights_keys class attribute
   buffers         [name, shape, dtype, persistent]; buffers made with torch.tensor(...)
                   take the default dtype during construction (observed, not corrected)
-  no_split_modules   model._no_split_modules, sorted
+  no_split_modules   model._get_no_split_modules("auto") (what _get_device_map uses), sorted
   keep_in_fp32_modules / keep_in_fp32_modules_strict   the model's flags (from_pretrained
                   upcasts those to float32 when loading; `parameters` shows the dtype at
                   construction, before that upcast)
@@ -70,7 +70,12 @@ def facts(name):
                 ms = au.compute_module_sizes(model, dtype=dt)
                 sizes[common.dtype_name(dt)] = {k: int(v) for k, v in ms.items()
                                                 if k in module_names and k.count(".") <= 3}
-            nsm = model._no_split_modules
+            # What `_get_device_map` uses: the classes declared by every PreTrainedModel inside
+            # the model (BertForMaskedLM declares none itself; its BertModel does).
+            try:
+                nsm = model._get_no_split_modules("auto")
+            except Exception:  # noqa: BLE001 (a model that declares None refuses "auto")
+                nsm = model._no_split_modules
             tie_obj = getattr(model.config, "tie_word_embeddings", None)
             out.update({
                 "parameters": params,

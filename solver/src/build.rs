@@ -463,57 +463,324 @@ fn describe_indices(experts: &[u32]) -> String {
 }
 
 /// Reads `--pin PATTERN=DEVICE`: a module path (`lm_head`), or a range of layers
-/// (`model.layers.0-3`), to a GPU index, `cpu` or `disk`.
+/// (`model.layers.0-3`, first to last, both included), to a GPU index, `cpu` or `disk`. A range
+/// that runs backwards (`model.layers.5-2`) is refused, not read as `2-5`.
 pub fn parse_pin(text: &str) -> Result<(String, Tier), InputError> {
     let fix = "write `--pin lm_head=0` or `--pin 'model.layers.0-3=cpu'`";
     let (pattern, device) = text
         .rsplit_once('=')
         .ok_or_else(|| InputError::new("--pin", format!("`{text}` has no `=DEVICE`")).with_fix(fix))?;
+    let pattern = pattern.trim();
+    if pattern.is_empty() {
+        return Err(InputError::new("--pin", format!("`{text}` names no module before `=`")).with_fix(fix));
+    }
     let tier = match device.trim() {
         "cpu" => Tier::Cpu,
         "disk" => Tier::Disk,
         d => Tier::Gpu(d.trim_start_matches("cuda:").parse().map_err(|_| {
-            InputError::new("--pin", format!("`{d}` is not a GPU index, `cpu` or `disk`")).with_fix(fix)
+            InputError::new("--pin", format!("`{d}` is not a GPU index, `cpu` or `disk`"))
+                .at_key(pattern)
+                .with_fix(fix)
         })?),
     };
-    Ok((pattern.trim().to_string(), tier))
+    if let Some((prefix, a, b)) = pin_range(pattern)
+        && a > b
+    {
+        return Err(InputError::new(
+            "--pin",
+            format!("the range {a}-{b} runs backwards: a range goes from its first layer to its last"),
+        )
+        .at_key(pattern)
+        .with_fix(format!("write `{prefix}.{b}-{a}={}`", device.trim())));
+    }
+    Ok((pattern.to_string(), tier))
+}
+
+/// `prefix.A-B` as `(prefix, A, B)`.
+fn pin_range(pattern: &str) -> Option<(&str, u32, u32)> {
+    let (prefix, range) = pattern.rsplit_once('.')?;
+    let (a, b) = range.split_once('-')?;
+    Some((prefix, a.parse().ok()?, b.parse().ok()?))
 }
 
 /// The paths a pin pattern names: itself, or `prefix.A-B` expanded to `prefix.A` … `prefix.B`.
 fn expand_pattern(pattern: &str) -> Vec<String> {
-    if let Some((prefix, range)) = pattern.rsplit_once('.')
-        && let Some((a, b)) = range.split_once('-')
-        && let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>())
-    {
-        return (a.min(b)..=a.max(b)).map(|i| format!("{prefix}.{i}")).collect();
+    match pin_range(pattern) {
+        Some((prefix, a, b)) => (a..=b).map(|i| format!("{prefix}.{i}")).collect(),
+        None => vec![pattern.to_string()],
     }
-    vec![pattern.to_string()]
 }
 
+/// Whether the unit named `unit` is `path` or inside it.
+fn unit_under(unit: &str, path: &str) -> bool {
+    unit == path || unit.strip_prefix(path).is_some_and(|rest| rest.starts_with('.') || rest.starts_with('['))
+}
+
+/// The indices `i` for which some unit is `prefix.i` or inside it, sorted.
+fn indices_under(built: &Built, prefix: &str) -> Vec<u32> {
+    let mut found: Vec<u32> = built
+        .problem
+        .units
+        .iter()
+        .filter_map(|u| {
+            let rest = u.name.strip_prefix(prefix)?.strip_prefix('.')?;
+            let end = rest.find(['.', '[']).unwrap_or(rest.len());
+            rest[..end].parse().ok()
+        })
+        .collect();
+    found.sort_unstable();
+    found.dedup();
+    found
+}
+
+/// The devices of the problem in its order, for messages: `GPU 0, GPU 1, cpu, disk`.
+fn device_list(built: &Built) -> String {
+    built.problem.devices.iter().map(|d| d.tier.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// Why a device is not in the plan, for a pin to it.
+fn no_such_device(built: &Built, request: &Request, pattern: &str, tier: Tier) -> InputError {
+    let gpus: Vec<String> = built
+        .problem
+        .devices
+        .iter()
+        .filter_map(|d| match d.tier {
+            Tier::Gpu(i) => Some(i.to_string()),
+            _ => None,
+        })
+        .collect();
+    let gpu_list = if gpus.is_empty() { "none".to_string() } else { gpus.join(", ") };
+    let (problem, fix) = match tier {
+        Tier::Gpu(i) => (
+            format!("there is no GPU {i}: the profile's GPUs are {gpu_list}"),
+            format!("pin to one of the GPUs {gpu_list}{}", host_hint(built)),
+        ),
+        Tier::Cpu | Tier::Disk => {
+            let why = if request.runtime == Runtime::ExpertParallel || request.runtime == Runtime::Pipeline {
+                format!("the {} target places everything on GPUs", request.runtime.name())
+            } else if !request.offload {
+                "--no-offload keeps everything on GPUs".to_string()
+            } else if tier == Tier::Disk && request.runtime == Runtime::LlamaCpp {
+                "llama.cpp offloads to the CPU, never to disk".to_string()
+            } else {
+                "offload to the host is for inference only".to_string()
+            };
+            (format!("this plan has no {tier}: {why}"), format!("pin to one of the GPUs {gpu_list}{}", host_hint(built)))
+        }
+    };
+    InputError::new("--pin", problem).at_key(pattern).with_fix(fix)
+}
+
+fn host_hint(built: &Built) -> String {
+    let hosts: Vec<String> =
+        built.problem.devices.iter().filter(|d| !matches!(d.tier, Tier::Gpu(_))).map(|d| d.tier.to_string()).collect();
+    if hosts.is_empty() { String::new() } else { format!(", or to {}", hosts.join(" or ")) }
+}
+
+/// The pins as `(unit, device)`, refused with the reason where they name nothing, a device the
+/// plan lacks, layers past the model's end, one unit twice, or contradict the target's order
+/// (see [`check_pin_order`]).
 fn resolve_pins(built: &Built, request: &Request) -> Result<Vec<(usize, usize)>, InputError> {
-    let mut pins = Vec::new();
+    let units = &built.problem.units;
+    // Per unit: the pin that fixes it and its device.
+    let mut by_unit: BTreeMap<usize, (&str, usize)> = BTreeMap::new();
     for (pattern, tier) in &request.pins {
-        let device = built.problem.devices.iter().position(|d| d.tier == *tier).ok_or_else(|| {
-            InputError::new(
-                "--pin",
-                format!("`{pattern}` is pinned to {tier:?}, which this plan has no place for"),
-            )
-            .with_fix("pin to a GPU of the profile (0, 1, …), or to `cpu`/`disk` for inference with offload")
-        })?;
+        let device = built
+            .problem
+            .devices
+            .iter()
+            .position(|d| d.tier == *tier)
+            .ok_or_else(|| no_such_device(built, request, pattern, *tier))?;
+        if let Some((prefix, a, b)) = pin_range(pattern) {
+            let present = indices_under(built, prefix);
+            if let Some(&last) = present.last()
+                && b > last
+            {
+                let count = present.len();
+                let fix = if a <= last {
+                    format!("write `{prefix}.{a}-{last}={tier_arg}`", tier_arg = pin_device_arg(*tier))
+                } else {
+                    format!("pin layers from 0 to {last}")
+                };
+                return Err(InputError::new(
+                    "--pin",
+                    format!("the model has {count} layers under `{prefix}` ({prefix}.0-{last}): there is no {prefix}.{b}"),
+                )
+                .at_key(pattern.as_str())
+                .with_fix(fix));
+            }
+        }
         let mut matched = false;
         for path in expand_pattern(pattern) {
-            for (u, unit) in built.problem.units.iter().enumerate() {
-                if unit.name == path || unit.name.starts_with(&format!("{path}.")) {
-                    pins.push((u, device));
-                    matched = true;
+            for (u, unit) in units.iter().enumerate() {
+                if !unit_under(&unit.name, &path) {
+                    continue;
+                }
+                matched = true;
+                match by_unit.get(&u) {
+                    Some(&(other, d)) if d != device => {
+                        return Err(InputError::new(
+                            "--pin",
+                            format!(
+                                "`{}` is pinned twice: to {} by `{other}` and to {} by `{pattern}`",
+                                unit.name, built.problem.devices[d].tier, built.problem.devices[device].tier
+                            ),
+                        )
+                        .at_key(pattern.as_str())
+                        .with_fix(format!("keep one of the two pins `{other}` and `{pattern}`")));
+                    }
+                    Some(_) => {}
+                    None => {
+                        by_unit.insert(u, (pattern.as_str(), device));
+                    }
                 }
             }
         }
         if !matched {
-            let names: Vec<&str> = built.problem.units.iter().take(6).map(|u| u.name.as_str()).collect();
+            let names: Vec<&str> = units.iter().take(6).map(|u| u.name.as_str()).collect();
             return Err(InputError::new("--pin", format!("`{pattern}` names no placement unit"))
+                .at_key(pattern.as_str())
                 .with_fix(format!("pin units by their names, e.g. {}", names.join(", "))));
         }
     }
-    Ok(pins)
+    check_pin_together(built, &by_unit)?;
+    if built.problem.ordered {
+        check_pin_order(built, request, &by_unit)?;
+    }
+    Ok(by_unit.into_iter().map(|(u, (_, d))| (u, d)).collect())
+}
+
+/// `` `unit` (pinned to GPU 1 by `pattern`) ``, the pattern left out where it is the unit.
+fn pinned_to(unit: &str, tier: Tier, pattern: &str) -> String {
+    if unit == pattern {
+        format!("`{unit}` (pinned to {tier})")
+    } else {
+        format!("`{unit}` (pinned to {tier} by `{pattern}`)")
+    }
+}
+
+/// How a device is written in `--pin`.
+fn pin_device_arg(tier: Tier) -> String {
+    match tier {
+        Tier::Gpu(i) => i.to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// Units that must share a device (a tied group) pinned to different devices.
+fn check_pin_together(built: &Built, by_unit: &BTreeMap<usize, (&str, usize)>) -> Result<(), InputError> {
+    let units = &built.problem.units;
+    let devices = &built.problem.devices;
+    for group in &built.problem.together {
+        let pinned: Vec<(usize, &str, usize)> =
+            group.iter().filter_map(|u| by_unit.get(u).map(|&(p, d)| (*u, p, d))).collect();
+        if let Some(&(a, pa, da)) = pinned.first()
+            && let Some(&(b, pb, db)) = pinned.iter().find(|&&(_, _, d)| d != da)
+        {
+            return Err(InputError::new(
+                "--pin",
+                format!(
+                    "{} and {} hold tied weights, which the runtime loads on one device",
+                    pinned_to(&units[a].name, devices[da].tier, pa),
+                    pinned_to(&units[b].name, devices[db].tier, pb)
+                ),
+            )
+            .at_key(pb)
+            .with_fix(format!("pin both to one device, or keep only `{pa}`")));
+        }
+    }
+    Ok(())
+}
+
+/// The layer-order rule: the runtime runs the units of an ordered problem in forward order
+/// and the plan keeps their devices non-decreasing along that chain, in the problem's device
+/// order (accelerate and pipelines: the GPUs by index, then `cpu` and `disk`; llama.cpp: `cpu`
+/// first, as `-ngl` keeps the first layers there). A unit tied to an earlier one takes its
+/// place. Refused: two pins out of that order, and a pin that leaves the units before it (or
+/// after it) more bytes than the devices on that side can hold at all.
+fn check_pin_order(
+    built: &Built,
+    request: &Request,
+    by_unit: &BTreeMap<usize, (&str, usize)>,
+) -> Result<(), InputError> {
+    let units = &built.problem.units;
+    let devices = &built.problem.devices;
+    let position = |u: usize| {
+        units[u].order.or_else(|| {
+            let group = built.problem.together.iter().find(|g| g.contains(&u))?;
+            units[group[0]].order
+        })
+    };
+    let rule = format!(
+        "{} runs the layers in order, so the plan keeps each later layer on the same or a later device, \
+         in the order {}",
+        request.runtime.name(),
+        device_list(built)
+    );
+    let mut pinned: Vec<(u32, usize, &str, usize)> =
+        by_unit.iter().filter_map(|(&u, &(p, d))| Some((position(u)?, u, p, d))).collect();
+    pinned.sort_unstable();
+    for w in pinned.windows(2) {
+        let ((_, a, pa, da), (_, b, pb, db)) = (w[0], w[1]);
+        if db < da {
+            return Err(InputError::new(
+                "--pin",
+                format!(
+                    "{} runs after {}: {rule}",
+                    pinned_to(&units[b].name, devices[db].tier, pb),
+                    pinned_to(&units[a].name, devices[da].tier, pa)
+                ),
+            )
+            .at_key(pb)
+            .with_fix(format!(
+                "pin `{pb}` to {} or a later device, or `{pa}` to {} or an earlier one",
+                devices[da].tier, devices[db].tier
+            )));
+        }
+    }
+    // Bytes each unit needs at least on the devices of its side: its resident bytes and its
+    // peak (a unit on the host leaves its peak on the GPU that runs it, `offload_runs_on`).
+    for &(at, u, pattern, d) in &pinned {
+        let mut before = 0u64;
+        let mut after = 0u64;
+        for v in 0..units.len() {
+            let Some(p) = position(v) else { continue };
+            let unit = &units[v];
+            let count = u64::from(unit.count);
+            if p <= at {
+                before = before.saturating_add(count.saturating_mul(unit.resident_bytes + unit.peak_bytes));
+            }
+            if p >= at {
+                // The peak leaves the side only for a host device run by an earlier GPU.
+                let peak = if built.problem.offload_runs_on.is_some_and(|g| g < d) { 0 } else { unit.peak_bytes };
+                after = after.saturating_add(count.saturating_mul(unit.resident_bytes + peak));
+            }
+        }
+        let room_before: u64 = devices[..=d].iter().map(|x| x.capacity_bytes).fold(0, u64::saturating_add);
+        let room_after: u64 = devices[d..].iter().map(|x| x.capacity_bytes).fold(0, u64::saturating_add);
+        let side = if before > room_before {
+            Some(("before", before, room_before, &devices[..=d], "a later device"))
+        } else if after > room_after {
+            Some(("after", after, room_after, &devices[d..], "an earlier device"))
+        } else {
+            None
+        };
+        if let Some((side, need, room, span, instead)) = side {
+            let span: Vec<String> = span.iter().map(|x| x.tier.to_string()).collect();
+            return Err(InputError::new(
+                "--pin",
+                format!(
+                    "{}: it and every unit {side} it must sit on {}, with room for {}, and they \
+                     need at least {}; {rule}",
+                    pinned_to(&units[u].name, devices[d].tier, pattern),
+                    span.join(", "),
+                    vramplan_profiles::units::format_bytes(room),
+                    vramplan_profiles::units::format_bytes(need)
+                ),
+            )
+            .at_key(pattern)
+            .with_fix(format!("pin `{pattern}` to {instead}, or leave the pin out")));
+        }
+    }
+    Ok(())
 }

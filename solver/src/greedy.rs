@@ -427,7 +427,8 @@ impl<'m> Sizes<'m> {
     ///
     /// 4.x (accelerate's `compute_module_sizes(model, dtype=target_dtype, special_dtypes)`):
     /// `special_dtypes` first (kept modules' parameters at the load dtype, `keep_in_fp32`
-    /// ones at float32), integer and bool tensors as they are, every other tensor at
+    /// ones at float32), integer tensors as they are, bool ones at `dtype_byte_size`'s 1/8
+    /// byte, every other tensor at
     /// min(target dtype, its own element size), the target being bitsandbytes' `int4` (0.5)
     /// or `int8` (1), else the load dtype.
     ///
@@ -455,7 +456,8 @@ impl<'m> Sizes<'m> {
         };
         let path = module.path.as_str();
         if let GreedyQuant::Packed { bits } = self.sizing.quant {
-            let linear = matches!(module.kind, ModuleKind::Linear | ModuleKind::Experts { .. });
+            let linear = matches!(module.kind, ModuleKind::Linear | ModuleKind::Experts { .. })
+                || module.class == "Linear";
             if float_param && tensor.shape.len() >= 2 && linear && !self.packed_kept.contains(path) {
                 return (u128::from(tensor.numel()) * u128::from(bits)).div_ceil(8) as f64;
             }

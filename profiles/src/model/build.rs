@@ -64,6 +64,12 @@ impl Builder {
         m
     }
 
+    /// An `nn.Dropout`: no tensors, but a module transformers lists in a device map once its
+    /// parent is split, so a map names it.
+    pub fn dropout(&self, parent: &str, name: &str) -> Module {
+        Module::new(join(parent, name), "Dropout", ModuleKind::Other)
+    }
+
     /// A module holding other modules.
     pub fn container(&self, parent: &str, name: &str, class: &str) -> Module {
         Module::new(join(parent, name), class, ModuleKind::Container)

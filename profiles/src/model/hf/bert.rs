@@ -19,10 +19,7 @@
 //! `position_embedding_type` `relative_key`/`relative_key_query`; 5.x dropped those types.
 //!
 //! `BertEmbeddings` is in `_no_split_modules` next to `BertLayer` (its three lookups are summed),
-//! so it is built as a block that placement keeps whole; only the `BertLayer`s are layers. 4.x
-//! declares `_no_split_modules` on `BertModel` alone: its heads (`BertForMaskedLM`, …) have none,
-//! so transformers 4.x refuses `device_map="auto"` for them and the no-split classes are empty
-//! in 4.x naming (the blocks stay blocks, the layers the simulator steps through).
+//! so it is built as a block that placement keeps whole; only the `BertLayer`s are layers.
 
 use super::{CoreSizes, HfConfig, STANDARD_SIZE_KEYS, dense_layers, describe};
 use crate::model::{
@@ -180,13 +177,7 @@ pub(crate) fn build(
         moe: None,
         tie_word_embeddings: tie && head == Head::MaskedLm,
         layers: dense_layers(&list, layers, stack, cross_attention),
-        // 4.57 declares `_no_split_modules` on `BertModel` only: the heads inherit None, so
-        // `device_map="auto"` is refused and an explicit map may split anything.
-        no_split_classes: if head != Head::None && options.naming == Naming::V4 {
-            Vec::new()
-        } else {
-            vec!["BertEmbeddings".into(), "BertLayer".into()]
-        },
+        no_split_classes: vec!["BertEmbeddings".into(), "BertLayer".into()],
     };
     let mut description = describe(config, arch, options, dtype, facts, root, notes);
     if head == Head::MaskedLm {

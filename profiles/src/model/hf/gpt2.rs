@@ -105,6 +105,7 @@ pub(crate) fn build(
         .container("", base, &format!("{}Model", flavour.prefix()))
         .with_child(b.embedding(base, "wte", vocab, hidden))
         .with_child(b.embedding(base, "wpe", positions, hidden))
+        .with_child(b.dropout(base, "drop"))
         .with_child(b.module_list(base, "h", blocks))
         .with_child(b.norm(base, "ln_f", "LayerNorm", hidden, true));
     if flavour == Flavour::BigCode {

@@ -59,6 +59,7 @@ pub(crate) fn build(
     let model = b
         .container("", base, "GPTNeoXModel")
         .with_child(b.embedding(base, "embed_in", vocab, hidden))
+        .with_child(b.dropout(base, "emb_dropout"))
         .with_child(b.module_list(base, "layers", blocks))
         .with_child(b.norm(base, "final_layer_norm", "LayerNorm", hidden, true))
         .with_child(b.rotary(base, "rotary_emb", "GPTNeoXRotaryEmbedding", rotary_dim));

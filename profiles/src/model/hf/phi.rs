@@ -82,6 +82,7 @@ pub(crate) fn build(
         .with_child(b.embedding("model", "embed_tokens", vocab, hidden))
         .with_child(b.module_list("model", "layers", blocks))
         .with_child(rotary)
+        .with_child(b.dropout("model", "embed_dropout"))
         .with_child(b.norm("model", "final_layernorm", "LayerNorm", hidden, true));
     let root =
         b.container("", "", arch).with_child(model).with_child(b.linear("", "lm_head", hidden, vocab, true));

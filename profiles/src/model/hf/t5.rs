@@ -133,6 +133,7 @@ fn stack(b: &Builder, dims: &Dims, name: &str, count: u64, decoder: bool, vocab:
         .with_child(b.embedding(name, "embed_tokens", vocab, dims.model))
         .with_child(b.module_list(name, "block", blocks))
         .with_child(b.norm(name, "final_layer_norm", "T5LayerNorm", dims.model, false))
+        .with_child(b.dropout(name, "dropout"))
 }
 
 /// `T5Block` `index` of `list`: self-attention, cross-attention (decoder only), feed-forward.

@@ -67,21 +67,27 @@ pub(crate) fn build(
             }
             attention = attention
                 .with_tensor(Tensor::fixed_parameter("seg_embed", &[2, heads, d_head], DType::F32))
-                .with_child(b.norm(&format!("{path}.rel_attn"), "layer_norm", "LayerNorm", d_model, true));
+                .with_child(b.norm(&format!("{path}.rel_attn"), "layer_norm", "LayerNorm", d_model, true))
+                .with_child(b.dropout(&format!("{path}.rel_attn"), "dropout"));
             let ff_path = format!("{path}.ff");
             let ff = b
                 .container(&path, "ff", "XLNetFeedForward")
                 .with_child(b.norm(&ff_path, "layer_norm", "LayerNorm", d_model, true))
                 .with_child(b.linear(&ff_path, "layer_1", d_model, d_inner, true))
-                .with_child(b.linear(&ff_path, "layer_2", d_inner, d_model, true));
-            b.block(list, &i.to_string(), "XLNetLayer").with_child(attention).with_child(ff)
+                .with_child(b.linear(&ff_path, "layer_2", d_inner, d_model, true))
+                .with_child(b.dropout(&ff_path, "dropout"));
+            b.block(list, &i.to_string(), "XLNetLayer")
+                .with_child(attention)
+                .with_child(ff)
+                .with_child(b.dropout(&path, "dropout"))
         })
         .collect();
     let model = b
         .container("", base, "XLNetModel")
         .with_tensor(Tensor::fixed_parameter("mask_emb", &[1, 1, d_model], DType::F32))
         .with_child(b.embedding(base, "word_embedding", vocab, d_model))
-        .with_child(b.module_list(base, "layer", blocks));
+        .with_child(b.module_list(base, "layer", blocks))
+        .with_child(b.dropout(base, "dropout"));
     let root =
         b.container("", "", arch).with_child(model).with_child(b.linear("", "lm_loss", d_model, vocab, true));
 
