@@ -25,10 +25,12 @@ fn pythia_matches_the_model_card_and_json_has_the_contract_fields() {
     let modules = json["modules"].as_array().expect("modules list");
     let names: Vec<&str> = modules.iter().filter_map(|m| m["name"].as_str()).collect();
     // transformers 5.x names the head `lm_head` (`GPTNeoXForCausalLM.lm_head`); 4.x `embed_out`.
+    // `GPTNeoXModel`'s children in definition order, its tensorless `emb_dropout` included.
     assert_eq!(
         names,
         [
             "gpt_neox.embed_in",
+            "gpt_neox.emb_dropout",
             "gpt_neox.layers",
             "gpt_neox.final_layer_norm",
             "gpt_neox.rotary_emb",
