@@ -6,14 +6,14 @@
 use crate::NamingArg;
 use clap::Args;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use vramplan_profiles::InputError;
 use vramplan_profiles::hardware;
 use vramplan_profiles::model::{self, ImportOptions, Naming};
 use vramplan_sim::input::{self, WorkloadFlags};
 use vramplan_sim::workload::{Engine, Parallelism, Workload};
 use vramplan_sim::{Placement, device_map};
-use vramplan_solver::export::read_plan_file;
+use vramplan_solver::export::{PlanFile, read_plan_file};
 
 /// Exit code when the workload does not fit.
 const EXIT_DOES_NOT_FIT: i32 = 1;
@@ -264,8 +264,11 @@ pub(crate) fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<i32, Input
         (NamingArg::V5, _) => Naming::V5,
         (NamingArg::V4, _) => Naming::V4,
     };
-    let Loaded { model, hardware, workload, warnings } =
+    let Loaded { model, hardware, workload, mut warnings } =
         args.inputs.load(naming, plan_file.as_ref().map(|p| p.workload.clone()))?;
+    if let (Some(plan), Some(path)) = (&plan_file, &args.plan) {
+        check_plan_model(plan, path, &args.inputs.model, &model, naming, &mut warnings)?;
+    }
     let placement = match (&args.device_map, &plan_file) {
         (_, Some(p)) => Placement::from_entries(p.entries()?),
         (Some(path), None) => {
@@ -295,4 +298,70 @@ pub(crate) fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<i32, Input
         if args.json { crate::json_text(&estimate) } else { vramplan_reports::estimate_table(&estimate) };
     crate::print(out, &text)?;
     Ok(if estimate.fits { 0 } else { EXIT_DOES_NOT_FIT })
+}
+
+/// Refuses a plan file written for another model than `given`: the same spelling, or a spec
+/// that loads to the same description (a built-in name and its config, two paths to one
+/// folder), passes. Where the plan's model cannot be read from here (a relative path from
+/// another folder), its device map must name only modules of the given model, and a warning
+/// says that only that was checked.
+fn check_plan_model(
+    plan: &PlanFile,
+    path: &Path,
+    given: &str,
+    model: &model::ModelDescription,
+    naming: Naming,
+    warnings: &mut Vec<String>,
+) -> Result<(), InputError> {
+    if plan.model == given {
+        return Ok(());
+    }
+    let mismatch = |why: String| {
+        InputError::new(
+            path.display().to_string(),
+            format!("the plan was written for `{}`, not `{given}`: {why}", plan.model),
+        )
+        .at_key("model")
+        .with_fix(format!(
+            "estimate the model the plan is for (`vramplan estimate {} --plan {}`), or plan `{given}` and \
+                 write its own plan (`vramplan plan {given} --hardware {} -o plan.yaml`)",
+            plan.model,
+            path.display(),
+            plan.hardware
+        ))
+    };
+    match model::load(&plan.model, ImportOptions { naming }) {
+        Ok(mut planned) => {
+            planned.name = model.name.clone();
+            planned.notes = model.notes.clone();
+            if planned == *model {
+                Ok(())
+            } else {
+                let shape = |m: &model::ModelDescription| {
+                    format!("{} parameters in {} layers", m.params(), m.facts.layers.len())
+                };
+                Err(mismatch(format!(
+                    "a different model ({} has {}, {given} has {})",
+                    plan.model,
+                    shape(&planned),
+                    shape(model)
+                )))
+            }
+        }
+        Err(_) => {
+            let unknown = plan.device_map.keys().find(|key| {
+                !key.is_empty() && model.root.find(key).is_none() && model.root.tensor(key).is_none()
+            });
+            if let Some(key) = unknown {
+                return Err(mismatch(format!("its device map places `{key}`, which {given} does not have")));
+            }
+            warnings.push(format!(
+                "{} was written for `{}`, which cannot be read from here; only that its device map names \
+                 modules of `{given}` was checked",
+                path.display(),
+                plan.model
+            ));
+            Ok(())
+        }
+    }
 }

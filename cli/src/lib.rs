@@ -31,8 +31,8 @@ enum Command {
     Profiles {
         #[command(subcommand)]
         action: Option<ProfilesAction>,
-        /// Print JSON instead of a table.
-        #[arg(long)]
+        /// Print JSON instead of a table or YAML (before or after `show NAME`).
+        #[arg(long, global = true)]
         json: bool,
     },
     /// Describe a model: parameters, bytes, modules, layer kinds, largest unit, tied groups.

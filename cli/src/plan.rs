@@ -30,8 +30,11 @@ pub(crate) struct PlanArgs {
     /// share below 1); a bare `2` is refused (write `2%` or `0.02`).
     #[arg(long, default_value = "10%")]
     headroom: String,
-    /// Fix a module to a device: `lm_head=0`, `model.layers.0-3=cpu` (repeatable).
-    #[arg(long)]
+    /// Fix a module to a device: `lm_head=0`, `model.layers.28-31=cpu` (a range from first to
+    /// last layer; repeatable). Layers run in order, so a plan keeps each later layer on the same
+    /// or a later device (GPUs by index, then cpu and disk; llama.cpp: cpu first): pins against
+    /// that order, or that leave the layers before or after them no room, are refused.
+    #[arg(long, value_name = "MODULE=DEVICE")]
     pin: Vec<String>,
     /// Never place modules on the CPU or disk.
     #[arg(long)]
@@ -145,9 +148,7 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
 /// is refused: `2` could mean 2 % or 200 %, and one spelling has one meaning.
 fn parse_headroom(text: &str) -> Result<f64, InputError> {
     let range = "keep from 0 to 90 %, e.g. `--headroom 10%` or `--headroom 0.1`";
-    let bad = |what: &str| {
-        InputError::new("--headroom", format!("`{text}` {what}")).with_fix(range)
-    };
+    let bad = |what: &str| InputError::new("--headroom", format!("`{text}` {what}")).with_fix(range);
     let trimmed = text.trim();
     let (number, percent) = match trimmed.strip_suffix('%') {
         Some(n) => (n.trim(), true),
@@ -160,7 +161,9 @@ fn parse_headroom(text: &str) -> Result<f64, InputError> {
     if !percent && value >= 1.0 {
         return Err(InputError::new(
             "--headroom",
-            format!("`{text}` is ambiguous: a bare number is a share of memory below 1, a percentage needs `%`"),
+            format!(
+                "`{text}` is ambiguous: a bare number is a share of memory below 1, a percentage needs `%`"
+            ),
         )
         .with_fix(format!("write `{number}%` for {number} percent, or `{}` as a share", value / 100.0)));
     }
@@ -196,7 +199,8 @@ fn read_expert_load(
         .with_fix("add `--target expert-parallel`, or leave out --expert-load"));
     }
     let text = std::fs::read_to_string(path).map_err(|e| InputError::io(path, &e))?;
-    let example = "write `{\"model.layers.3.mlp.experts\": [1200, 800, …]}`: tokens per expert, per MoE layer";
+    let example =
+        "write `{\"model.layers.3.mlp.experts\": [1200, 800, …]}`: tokens per expert, per MoE layer";
     let loads: BTreeMap<String, Vec<f64>> =
         serde_json::from_str(&text).map_err(|e| InputError::json(origin.clone(), &e).with_fix(example))?;
     // Each MoE layer: its block path and its experts module's path.
@@ -239,15 +243,22 @@ fn read_expert_load(
                     moe.experts
                 ),
             )
-            .with_fix(format!("give {} numbers, the tokens routed to each expert in expert order", moe.experts)));
+            .with_fix(format!(
+                "give {} numbers, the tokens routed to each expert in expert order",
+                moe.experts
+            )));
         }
         if let Some((i, v)) = values.iter().enumerate().find(|(_, v)| !(v.is_finite() && **v >= 0.0)) {
             return Err(at(key, format!("`{key}`[{i}] is {v}: a load counts tokens, a finite number ≥ 0"))
                 .with_fix("give the tokens routed to each expert, 0 for an expert that got none"));
         }
     }
-    let missing: Vec<&str> =
-        layers.iter().enumerate().filter(|(i, _)| !seen.contains_key(i)).map(|(_, (_, e))| e.as_str()).collect();
+    let missing: Vec<&str> = layers
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !seen.contains_key(i))
+        .map(|(_, (_, e))| e.as_str())
+        .collect();
     if !missing.is_empty() {
         let shown: Vec<&str> = missing.iter().take(3).copied().collect();
         let more = if missing.len() > 3 { ", …" } else { "" };

@@ -60,8 +60,8 @@ const DEVIATIONS: &[Deviation] = &[
         class: "DeepseekV3ForCausalLM",
         what: Differs::BufferDtype {
             buffer: "e_score_correction_bias",
-            ours: "float32",
-            fixture: "bfloat16",
+            ours: "fp32",
+            fixture: "bf16",
             evidence: "keep_in_fp32_modules_strict",
         },
         reason: "the fixture shows the dtype at construction (`torch.zeros` in the bf16 default dtype); \
@@ -111,30 +111,6 @@ fn deviation(
     found.is_some()
 }
 
-/// torch's name of a dtype (`bfloat16`).
-fn torch_name(dtype: DType) -> &'static str {
-    match dtype {
-        DType::F64 => "float64",
-        DType::F32 => "float32",
-        DType::F16 => "float16",
-        DType::BF16 => "bfloat16",
-        DType::F8E4M3 => "float8_e4m3fn",
-        DType::F8E5M2 => "float8_e5m2",
-        DType::F8E8M0 => "float8_e8m0fnu",
-        DType::F4 => "float4_e2m1fn_x2",
-        DType::I64 => "int64",
-        DType::I32 => "int32",
-        DType::I16 => "int16",
-        DType::I8 => "int8",
-        DType::U64 => "uint64",
-        DType::U32 => "uint32",
-        DType::U16 => "uint16",
-        DType::U8 => "uint8",
-        DType::I4 => "int4",
-        DType::Bool => "bool",
-    }
-}
-
 /// One named tensor as transformers lists it: (name, shape, dtype, persistent).
 type Listed = (String, Vec<u64>, String, bool);
 
@@ -155,7 +131,7 @@ fn ours(model: &ModelDescription) -> Ours {
     let mut counted_buffers = Vec::new();
     for (path, tensor) in model.tensors() {
         let storage = tensor.tied_to.clone().unwrap_or_else(|| path.clone());
-        let listed = (path.clone(), tensor.shape.clone(), torch_name(tensor.dtype).to_string(), true);
+        let listed = (path.clone(), tensor.shape.clone(), tensor.dtype.name().to_string(), true);
         match tensor.kind {
             TensorKind::Buffer { persistent } => {
                 buffers.push((listed.0, listed.1, listed.2, persistent));
@@ -212,7 +188,9 @@ fn listed(value: &Value) -> Vec<Listed> {
                 .map(|item| {
                     let name = item[0].as_str().unwrap_or_default().to_string();
                     let shape = item[1].as_array().map(|d| d.iter().filter_map(Value::as_u64).collect());
-                    let dtype = item[2].as_str().unwrap_or_default().to_string();
+                    // Torch's name, read as vramplan's short one (`bfloat16` → `bf16`).
+                    let torch = item[2].as_str().unwrap_or_default();
+                    let dtype = DType::parse(torch).map_or(torch.to_string(), |d| d.name().to_string());
                     (
                         name,
                         shape.unwrap_or_default(),

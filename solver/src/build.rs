@@ -565,15 +565,23 @@ fn no_such_device(built: &Built, request: &Request, pattern: &str, tier: Tier) -
             } else {
                 "offload to the host is for inference only".to_string()
             };
-            (format!("this plan has no {tier}: {why}"), format!("pin to one of the GPUs {gpu_list}{}", host_hint(built)))
+            (
+                format!("this plan has no {tier}: {why}"),
+                format!("pin to one of the GPUs {gpu_list}{}", host_hint(built)),
+            )
         }
     };
     InputError::new("--pin", problem).at_key(pattern).with_fix(fix)
 }
 
 fn host_hint(built: &Built) -> String {
-    let hosts: Vec<String> =
-        built.problem.devices.iter().filter(|d| !matches!(d.tier, Tier::Gpu(_))).map(|d| d.tier.to_string()).collect();
+    let hosts: Vec<String> = built
+        .problem
+        .devices
+        .iter()
+        .filter(|d| !matches!(d.tier, Tier::Gpu(_)))
+        .map(|d| d.tier.to_string())
+        .collect();
     if hosts.is_empty() { String::new() } else { format!(", or to {}", hosts.join(" or ")) }
 }
 
@@ -743,16 +751,16 @@ fn check_pin_order(
     for &(at, u, pattern, d) in &pinned {
         let mut before = 0u64;
         let mut after = 0u64;
-        for v in 0..units.len() {
+        for (v, unit) in units.iter().enumerate() {
             let Some(p) = position(v) else { continue };
-            let unit = &units[v];
             let count = u64::from(unit.count);
             if p <= at {
                 before = before.saturating_add(count.saturating_mul(unit.resident_bytes + unit.peak_bytes));
             }
             if p >= at {
                 // The peak leaves the side only for a host device run by an earlier GPU.
-                let peak = if built.problem.offload_runs_on.is_some_and(|g| g < d) { 0 } else { unit.peak_bytes };
+                let peak =
+                    if built.problem.offload_runs_on.is_some_and(|g| g < d) { 0 } else { unit.peak_bytes };
                 after = after.saturating_add(count.saturating_mul(unit.resident_bytes + peak));
             }
         }

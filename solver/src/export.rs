@@ -271,13 +271,46 @@ fn pipeline(plan: &Plan) -> Result<String, InputError> {
     Ok(serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n")
 }
 
-/// Reads a plan file written by `plan -o FILE.yaml`.
+/// The plan file versions this vramplan reads.
+pub const PLAN_VERSION: u32 = 1;
+
+/// Reads a plan file written by `plan -o FILE.yaml`; a version other than [`PLAN_VERSION`] is
+/// refused before the rest is read (a later version may have keys this one does not know).
 pub fn read_plan_file(path: &std::path::Path) -> Result<PlanFile, InputError> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         InputError::io(path, &e).with_fix("give the YAML file `vramplan plan -o plan.yaml` wrote")
     })?;
+    let origin = path.display().to_string();
+    let rewrite = "write the plan again with this vramplan: `vramplan plan MODEL --hardware HW -o plan.yaml`";
+    /// Only the version, whatever else the file holds.
+    #[derive(Deserialize)]
+    struct Head {
+        vramplan_plan: Option<u64>,
+    }
+    if let Ok(head) = serde_saphyr::from_str::<Head>(&text) {
+        let line = text.lines().position(|l| l.starts_with("vramplan_plan")).map_or(1, |l| l as u64 + 1);
+        match head.vramplan_plan {
+            None => {
+                return Err(InputError::new(
+                    origin,
+                    "no `vramplan_plan` version: this is not a plan file written by `vramplan plan -o`",
+                )
+                .at_key("vramplan_plan")
+                .with_fix(format!("start the file with `vramplan_plan: {PLAN_VERSION}`, or {rewrite}")));
+            }
+            Some(v) if v != u64::from(PLAN_VERSION) => {
+                return Err(InputError::new(
+                    origin,
+                    format!("`vramplan_plan: {v}` is a plan format this vramplan does not read (it reads version {PLAN_VERSION})"),
+                )
+                .at_line(line, 1)
+                .with_fix(rewrite));
+            }
+            Some(_) => {}
+        }
+    }
     serde_saphyr::from_str::<PlanFile>(&text).map_err(|e| {
-        InputError::yaml(path.display().to_string(), &e)
+        InputError::yaml(origin, &e)
             .with_fix("a plan file has `vramplan_plan`, `model`, `hardware`, `target`, `workload` and `device_map`; write one with `vramplan plan -o plan.yaml`")
     })
 }
