@@ -1,8 +1,9 @@
 //! The command line: parses arguments with clap, loads inputs through `vramplan-profiles`, and
 //! prints what `vramplan-reports` renders. No planning logic lives here.
 //!
-//! Exit codes (the contract in DESIGN.md): 0 success; 1 the question has a negative answer;
-//! 2 bad input (the message says what and where); 3 no usable device for `validate`.
+//! Exit codes (the contract in DESIGN.md): 0 success; 1 the question has a negative answer,
+//! proven; 2 bad input (the message says what and where); 3 no usable device for `validate`;
+//! 4 no answer within `--time-limit` (the best found so far is still printed, with its gap).
 
 mod check;
 mod estimate;
@@ -15,8 +16,14 @@ use vramplan_profiles::InputError;
 use vramplan_profiles::hardware;
 use vramplan_profiles::model::{self, ImportOptions, Naming};
 
+/// Exit code for a negative answer, proven (nothing fits, a mismatch, an OOM).
+pub const EXIT_NEGATIVE: i32 = 1;
 /// Exit code for bad input.
 pub const EXIT_BAD_INPUT: i32 = 2;
+/// Exit code when `validate` finds no usable device.
+pub const EXIT_NO_DEVICE: i32 = 3;
+/// Exit code when `--time-limit` ran out before an answer either way.
+pub const EXIT_NO_ANSWER: i32 = 4;
 
 #[derive(Parser, Debug)]
 #[command(name = "vramplan", version, about = "Plan GPU memory before you launch", long_about = None)]

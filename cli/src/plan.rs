@@ -1,7 +1,10 @@
 //! `vramplan plan MODEL --hardware HW [WORKLOAD] [--target T] [--headroom P] [--pin M=D]
 //! [--solver ilp|greedy] [-o FILE [--format F]] [--json]`: reads the inputs, asks the solver for
 //! a placement, prints it (with accelerate's greedy map beside it for accelerate targets), and
-//! writes the export atomically. Exit 0 with a plan, 1 when nothing fits (with the remedies).
+//! writes the export atomically. Exit 0 with a plan that fits (optimal, or the best found
+//! within `--time-limit`, with its gap), 1 when nothing fits, proven (with the remedies), 4 when
+//! `--time-limit` ran out before either. `--time-limit` bounds the whole command: the ILP and
+//! its refinement rounds, the greedy baseline and the remedy probes share one deadline.
 
 use crate::estimate::{Inputs, Loaded};
 use clap::Args;
@@ -9,15 +12,13 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 use vramplan_profiles::InputError;
 use vramplan_solver::Runtime;
 use vramplan_solver::build::{Request, parse_pin};
 use vramplan_solver::explain::{Explanation, explain};
 use vramplan_solver::export::{Format, export};
-use vramplan_solver::plan::{Plan, Settings, SolverKind, plan};
-
-/// Exit code when no plan fits.
-const EXIT_INFEASIBLE: i32 = 1;
+use vramplan_solver::plan::{Plan, Settings, SolverKind, Verdict, plan};
 
 #[derive(Args, Debug)]
 pub(crate) struct PlanArgs {
@@ -42,7 +43,8 @@ pub(crate) struct PlanArgs {
     /// Among equally balanced plans, use the fewest GPUs.
     #[arg(long)]
     min_devices: bool,
-    /// Stop the ILP after this many seconds and return the best plan with its proven gap.
+    /// Bound the whole command to this many seconds: the best plan found by then is printed with
+    /// its proven gap; with none found and nothing proven, exit 4.
     #[arg(long, value_name = "SECONDS")]
     time_limit: Option<f64>,
     /// ilp (exact, default) | greedy (accelerate's device_map="auto", the baseline).
@@ -77,6 +79,9 @@ struct PlanOutput<'a> {
 
 /// Runs `vramplan plan`.
 pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputError> {
+    let started = Instant::now();
+    // What is left of `--time-limit`, for the next stage.
+    let left = || args.time_limit.map(|limit| (limit - started.elapsed().as_secs_f64()).max(0.0));
     let runtime = Runtime::parse(&args.target)?;
     let solver = match args.solver.as_str() {
         "ilp" => SolverKind::Ilp,
@@ -101,19 +106,25 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
         return Err(InputError::new("--time-limit", format!("{limit} is not a positive number of seconds"))
             .with_fix("give seconds, e.g. `--time-limit 5`"));
     }
-    let settings = Settings { solver, time_limit_s: args.time_limit };
+    let settings = Settings { solver, time_limit_s: left() };
     let result = plan(&model, &hardware, &workload, &request, &settings)?;
-    let baseline =
-        if solver == SolverKind::Ilp && matches!(runtime, Runtime::Accelerate | Runtime::AccelerateV4) {
-            plan(&model, &hardware, &workload, &request, &Settings { solver: SolverKind::Greedy, ..settings })
-                .ok()
-        } else {
-            None
-        };
-    let explanation = (!result.feasible).then(|| explain(&model, &hardware, &workload, &request, &settings));
+    // The baseline (no ILP, but a simulation) only while time is left.
+    let baseline = if solver == SolverKind::Ilp
+        && matches!(runtime, Runtime::Accelerate | Runtime::AccelerateV4)
+        && left().is_none_or(|s| s > 0.0)
+    {
+        plan(&model, &hardware, &workload, &request, &Settings { solver: SolverKind::Greedy, ..settings })
+            .ok()
+    } else {
+        None
+    };
+    // Why, and what would fit, only after a proof that nothing does.
+    let explanation = (result.verdict == Verdict::DoesNotFit).then(|| {
+        explain(&model, &hardware, &workload, &request, &Settings { time_limit_s: left(), ..settings })
+    });
     let mut written_map = None;
     if let Some(path) = &args.output
-        && result.feasible
+        && result.verdict == Verdict::Fits
     {
         let format = match &args.format {
             Some(f) => Format::parse(f)?,
@@ -141,7 +152,11 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
         text
     };
     crate::print(out, &text)?;
-    Ok(if result.feasible { 0 } else { EXIT_INFEASIBLE })
+    Ok(match result.verdict {
+        Verdict::Fits => 0,
+        Verdict::DoesNotFit => crate::EXIT_NEGATIVE,
+        Verdict::Unknown => crate::EXIT_NO_ANSWER,
+    })
 }
 
 /// `10%` (an explicit percentage) or `0.1` (a share below 1) → 0.1. A bare number of 1 or more

@@ -1,12 +1,13 @@
 //! `vramplan plan`'s report: the solver's verdict and numbers, then per device the units it
-//! holds and its memory by component; accelerate's greedy map beside it for comparison; and
-//! when nothing fits, where it runs out and the verified remedies.
+//! holds and its memory by component; accelerate's greedy map beside it for comparison; when
+//! nothing fits (proven), where it runs out and the verified remedies; and when the time limit
+//! came before an answer, the best placement found so far, if any, and no verdict.
 
 use crate::table::Table;
 use vramplan_profiles::units::format_bytes;
 use vramplan_solver::Tier;
 use vramplan_solver::explain::{Explanation, describe_shortfall};
-use vramplan_solver::plan::{Plan, PlanDevice};
+use vramplan_solver::plan::{Plan, PlanDevice, Verdict};
 
 /// The human report of a plan.
 pub fn plan_table(
@@ -19,7 +20,7 @@ pub fn plan_table(
     let mut text = format!(
         "plan for {}: {}  (solver {:?}: {}, {:.1} ms, objective {:.3}, bound {:.3}, gap {:.2}%)\n\n",
         plan.target.name(),
-        if plan.feasible { "fits" } else { "does not fit" },
+        plan.verdict.describe(),
         s.kind,
         s.status,
         s.seconds * 1e3,
@@ -27,11 +28,30 @@ pub fn plan_table(
         s.bound,
         100.0 * s.gap
     );
-    if plan.feasible {
-        text += &devices_table(&plan.devices);
-        if plan.offloaded_bytes > 0 {
-            text += &format!("offloaded: {}\n", format_bytes(plan.offloaded_bytes));
+    let placed = !plan.device_map.is_empty() || plan.devices.iter().any(|d| !d.units.is_empty());
+    match plan.verdict {
+        Verdict::Fits => {
+            text += &devices_table(&plan.devices);
+            if plan.offloaded_bytes > 0 {
+                text += &format!("offloaded: {}\n", format_bytes(plan.offloaded_bytes));
+            }
+            if s.status == "time_limit" {
+                text += &format!(
+                    "the best plan found within the time limit, not proven the most balanced (gap {:.2}%)\n",
+                    100.0 * s.gap
+                );
+            }
         }
+        Verdict::Unknown if placed => {
+            text += "the best placement found so far (not within every limit; nothing is proven):\n";
+            text += &devices_table(&plan.devices);
+            text += "give it more time (a larger --time-limit) for an answer\n";
+        }
+        Verdict::Unknown => {
+            text += "no placement was found and none was proven impossible within the time limit; \
+                     give it more time (a larger --time-limit) for an answer\n";
+        }
+        Verdict::DoesNotFit => {}
     }
     if let Some(b) = baseline {
         text += "\naccelerate's device_map=\"auto\" for the same input (greedy baseline):\n";
@@ -47,12 +67,20 @@ pub fn plan_table(
             text += &format!("  - {}\n", describe_shortfall(s));
         }
         text += "\nwhat would fit (each verified by solving again):\n";
-        if e.remedies.is_empty() {
+        if e.remedies.is_empty() && e.undecided.is_empty() {
             text += "  nothing among: smaller batch or sequence, 8/4-bit weights, checkpointing, LoRA, more GPUs\n";
+        } else if e.remedies.is_empty() {
+            text += "  none verified within the time limit\n";
         }
         for r in &e.remedies {
             text +=
                 &format!("  - {}: {}  (largest GPU at {:.0}%)\n", r.change, r.flags, 100.0 * r.utilisation);
+        }
+        if !e.undecided.is_empty() {
+            text += "\nnot decided within the time limit (may or may not fit):\n";
+            for u in &e.undecided {
+                text += &format!("  - {u}\n");
+            }
         }
     }
     if !warnings.is_empty() {

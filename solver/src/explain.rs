@@ -4,11 +4,18 @@
 //! a smaller batch or sequence, 8-bit or 4-bit weights, gradient checkpointing, LoRA instead of
 //! a full fine-tune, more GPUs of the profile's kind, layers offloaded to the CPU — and each is
 //! verified by solving again with the change; only changes that fit are offered.
+//!
+//! Explanations follow a proven infeasibility only. `Settings::time_limit_s` is what is left of
+//! the command's time: all the probes share it (each also capped at [`PROBE_SECONDS`]), and a
+//! change whose probes ran out of time is listed as undecided, never as one that does not fit.
 
 use crate::build::Request;
-use crate::plan::{Settings, plan};
+use crate::plan::{Plan, Settings, Verdict, deadline_after, plan, seconds_left};
 use crate::runtime::Runtime;
 use serde::Serialize;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::time::Instant;
 use vramplan_profiles::hardware::{self, HardwareProfile};
 use vramplan_profiles::model::ModelDescription;
 use vramplan_profiles::units::format_bytes;
@@ -47,6 +54,9 @@ pub struct Remedy {
 pub struct Explanation {
     pub shortfalls: Vec<Shortfall>,
     pub remedies: Vec<Remedy>,
+    /// Changes (in words) whose checks ran out of time: they may or may not fit.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub undecided: Vec<String>,
 }
 
 /// Explains an infeasible request.
@@ -57,10 +67,11 @@ pub fn explain(
     request: &Request,
     settings: &Settings,
 ) -> Explanation {
-    Explanation {
-        shortfalls: shortfalls(model, hardware, workload, request),
-        remedies: remedies(model, hardware, workload, request, settings),
-    }
+    let deadline = deadline_after(settings.time_limit_s);
+    let shortfalls = shortfalls(model, hardware, workload, request);
+    let probes = Probes { settings: *settings, deadline, undecided: RefCell::new(false) };
+    let (remedies, undecided) = remedies(model, hardware, workload, request, &probes);
+    Explanation { shortfalls, remedies, undecided }
 }
 
 fn shortfalls(
@@ -88,22 +99,71 @@ fn shortfalls(
         .collect()
 }
 
-/// Solves with the change; the largest GPU utilisation when it fits. Each probe has at most
-/// [`PROBE_SECONDS`]: a plan found by then is verified all the same (simulated, within limits),
-/// it need not be the most balanced.
-fn fits(
-    model: &ModelDescription,
-    hardware: &HardwareProfile,
-    workload: &Workload,
-    request: &Request,
-    settings: &Settings,
-) -> Option<f64> {
-    let limit = settings.time_limit_s.map_or(PROBE_SECONDS, |s| s.min(PROBE_SECONDS));
-    let settings = Settings { time_limit_s: Some(limit), ..*settings };
-    let plan = plan(model, hardware, workload, request, &settings).ok()?;
-    plan.feasible.then(|| {
-        plan.devices.iter().filter(|d| d.estimate.is_some()).map(|d| d.utilisation).fold(0.0, f64::max)
-    })
+/// What one re-solve with a change found.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Probe {
+    /// It fits; the largest GPU utilisation.
+    Fits(f64),
+    DoesNotFit,
+    /// The probe ran out of time (or could not be built): nothing is known.
+    Unknown,
+}
+
+/// The probes' shared settings and deadline, and whether any probe since the last
+/// [`Probes::take_undecided`] ended without an answer.
+struct Probes {
+    settings: Settings,
+    deadline: Option<Instant>,
+    undecided: RefCell<bool>,
+}
+
+impl Probes {
+    /// Solves with the change. Each probe has at most [`PROBE_SECONDS`] and what is left of the
+    /// deadline: a plan found by then is verified all the same (simulated, within limits), it
+    /// need not be the most balanced.
+    fn plan(
+        &self,
+        model: &ModelDescription,
+        hardware: &HardwareProfile,
+        workload: &Workload,
+        request: &Request,
+    ) -> (Probe, Option<Plan>) {
+        let left = seconds_left(self.deadline).map_or(PROBE_SECONDS, |s| s.min(PROBE_SECONDS));
+        let settings = Settings { time_limit_s: Some(left), ..self.settings };
+        let plan = if left > 0.0 { plan(model, hardware, workload, request, &settings).ok() } else { None };
+        let probe = match plan.as_ref().map(|p| p.verdict) {
+            Some(Verdict::Fits) => Probe::Fits(plan.as_ref().map_or(0.0, largest_utilisation)),
+            Some(Verdict::DoesNotFit) => Probe::DoesNotFit,
+            Some(Verdict::Unknown) | None => Probe::Unknown,
+        };
+        if probe == Probe::Unknown {
+            *self.undecided.borrow_mut() = true;
+        }
+        (probe, plan)
+    }
+
+    /// The largest GPU utilisation when the change fits.
+    fn fits(
+        &self,
+        model: &ModelDescription,
+        hardware: &HardwareProfile,
+        workload: &Workload,
+        request: &Request,
+    ) -> Option<f64> {
+        match self.plan(model, hardware, workload, request).0 {
+            Probe::Fits(utilisation) => Some(utilisation),
+            Probe::DoesNotFit | Probe::Unknown => None,
+        }
+    }
+
+    /// Whether a probe since the last call ran out of time; resets the flag.
+    fn take_undecided(&self) -> bool {
+        self.undecided.replace(false)
+    }
+}
+
+fn largest_utilisation(plan: &Plan) -> f64 {
+    plan.devices.iter().filter(|d| d.estimate.is_some()).map(|d| d.utilisation).fold(0.0, f64::max)
 }
 
 /// The largest value in `low..=high` for which `ok` holds, assuming it is monotone; `None` when
@@ -153,54 +213,84 @@ fn more_gpus(hardware: &HardwareProfile, n: u32) -> Option<(HardwareProfile, Str
     hardware::load(&spec).ok().map(|h| (h, spec))
 }
 
+/// The verified remedies, and the changes whose probes ran out of time without a remedy.
 fn remedies(
     model: &ModelDescription,
     hardware: &HardwareProfile,
     workload: &Workload,
     request: &Request,
-    settings: &Settings,
-) -> Vec<Remedy> {
+    probes: &Probes,
+) -> (Vec<Remedy>, Vec<String>) {
     let mut out = Vec::new();
-    let offer = |out: &mut Vec<Remedy>, change: String, flags: String, utilisation: Option<f64>| {
-        if let Some(utilisation) = utilisation {
-            out.push(Remedy { change, flags, utilisation });
+    let mut undecided = Vec::new();
+    // Offers the change when it fits; lists it as undecided when a probe behind it ran out of
+    // time and nothing was offered.
+    let mut offer = |out: &mut Vec<Remedy>, change: String, flags: String, utilisation: Option<f64>| {
+        let timed_out = probes.take_undecided();
+        match utilisation {
+            Some(utilisation) => out.push(Remedy { change, flags, utilisation }),
+            None if timed_out => undecided.push(change),
+            None => {}
         }
     };
-    let try_workload = |w: &Workload| fits(model, hardware, w, request, settings);
+    let try_workload = |w: &Workload| probes.fits(model, hardware, w, request);
+    probes.take_undecided();
     // Smaller batch, then shorter sequences.
     if workload.batch > 1 {
+        let mut seen = BTreeMap::new();
         let best = largest(1, workload.batch - 1, |b| {
-            try_workload(&Workload { batch: b, ..workload.clone() }).is_some()
+            let fit = try_workload(&Workload { batch: b, ..workload.clone() });
+            seen.extend(fit.map(|u| (b, u)));
+            fit.is_some()
         });
-        if let Some(b) = best {
-            let w = Workload { batch: b, ..workload.clone() };
-            offer(
-                &mut out,
-                format!("batch {b} (the largest that fits)"),
-                format!("--batch {b}"),
-                try_workload(&w),
-            );
+        let partial = *probes.undecided.borrow();
+        match best {
+            Some(b) => {
+                let which = if partial {
+                    "fits; larger ones were not decided in time"
+                } else {
+                    "the largest that fits"
+                };
+                offer(
+                    &mut out,
+                    format!("batch {b} ({which})"),
+                    format!("--batch {b}"),
+                    seen.get(&b).copied(),
+                );
+            }
+            None => offer(&mut out, "a smaller batch".into(), String::new(), None),
         }
     }
     if workload.seq > 128 {
         let step = 128;
+        let shorter = |k: u64| Workload {
+            seq: k * step,
+            prompt: workload.prompt.map(|p| p.min(k * step)),
+            ..workload.clone()
+        };
+        let mut seen = BTreeMap::new();
         let best = largest(1, (workload.seq - 1) / step, |k| {
-            try_workload(&Workload {
-                seq: k * step,
-                prompt: workload.prompt.map(|p| p.min(k * step)),
-                ..workload.clone()
-            })
-            .is_some()
+            let fit = try_workload(&shorter(k));
+            seen.extend(fit.map(|u| (k, u)));
+            fit.is_some()
         });
-        if let Some(k) = best {
-            let seq = k * step;
-            let w = Workload { seq, prompt: workload.prompt.map(|p| p.min(seq)), ..workload.clone() };
-            offer(
-                &mut out,
-                format!("sequence length {seq} (the longest multiple of 128 that fits)"),
-                format!("--seq {seq}"),
-                try_workload(&w),
-            );
+        let partial = *probes.undecided.borrow();
+        match best {
+            Some(k) => {
+                let seq = k * step;
+                let which = if partial {
+                    "fits; longer ones were not decided in time"
+                } else {
+                    "the longest multiple of 128 that fits"
+                };
+                offer(
+                    &mut out,
+                    format!("sequence length {seq} ({which})"),
+                    format!("--seq {seq}"),
+                    seen.get(&k).copied(),
+                );
+            }
+            None => offer(&mut out, "a shorter sequence".into(), String::new(), None),
         }
     }
     let training = workload.mode == Mode::Train;
@@ -247,49 +337,62 @@ fn remedies(
     if !training && !request.offload && matches!(request.runtime, Runtime::Accelerate | Runtime::AccelerateV4)
     {
         let r = Request { offload: true, ..request.clone() };
-        if let Ok(p) = plan(model, hardware, workload, &r, settings)
-            && p.feasible
-        {
-            let on_cpu = p.device_map.iter().filter(|(_, t)| !matches!(t, crate::Tier::Gpu(_))).count();
-            let util =
-                p.devices.iter().filter(|d| d.estimate.is_some()).map(|d| d.utilisation).fold(0.0, f64::max);
-            offer(
-                &mut out,
-                format!("{on_cpu} modules offloaded to the CPU (slower: weights cross PCIe every step)"),
-                "leave out --no-offload".into(),
-                Some(util),
-            );
-        }
+        let (probe, found) = probes.plan(model, hardware, workload, &r);
+        let on_cpu = found
+            .as_ref()
+            .map_or(0, |p| p.device_map.iter().filter(|(_, t)| !matches!(t, crate::Tier::Gpu(_))).count());
+        let utilisation = match probe {
+            Probe::Fits(u) => Some(u),
+            Probe::DoesNotFit | Probe::Unknown => None,
+        };
+        let change = if utilisation.is_some() {
+            format!("{on_cpu} modules offloaded to the CPU (slower: weights cross PCIe every step)")
+        } else {
+            "modules offloaded to the CPU".into()
+        };
+        offer(&mut out, change, "leave out --no-offload".into(), utilisation);
     }
     // More GPUs of the profile's kind: the original workload, and the quantized ones.
     let n = hardware.devices.len() as u32;
     let mut candidates = vec![(workload.clone(), String::new(), String::new())];
     candidates.extend(quantized);
     for (w, label, flags) in candidates {
+        let mut seen = BTreeMap::new();
         let found = fewest(n + 1, MAX_GPUS, |k| {
-            more_gpus(hardware, k).is_some_and(|(h, _)| fits(model, &h, &w, request, settings).is_some())
+            let fit = more_gpus(hardware, k).and_then(|(h, _)| probes.fits(model, &h, &w, request));
+            seen.extend(fit.map(|u| (k, u)));
+            fit.is_some()
         });
-        if let Some(k) = found
-            && let Some((h, spec)) = more_gpus(hardware, k)
-        {
-            let kind = h.devices[0].name.clone();
-            let change = if label.is_empty() {
-                format!("{k} × {kind} ({} more)", k - n)
-            } else {
-                format!("{label} on {k} × {kind}")
-            };
-            let flags = if flags.is_empty() {
-                format!("--hardware {spec}")
-            } else {
-                format!("{flags} --hardware {spec}")
-            };
-            offer(&mut out, change, flags, fits(model, &h, &w, request, settings));
+        let kind = hardware.devices.first().map_or_else(String::new, |d| d.name.clone());
+        match found.and_then(|k| more_gpus(hardware, k).map(|(h, spec)| (k, h, spec))) {
+            Some((k, h, spec)) => {
+                let kind = h.devices[0].name.clone();
+                let change = if label.is_empty() {
+                    format!("{k} × {kind} ({} more)", k - n)
+                } else {
+                    format!("{label} on {k} × {kind}")
+                };
+                let flags = if flags.is_empty() {
+                    format!("--hardware {spec}")
+                } else {
+                    format!("{flags} --hardware {spec}")
+                };
+                offer(&mut out, change, flags, seen.get(&k).copied());
+            }
+            None => {
+                let change = if label.is_empty() {
+                    format!("more × {kind}")
+                } else {
+                    format!("{label} on more × {kind}")
+                };
+                offer(&mut out, change, String::new(), None);
+            }
         }
         if out.len() >= 6 {
             break;
         }
     }
-    out
+    (out, undecided)
 }
 
 /// One line per shortfall, in words.

@@ -6,6 +6,13 @@
 //!
 //! llama.cpp and expert-parallel plans place parts of layers the step simulator does not split,
 //! so their per-device figures are the solver's charges.
+//!
+//! Every plan carries a [`Verdict`]: it fits (a plan within every limit, optimal or the best
+//! found before the time limit, with its gap), it does not fit (proven: the ILP is infeasible,
+//! or accelerate's greedy map runs out), or there is no answer (the time limit came before any
+//! plan within the limits, or the refinement against the simulation did not converge).
+//! `Settings::time_limit_s` bounds the whole of [`plan`]: every solve and refinement round
+//! shares one deadline.
 
 use crate::build::{self, Built, Request, UnitSource};
 use crate::greedy;
@@ -14,6 +21,7 @@ use crate::problem::{Assignment, Problem, Tier};
 use crate::runtime::Runtime;
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 use vramplan_profiles::InputError;
 use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::ModelDescription;
@@ -32,6 +40,43 @@ pub enum SolverKind {
     Ilp,
     /// accelerate's `device_map="auto"`: balanced caps, then a greedy fill in module order.
     Greedy,
+}
+
+/// The answer to "does it fit?".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// A plan keeps every device within its limit (optimal, or the best found within the time
+    /// limit: the solver's status and gap say which).
+    Fits,
+    /// Proven: no placement keeps every device within its limit (the greedy baseline: its map
+    /// runs out of memory).
+    DoesNotFit,
+    /// Neither: the time limit came first (or the solver stopped) before a plan within the
+    /// limits was found, and nothing was proven.
+    Unknown,
+}
+
+impl Verdict {
+    /// In words, for reports.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Verdict::Fits => "fits",
+            Verdict::DoesNotFit => "does not fit",
+            Verdict::Unknown => "no answer within the time limit",
+        }
+    }
+}
+
+/// The instant `seconds` from now; `None` for no limit (or one too large to represent).
+pub fn deadline_after(seconds: Option<f64>) -> Option<Instant> {
+    let seconds = seconds.filter(|s| !s.is_nan())?.max(0.0);
+    Instant::now().checked_add(Duration::try_from_secs_f64(seconds).ok()?)
+}
+
+/// Seconds left until `deadline` (0 once it has passed); `None` for no deadline.
+pub fn seconds_left(deadline: Option<Instant>) -> Option<f64> {
+    deadline.map(|d| d.saturating_duration_since(Instant::now()).as_secs_f64())
 }
 
 /// How the solver did.
@@ -69,6 +114,8 @@ pub struct PlanDevice {
 /// A plan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Plan {
+    pub verdict: Verdict,
+    /// `verdict == Fits`.
     pub feasible: bool,
     pub target: Runtime,
     pub solver: SolverReport,
@@ -105,6 +152,7 @@ pub(crate) fn ordered_map<S: serde::Serializer, V: Serialize>(
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Settings {
     pub solver: SolverKind,
+    /// Wall-clock seconds for the whole of [`plan`] (every solve and refinement round).
     pub time_limit_s: Option<f64>,
 }
 
@@ -137,13 +185,14 @@ fn solve_ilp(
     settings: &Settings,
     built: &mut Built,
 ) -> Result<Plan, InputError> {
-    let options = SolveOptions { time_limit_s: settings.time_limit_s, ..SolveOptions::default() };
+    let deadline = deadline_after(settings.time_limit_s);
     let simulated =
         matches!(request.runtime, Runtime::Accelerate | Runtime::AccelerateV4 | Runtime::Pipeline);
     let mut seconds = 0.0;
     let mut rounds = 0;
     loop {
         rounds += 1;
+        let options = SolveOptions { time_limit_s: seconds_left(deadline), ..SolveOptions::default() };
         let solution = ilp::solve(&built.problem, &options);
         seconds += solution.seconds;
         let report = SolverReport {
@@ -156,10 +205,23 @@ fn solve_ilp(
             rounds,
         };
         let Some(assignment) = solution.assignment else {
-            return Ok(infeasible_plan(request, report, built));
+            // Only the solver's own proof is a "does not fit"; a time-out or a solver error
+            // before any plan proves nothing.
+            let verdict = match solution.status {
+                Status::Infeasible => Verdict::DoesNotFit,
+                Status::Optimal | Status::TimeLimit => Verdict::Unknown,
+            };
+            return Ok(plan_less(request, report, built, verdict));
         };
-        let plan = assemble(model, hardware, workload, request, built, &assignment, report, simulated)?;
-        if !simulated || rounds as usize >= REFINE_ROUNDS {
+        let mut plan = assemble(model, hardware, workload, request, built, &assignment, report, simulated)?;
+        if plan.feasible {
+            return Ok(plan);
+        }
+        // Over a limit in the simulation: refine, unless the rounds or the time are used up,
+        // in which case this plan is the best found and nothing is proven.
+        let out_of_time = seconds_left(deadline).is_some_and(|s| s <= 0.0);
+        if !simulated || rounds as usize >= REFINE_ROUNDS || out_of_time {
+            plan.verdict = Verdict::Unknown;
             return Ok(plan);
         }
         // Shrink each device the simulation finds over its limit by the excess, and solve again.
@@ -175,6 +237,7 @@ fn solve_ilp(
             }
         }
         if !over {
+            plan.verdict = Verdict::Unknown;
             return Ok(plan);
         }
     }
@@ -188,7 +251,8 @@ fn status_name(status: Status) -> &'static str {
     }
 }
 
-fn infeasible_plan(request: &Request, solver: SolverReport, built: &Built) -> Plan {
+/// A plan without a placement: proven infeasible, or no plan found in time.
+fn plan_less(request: &Request, solver: SolverReport, built: &Built, verdict: Verdict) -> Plan {
     let devices = built
         .problem
         .devices
@@ -203,6 +267,7 @@ fn infeasible_plan(request: &Request, solver: SolverReport, built: &Built) -> Pl
         })
         .collect();
     Plan {
+        verdict,
         feasible: false,
         target: request.runtime,
         solver,
@@ -362,7 +427,10 @@ fn assemble(
         Some(e) => e.peak_reserved_bytes <= d.limit_bytes,
         None => true,
     });
+    // Judged against the simulation: a plan over a limit is not an answer by itself (the ILP
+    // refines it; the greedy baseline's map really runs out).
     Ok(Plan {
+        verdict: if feasible { Verdict::Fits } else { Verdict::DoesNotFit },
         feasible,
         target: request.runtime,
         solver,

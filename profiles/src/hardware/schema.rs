@@ -198,12 +198,29 @@ pub(super) fn parse_size(
     key: &str,
     example: &str,
 ) -> Result<u64, InputError> {
-    parse_bytes(&value.value.0).map_err(|problem| {
+    let bytes = parse_bytes(&value.value.0).map_err(|problem| {
         error_at(origin, &value.referenced, key, problem).with_fix(format!(
             "write the size with a unit, e.g. `{example}` (MiB/GiB are powers of 2, MB/GB of 10)"
         ))
-    })
+    })?;
+    if bytes > MAX_SIZE {
+        return Err(error_at(
+            origin,
+            &value.referenced,
+            key,
+            format!(
+                "{} is past the bound of 1 PiB (2⁵⁰ bytes) on a size in a hardware profile",
+                value.value.0
+            ),
+        )
+        .with_fix(format!("give a size of at most 1PiB, e.g. `{example}` (docs/limits.md)")));
+    }
+    Ok(bytes)
 }
+
+/// The largest memory a profile may give one device or node: 1 PiB (2⁵⁰ bytes). The largest
+/// GPU has 192 GB (MI300X, B200) and the largest node some TiB of host memory (docs/limits.md).
+const MAX_SIZE: u64 = 1 << 50;
 
 /// A rate per second (`900GB/s`).
 pub(super) fn parse_rate(

@@ -139,7 +139,7 @@ impl Checkpoint {
 
     /// Bytes of the tensors whose headers were read.
     pub fn header_bytes(&self) -> u64 {
-        self.tensors.values().flatten().map(StoredTensor::bytes).sum()
+        self.tensors.values().flatten().map(StoredTensor::bytes).fold(0, u64::saturating_add)
     }
 
     fn read(folder: &Folder) -> Result<Checkpoint, InputError> {

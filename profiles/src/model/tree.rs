@@ -159,8 +159,8 @@ impl Module {
 
     /// Logical parameters in this module and below, tied tensors excluded.
     pub fn params(&self) -> u64 {
-        let own: u64 = self.tensors.iter().filter(|t| t.tied_to.is_none()).map(Tensor::params).sum();
-        own + self.children.iter().map(Module::params).sum::<u64>()
+        let own = self.tensors.iter().filter(|t| t.tied_to.is_none()).map(Tensor::params);
+        own.chain(self.children.iter().map(Module::params)).fold(0, u64::saturating_add)
     }
 
     /// Bytes in this module and below, tied tensors excluded.
@@ -171,13 +171,13 @@ impl Module {
 
     /// Bytes of buffers in this module and below.
     pub fn buffer_bytes(&self) -> u64 {
-        let own: u64 = self
+        let own = self
             .tensors
             .iter()
             .filter(|t| matches!(t.kind, TensorKind::Buffer { .. }))
             .map(Tensor::bytes)
-            .sum();
-        own + self.children.iter().map(Module::buffer_bytes).sum::<u64>()
+            .fold(0, u64::saturating_add);
+        self.children.iter().map(Module::buffer_bytes).fold(own, u64::saturating_add)
     }
 
     /// Calls `f` on this module and every descendant, parents first.

@@ -22,6 +22,7 @@ pub fn validate(
     hardware: &HardwareProfile,
 ) -> Result<Vec<String>, InputError> {
     check_sizes(workload)?;
+    check_scale(workload, model)?;
     check_quant(workload)?;
     check_mode(workload)?;
     check_engine(workload)?;
@@ -64,10 +65,83 @@ fn positive(value: u64, key: &str, fix: &str) -> Result<(), InputError> {
     Ok(())
 }
 
+/// The bounds on the workload's sizes (docs/limits.md gives the largest real value of each).
+/// Batch: 2²⁰ sequences (vLLM's largest `max_num_seqs` in use is 1,024; training micro-batches
+/// are below 1,024). Sequence: 2²⁴ = 16,777,216 tokens (Llama-4 Scout's context is 10,485,760).
+/// Tokens of one step, batch × seq: 2³², so that a step's logits (tokens × vocabulary ≤ 2²⁴ ×
+/// 4 bytes) stay below 2⁵⁸ bytes. Gradient accumulation: 2²⁰ steps. LoRA rank and alpha: 2¹⁶
+/// (the full rank of the widest layer). Group sizes and fp8 blocks: 2¹⁶.
+pub const MAX_BATCH: u64 = 1 << 20;
+pub const MAX_SEQ: u64 = 1 << 24;
+pub const MAX_TOKENS: u64 = 1 << 32;
+pub const MAX_GRAD_ACCUM: u64 = 1 << 20;
+pub const MAX_LORA: u64 = 1 << 16;
+pub const MAX_GROUP: u32 = 1 << 16;
+
+fn at_most(value: u64, max: u64, key: &str, flag: &str) -> Result<(), InputError> {
+    if value > max {
+        return Err(InputError::new(
+            ORIGIN,
+            format!("`{key}` is {value}, past the bound of {max} (docs/limits.md)"),
+        )
+        .at_key(key)
+        .with_fix(format!("give `{flag}` (or `{key}:` in the workload file) at most {max}")));
+    }
+    Ok(())
+}
+
+fn check_bounds(w: &Workload) -> Result<(), InputError> {
+    at_most(w.batch, MAX_BATCH, "batch", "--batch")?;
+    at_most(w.seq, MAX_SEQ, "seq", "--seq")?;
+    at_most(w.grad_accum, MAX_GRAD_ACCUM, "grad_accum", "--grad-accum")?;
+    if let Some(prompt) = w.prompt {
+        at_most(prompt, MAX_SEQ, "prompt", "--prompt")?;
+    }
+    let tokens = w.batch.saturating_mul(w.seq);
+    if tokens > MAX_TOKENS {
+        return Err(InputError::new(
+            ORIGIN,
+            format!(
+                "batch × seq is {tokens} tokens in one step, past the bound of {MAX_TOKENS} (docs/limits.md)"
+            ),
+        )
+        .at_key("batch")
+        .with_fix("lower `--batch` or `--seq` so that their product is at most 2³² tokens"));
+    }
+    if let Finetune::Lora { rank, alpha, .. } = w.finetune {
+        at_most(rank, MAX_LORA, "finetune.rank", "--lora-rank")?;
+        at_most(alpha, MAX_LORA, "finetune.alpha", "--lora-alpha")?;
+    }
+    match &w.quant {
+        Quant::Gptq { group_size, .. } | Quant::Awq { group_size, .. } => {
+            at_most(u64::from(*group_size), u64::from(MAX_GROUP), "quant.group_size", "--group-size")?
+        }
+        Quant::Fp8 { block } => {
+            at_most(u64::from(*block), u64::from(MAX_GROUP), "quant.block", "--group-size")?
+        }
+        _ => {}
+    }
+    match &w.engine {
+        Engine::Vllm { max_num_batched_tokens, .. } => at_most(
+            *max_num_batched_tokens,
+            MAX_SEQ,
+            "engine.max_num_batched_tokens",
+            "--max-num-batched-tokens",
+        )?,
+        Engine::LlamaCpp { n_ctx, n_ubatch } => {
+            at_most(*n_ctx, MAX_SEQ, "engine.n_ctx", "--n-ctx")?;
+            at_most(*n_ubatch, MAX_BATCH, "engine.n_ubatch", "--n-ubatch")?;
+        }
+        Engine::Transformers => {}
+    }
+    Ok(())
+}
+
 fn check_sizes(w: &Workload) -> Result<(), InputError> {
     positive(w.batch, "batch", "give a batch of 1 or more (`--batch 1`)")?;
     positive(w.seq, "seq", "give the sequence length in tokens (`--seq 2048`)")?;
     positive(w.grad_accum, "grad_accum", "give 1 for no gradient accumulation (`--grad-accum 1`)")?;
+    check_bounds(w)?;
     if let Some(prompt) = w.prompt {
         positive(
             prompt,
@@ -87,6 +161,57 @@ fn check_sizes(w: &Workload) -> Result<(), InputError> {
                 "`seq` counts prompt and generated tokens together: raise `--seq` or lower `--prompt`",
             ));
         }
+    }
+    Ok(())
+}
+
+/// The most bytes one step may form, 2⁶⁰ (1 EiB, some 5,000 times the largest GPU): with every
+/// term of the memory model below it, its sums (a few dozen terms per block, 2¹⁰ blocks at
+/// most) stay below `u64::MAX`.
+pub const MAX_STEP_BYTES: u128 = 1 << 60;
+
+/// Bounded sizes can still multiply past `u64`: eager attention's scores are batch × heads ×
+/// seq², up to 2³² · 2¹² · 2²⁴. This bounds, in `u128`, what the memory model forms per step —
+/// every block's activations (up to 64 tensors per token of the widest width, 8 bytes each),
+/// eager attention's scores, the KV cache and the logits — and refuses the step past
+/// [`MAX_STEP_BYTES`]: no device holds it, and the figures would not fit in `u64`.
+fn check_scale(w: &Workload, model: &ModelDescription) -> Result<(), InputError> {
+    let f = &model.facts;
+    let (batch, seq) = (u128::from(w.batch), u128::from(w.seq));
+    let context = match w.engine {
+        Engine::LlamaCpp { n_ctx, n_ubatch } => u128::from(n_ctx.max(n_ubatch)),
+        Engine::Vllm { max_num_batched_tokens, .. } => seq.max(u128::from(max_num_batched_tokens)),
+        Engine::Transformers => seq,
+    };
+    let tokens = batch * context;
+    let moe = f.moe.as_ref().map_or(0, |m| {
+        u128::from(m.experts)
+            + u128::from(m.top_k.max(1)) * u128::from(m.expert_intermediate_size)
+            + u128::from(m.shared_experts) * u128::from(m.shared_intermediate_size)
+    });
+    let heads = u128::from(f.num_attention_heads.max(1));
+    let attention = (heads + 2 * u128::from(f.num_kv_heads)) * u128::from(f.head_dim);
+    let width = [u128::from(f.hidden_size), u128::from(f.intermediate_size), attention, moe]
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+    let layers = (f.layers.len() as u128).max(1);
+    let per_block = tokens * width * 64 * 8 + batch * heads * context * context * 16;
+    let step = layers * per_block + tokens * u128::from(f.vocab_size) * 4 * 8;
+    if step > MAX_STEP_BYTES {
+        return Err(InputError::new(
+            ORIGIN,
+            format!(
+                "batch {} × seq {} on {} ({} layers) forms more than 2⁶⁰ bytes (1 EiB) in one step: \
+                 no device holds it, and vramplan's byte figures stop there (docs/limits.md)",
+                w.batch,
+                w.seq,
+                model.name,
+                f.layers.len()
+            ),
+        )
+        .at_key("batch")
+        .with_fix("lower `--batch` or `--seq` (or `--n-ctx` / `--max-num-batched-tokens`)"));
     }
     Ok(())
 }

@@ -230,7 +230,8 @@ fn block(
 
     // Transients: eager attention materialises raw, scaled and masked scores before softmax;
     // the MLP's backward holds gradients of its widest tensors.
-    let scores = batch * a * seq * span;
+    // Saturating: with sdpa or flash the scores are never formed, and may not fit in u64.
+    let scores = batch.saturating_mul(a).saturating_mul(seq).saturating_mul(span);
     let eager = workload.attention == AttentionImpl::Eager;
     let forward_transient =
         if eager { 2 * c * scores } else { 0 } + residual * h * tokens + c * sh.intermediate * tokens;

@@ -17,8 +17,17 @@ use crate::{DType, InputError, units};
 use serde_saphyr::{Location, Spanned};
 use std::path::Path;
 
-/// More modules than any real model has: a guard against `repeat` typos.
-const MAX_MODULES: usize = 2_000_000;
+/// More modules than any real model has (DeepSeek-V3 listed expert by expert has about 60,000):
+/// a guard against `repeat` typos, and a bound on the work of a simulation (docs/limits.md).
+const MAX_MODULES: usize = 1 << 18;
+/// The most copies one `repeat` makes: the bound on experts (docs/limits.md), above the
+/// bound on layers (1,024).
+const MAX_REPEAT: u64 = 1 << 12;
+/// The largest dimension of a tensor or a layer (2²⁴, the vocabulary bound; hidden sizes are
+/// below 2¹⁶), and the most elements or `params` one tensor holds (2⁴⁰; DeepSeek-V3's largest
+/// tensor has about 2³³), so that byte sums stay far from `u64::MAX`.
+const MAX_DIM: u64 = 1 << 24;
+const MAX_ELEMENTS: u64 = 1 << 40;
 
 fn at(origin: &str, location: &Location, problem: impl Into<String>) -> InputError {
     let err = InputError::new(origin, problem);
@@ -31,19 +40,44 @@ fn positive(origin: &str, value: &Spanned<i64>, what: &str) -> Result<u64, Input
     })
 }
 
+/// A positive integer at most `max`.
+fn bounded(origin: &str, value: &Spanned<i64>, what: &str, max: u64) -> Result<u64, InputError> {
+    let v = positive(origin, value, what)?;
+    if v > max {
+        return Err(at(origin, &value.referenced, format!("{what} is {v}, past the bound of {max}"))
+            .with_fix(format!("give at most {max} (docs/limits.md gives the bounds and their reasons)")));
+    }
+    Ok(v)
+}
+
 fn shape(origin: &str, dims: &Spanned<Vec<i64>>, what: &str) -> Result<Vec<u64>, InputError> {
-    dims.value
+    let shape = dims
+        .value
         .iter()
         .map(|&d| {
-            u64::try_from(d).ok().filter(|d| *d > 0).ok_or_else(|| {
+            u64::try_from(d).ok().filter(|d| *d > 0 && *d <= MAX_DIM).ok_or_else(|| {
                 at(
                     origin,
                     &dims.referenced,
-                    format!("dimension {d} of `{what}` must be a positive integer (shape {:?})", dims.value),
+                    format!(
+                        "dimension {d} of `{what}` must be a positive integer of at most {MAX_DIM} (shape {:?})",
+                        dims.value
+                    ),
                 )
+                .with_fix("docs/limits.md gives the bounds on sizes and their reasons")
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    let elements = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d).filter(|n| *n <= MAX_ELEMENTS));
+    if elements.is_none() {
+        return Err(at(
+            origin,
+            &dims.referenced,
+            format!("`{what}` has more than {MAX_ELEMENTS} elements (shape {:?})", dims.value),
+        )
+        .with_fix("docs/limits.md gives the bounds on sizes and their reasons"));
+    }
+    Ok(shape)
 }
 
 fn size(origin: &str, text: &Spanned<SizeText>, what: &str) -> Result<u64, InputError> {
@@ -436,12 +470,15 @@ impl ModuleBuilder<'_> {
         };
         let count = positive(self.origin, repeat, "`repeat`")
             .map_err(|e| e.with_fix("`repeat: N` makes N copies; a model needs at least one layer"))?;
-        if count as usize > MAX_MODULES {
+        if count > MAX_REPEAT {
             return Err(at(
                 self.origin,
                 &repeat.referenced,
-                format!("`repeat: {count}` is more copies than any model has"),
-            ));
+                format!("`repeat: {count}` is more copies than any model has (the bound is {MAX_REPEAT})"),
+            )
+            .with_fix(format!(
+                "give at most {MAX_REPEAT} copies (the largest models have about 128 layers and 512 experts)"
+            )));
         }
         let as_blocks = spec.block.unwrap_or(!inside_block);
         let items = (0..count)
@@ -498,8 +535,8 @@ impl ModuleBuilder<'_> {
         let mut kind = ModuleKind::Other;
         let mut class = "Module";
         if let Some(linear) = &spec.linear {
-            let inp = positive(origin, &linear.in_features, "`linear.in`")?;
-            let out = positive(origin, &linear.out_features, "`linear.out`")?;
+            let inp = bounded(origin, &linear.in_features, "`linear.in`", MAX_DIM)?;
+            let out = bounded(origin, &linear.out_features, "`linear.out`", MAX_DIM)?;
             tensors.push(Tensor::parameter("weight", &[out, inp], dtype));
             if linear.bias {
                 tensors.push(Tensor::parameter("bias", &[out], dtype));
@@ -507,13 +544,13 @@ impl ModuleBuilder<'_> {
             (kind, class) = (ModuleKind::Linear, "Linear");
         }
         if let Some(embedding) = &spec.embedding {
-            let count = positive(origin, &embedding.count, "`embedding.count`")?;
-            let dim = positive(origin, &embedding.dim, "`embedding.dim`")?;
+            let count = bounded(origin, &embedding.count, "`embedding.count`", MAX_DIM)?;
+            let dim = bounded(origin, &embedding.dim, "`embedding.dim`", MAX_DIM)?;
             tensors.push(Tensor::parameter("weight", &[count, dim], dtype));
             (kind, class) = (ModuleKind::Embedding, "Embedding");
         }
         if let Some(norm) = &spec.norm {
-            let dim = positive(origin, &norm.dim, "`norm.dim`")?;
+            let dim = bounded(origin, &norm.dim, "`norm.dim`", MAX_DIM)?;
             tensors.push(Tensor::parameter("weight", &[dim], dtype));
             if norm.bias {
                 tensors.push(Tensor::parameter("bias", &[dim], dtype));
@@ -521,7 +558,7 @@ impl ModuleBuilder<'_> {
             (kind, class) = (ModuleKind::Norm, "LayerNorm");
         }
         if let Some(params) = &spec.params {
-            let count = positive(origin, params, "`params`")?;
+            let count = bounded(origin, params, "`params`", MAX_ELEMENTS)?;
             tensors.push(Tensor::parameter("parameters", &[count], dtype));
         }
         for (name, dims) in spec.tensors.iter().flat_map(|t| &t.0) {

@@ -5,9 +5,104 @@
 use crate::{DType, InputError};
 use serde_json::{Map, Value};
 
-/// The largest dimension or count a config may give (2³²): no real model comes near it, and
-/// products of a few such values still fit the byte arithmetic.
-const MAX_CONFIG_INTEGER: u64 = 1 << 32;
+/// The bounds on what a config may give, by kind of key (docs/limits.md gives the largest real
+/// value of each): with every size within its bound, the byte arithmetic of a model cannot
+/// overflow `u64` (the largest product, a fused expert tensor of every layer in float32, is
+/// 2¹² · 2¹⁹ · 2¹⁶ · 2¹⁰ · 4 = 2⁵⁹ bytes).
+struct Bound {
+    keys: &'static [&'static str],
+    max: u64,
+    what: &'static str,
+}
+
+const BOUNDS: &[Bound] = &[
+    // Llama-3.1-405B has 126 layers, DeepSeek-V3 61: 1,024 is eight times the largest.
+    Bound {
+        keys: &[
+            "num_hidden_layers",
+            "n_layer",
+            "num_layers",
+            "num_decoder_layers",
+            "max_window_layers",
+            "first_k_dense_replace",
+            "num_nextn_predict_layers",
+            "moe_layer_freq",
+            "decoder_sparse_step",
+            "mlp_only_layers",
+        ],
+        max: 1 << 10,
+        what: "layers",
+    },
+    // Hidden sizes: 16,384 (Llama-3.1-405B), 18,432 (PaLM-540B).
+    Bound {
+        keys: &[
+            "hidden_size",
+            "n_embd",
+            "n_embed",
+            "d_model",
+            "word_embed_proj_dim",
+            "head_dim",
+            "d_kv",
+            "d_head",
+            "v_head_dim",
+            "qk_rope_head_dim",
+            "qk_nope_head_dim",
+            "kv_lora_rank",
+            "q_lora_rank",
+        ],
+        max: 1 << 16,
+        what: "a hidden or head width",
+    },
+    // Feed-forward widths: 53,248 (Llama-3.1-405B), 73,728 (PaLM-540B).
+    Bound {
+        keys: &[
+            "intermediate_size",
+            "n_inner",
+            "ffn_dim",
+            "d_ff",
+            "d_inner",
+            "moe_intermediate_size",
+            "shared_expert_intermediate_size",
+            "ffn_hidden_size",
+        ],
+        max: 1 << 18,
+        what: "a feed-forward width",
+    },
+    // Heads: 128 (Llama-3.1-405B, DeepSeek-V3).
+    Bound {
+        keys: &[
+            "num_attention_heads",
+            "num_key_value_heads",
+            "n_head",
+            "num_heads",
+            "num_ln_in_parallel_attn",
+        ],
+        max: 1 << 12,
+        what: "attention heads",
+    },
+    // Routed experts: 256 (DeepSeek-V3), 384 (Kimi K2), 512 (Qwen3-Next).
+    Bound {
+        keys: &[
+            "num_experts",
+            "num_local_experts",
+            "n_routed_experts",
+            "n_shared_experts",
+            "num_experts_per_tok",
+            "experts_per_token",
+        ],
+        max: 1 << 12,
+        what: "experts",
+    },
+];
+
+/// Everything else (vocabularies: 256,000 for Gemma; positions: 10,485,760 for Llama-4 Scout;
+/// token ids, buckets, windows): 2²⁴ = 16,777,216.
+const MAX_OTHER: u64 = 1 << 24;
+
+/// The bound on `key` and what it counts.
+fn bound(key: &str) -> (u64, &'static str) {
+    BOUNDS.iter().find(|b| b.keys.contains(&key)).map_or((MAX_OTHER, "a size or count"), |b| (b.max, b.what))
+}
 
 /// A `config.json` object and the name of the file it came from.
 #[derive(Debug, Clone)]
@@ -74,10 +169,16 @@ impl HfConfig {
 
     fn integer(&self, key: &str, value: &Value, what: &str) -> Result<u64, InputError> {
         let v = self.plain_integer(key, value, what)?;
-        if v > MAX_CONFIG_INTEGER {
+        let (max, counts) = bound(key);
+        if v > max {
             return Err(self
-                .error(key, format!("{v} is implausibly large for a model dimension or count"))
-                .with_fix(format!("sizes and counts in a config are below {MAX_CONFIG_INTEGER}")));
+                .error(
+                    key,
+                    format!(
+                        "{v} is implausibly large: past the bound of {max} for {counts} (docs/limits.md)"
+                    ),
+                )
+                .with_fix(format!("give `{key}` at most {max}; the largest real models are far below it")));
         }
         Ok(v)
     }

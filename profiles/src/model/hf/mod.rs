@@ -109,8 +109,39 @@ pub fn from_config(config: &HfConfig, options: ImportOptions) -> Result<ModelDes
                 )));
         }
     }?;
+    check_expert_count(&model, config)?;
     super::summary::validate(&model, config.origin())?;
     Ok(model)
+}
+
+/// The most routed experts over all layers (2¹⁶): Kimi K2 has 60 × 384 = 23,040, DeepSeek-V3
+/// 58 × 256 = 14,848. Each is a placement choice for the solver and a module the simulator
+/// replays, so the bound keeps `plan` and `estimate` to seconds (docs/limits.md).
+const MAX_EXPERTS_IN_ALL_LAYERS: u64 = 1 << 16;
+
+fn check_expert_count(model: &ModelDescription, config: &HfConfig) -> Result<(), InputError> {
+    let Some(moe) = &model.facts.moe else { return Ok(()) };
+    let moe_layers = model.facts.layers.iter().filter(|l| l.moe).count() as u64;
+    let total = u64::from(moe.experts).saturating_mul(moe_layers);
+    if total > MAX_EXPERTS_IN_ALL_LAYERS {
+        let key = ["num_local_experts", "num_experts", "n_routed_experts"]
+            .into_iter()
+            .find(|k| config.get(&[k]).is_some())
+            .unwrap_or("num_local_experts");
+        return Err(InputError::new(
+            config.origin(),
+            format!(
+                "{} experts in each of {moe_layers} layers make {total} experts, past the bound of \
+                 {MAX_EXPERTS_IN_ALL_LAYERS} (docs/limits.md)",
+                moe.experts
+            ),
+        )
+        .at_key(key)
+        .with_fix(
+            "check `num_hidden_layers` and the expert count; the largest real models have about 23,000",
+        ));
+    }
+    Ok(())
 }
 
 /// Where a config keeps the three sizes every importer starts from; in each list the first key

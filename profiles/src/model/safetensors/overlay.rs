@@ -353,7 +353,7 @@ fn size_notes(model: &ModelDescription, checkpoint: &Checkpoint, report: &Report
         ));
     }
     let bytes = model.bytes();
-    let extra_bytes: u64 = report.unmatched.iter().filter_map(|(_, b)| *b).sum();
+    let extra_bytes = report.unmatched.iter().filter_map(|(_, b)| *b).fold(0, u64::saturating_add);
     if let Some(total) = checkpoint.total_size {
         let difference = i128::from(bytes) - i128::from(total);
         if difference == 0 {
