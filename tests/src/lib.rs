@@ -45,3 +45,20 @@ pub fn shared_dir() -> PathBuf {
 pub fn shared_model(folder: &str) -> String {
     shared_dir().join("models").join(folder).display().to_string()
 }
+
+/// Writes `text` to `dir/name` and returns the path as an argument.
+pub fn write(dir: &std::path::Path, name: &str, text: impl AsRef<[u8]>) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write temp file");
+    path.display().to_string()
+}
+
+/// Bad input as the contract has it: exit code 2, nothing on stdout, and every needle (the
+/// file, line or key, what was expected) in the message on stderr.
+pub fn assert_bad_input(out: &Output, needles: &[&str]) {
+    assert_eq!(out.code, 2, "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.is_empty(), "nothing on stdout for bad input: {}", out.stdout);
+    for needle in needles {
+        assert!(out.stderr.contains(needle), "expected `{needle}` in:\n{}", out.stderr);
+    }
+}

@@ -1,22 +1,7 @@
 //! Bad input never panics: each case exits with code 2 and a message naming the file and the
 //! line, column or key, what was expected, and the fix.
 
-use std::path::Path;
-use vramplan_tests::{Output, vramplan};
-
-fn write(dir: &Path, name: &str, text: &[u8]) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, text).expect("write temp file");
-    path.display().to_string()
-}
-
-fn assert_bad_input(out: &Output, needles: &[&str]) {
-    assert_eq!(out.code, 2, "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
-    assert!(out.stdout.is_empty(), "nothing on stdout for bad input: {}", out.stdout);
-    for needle in needles {
-        assert!(out.stderr.contains(needle), "expected `{needle}` in:\n{}", out.stderr);
-    }
-}
+use vramplan_tests::{assert_bad_input, vramplan, write};
 
 /// A Pythia-like GPT-NeoX config with one key replaced.
 fn neox_config(key: &str, value: &str) -> String {
@@ -117,7 +102,7 @@ fn safetensors_header_that_lies_about_its_length() {
 #[test]
 fn truncated_safetensors_file() {
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "model.safetensors", &[7, 0, 0]);
+    write(dir.path(), "model.safetensors", [7, 0, 0]);
     let out = vramplan(&["inspect", &dir.path().display().to_string()]);
     assert_bad_input(&out, &["model.safetensors"]);
 }

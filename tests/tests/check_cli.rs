@@ -3,14 +3,7 @@
 //! a map that leaves a tensor on no device is reported without a memory simulation, and bad
 //! input exits 2 saying where. Module names are transformers' own, written out here.
 
-use std::path::Path;
-use vramplan_tests::{Output, vramplan};
-
-fn write(dir: &Path, name: &str, text: &str) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, text).expect("write temp file");
-    path.display().to_string()
-}
+use vramplan_tests::{Output, vramplan, write};
 
 /// A JSON object from `(key, device)` pairs, written as they are (repeats kept).
 fn map_text(entries: &[(String, String)]) -> String {
@@ -81,7 +74,7 @@ fn mixtral_experts_split_from_their_router_under_accelerate_v4() {
         map.push((format!("model.layers.{i}"), "1".into()));
     }
     map.extend(pairs(&[("model.norm", "1"), ("lm_head", "1")]));
-    let file = write(dir.path(), "mixtral.json", &map_text(&map));
+    let file = write(dir.path(), "mixtral.json", map_text(&map));
     let args = ["--hardware", "2xa100-80gb", "--quant", "nf4", "--target", "accelerate-v4", "--json"];
     let out = check(&file, "mixtral-8x7b", &args);
     assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
@@ -121,7 +114,7 @@ fn mixtral_experts_split_from_their_router_under_accelerate_v4() {
 fn tied_embeddings_on_two_gpus() {
     // GPT-2 ties `lm_head.weight` to `transformer.wte.weight`.
     let dir = tempfile::tempdir().unwrap();
-    let file = write(dir.path(), "gpt2.json", &map_text(&pairs(&[("transformer", "0"), ("lm_head", "1")])));
+    let file = write(dir.path(), "gpt2.json", map_text(&pairs(&[("transformer", "0"), ("lm_head", "1")])));
     let out = check(&file, "gpt2", &["--hardware", "t4x2", "--json"]);
     assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
     assert_eq!(
@@ -131,7 +124,7 @@ fn tied_embeddings_on_two_gpus() {
     // 124 M parameters in fp32 (0.5 GB) fit a 15 GiB T4 with room to spare.
     assert_eq!(out.json()["fits"], true);
     // Gemma-2B ties them too.
-    let file = write(dir.path(), "gemma.json", &map_text(&pairs(&[("model", "0"), ("lm_head", "1")])));
+    let file = write(dir.path(), "gemma.json", map_text(&pairs(&[("model", "0"), ("lm_head", "1")])));
     let out = check(&file, "gemma-2b", &["--hardware", "2xa100-80gb", "--json"]);
     assert_eq!(
         findings(&out),
@@ -151,7 +144,7 @@ fn split_inside_a_decoder_layer() {
         ("model.layers.17.post_attention_layernorm", "1"),
         ("model.layers.17.mlp", "0"),
     ]));
-    let file = write(dir.path(), "split.json", &map_text(&map));
+    let file = write(dir.path(), "split.json", map_text(&map));
     let out = check(&file, "llama-3-8b", &["--hardware", "2xa100-80gb", "--dtype", "bf16", "--json"]);
     assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
     let found = findings(&out);
@@ -170,7 +163,7 @@ fn uncovered_parameter_skips_the_memory_and_says_why() {
     let dir = tempfile::tempdir().unwrap();
     let mut map = llama_even_split();
     map.retain(|(k, _)| k != "lm_head");
-    let file = write(dir.path(), "no-head.json", &map_text(&map));
+    let file = write(dir.path(), "no-head.json", map_text(&map));
     let out = check(&file, "llama-3-8b", &["--hardware", "2xa100-80gb", "--json"]);
     assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
     assert_eq!(findings(&out), vec![("uncovered".to_string(), strings(&["lm_head"]))]);
@@ -187,7 +180,7 @@ fn name_listed_twice_is_read_as_written() {
     let dir = tempfile::tempdir().unwrap();
     let mut map = llama_even_split();
     map.push(("model.layers.3".into(), "1".into()));
-    let file = write(dir.path(), "twice.json", &map_text(&map));
+    let file = write(dir.path(), "twice.json", map_text(&map));
     let out = check(&file, "llama-3-8b", &["--hardware", "2xa100-80gb", "--json"]);
     assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
     assert_eq!(findings(&out), vec![("listed-twice".to_string(), strings(&["model.layers.3"]))]);
@@ -211,7 +204,7 @@ fn clean_maps_pass() {
     assert_eq!(json["fits"], true);
     assert_eq!(json["findings"], serde_json::json!([]));
     // Llama 3 8B in bf16 (16 GB of weights) split evenly by hand over two 80 GB GPUs.
-    let even = write(dir.path(), "even.json", &map_text(&llama_even_split()));
+    let even = write(dir.path(), "even.json", map_text(&llama_even_split()));
     for target in ["accelerate", "pipeline"] {
         let out =
             check(&even, "llama-3-8b", &["--hardware", "2xa100-80gb", "--dtype", "bf16", "--target", target]);

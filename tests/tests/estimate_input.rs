@@ -2,21 +2,11 @@
 //! where, and the fix; a workload that cannot fit exits with 1 and one that surely fits with 0;
 //! `--json` prints one document with the promised fields; odd precision choices warn.
 
-use std::path::Path;
-use vramplan_tests::{Output, shared_model, vramplan};
+use vramplan_tests::{Output, assert_bad_input, shared_model, vramplan, write};
 
-fn write(dir: &Path, name: &str, text: &str) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, text).expect("write temp file");
-    path.display().to_string()
-}
-
-fn assert_bad_input(out: &Output, needles: &[&str]) {
-    assert_eq!(out.code, 2, "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
-    assert!(out.stdout.is_empty(), "nothing on stdout for bad input: {}", out.stdout);
-    for needle in needles {
-        assert!(out.stderr.contains(needle), "expected `{needle}` in:\n{}", out.stderr);
-    }
+/// Bad input with a fix (or clap's list of possible values).
+fn assert_refused(out: &Output, needles: &[&str]) {
+    assert_bad_input(out, needles);
     assert!(out.stderr.contains("fix:") || out.stderr.contains("possible values"), "{}", out.stderr);
 }
 
@@ -33,7 +23,7 @@ fn estimate(extra: &[&str]) -> Output {
 
 #[test]
 fn batch_zero() {
-    assert_bad_input(&estimate(&["--batch", "0"]), &["`batch` is 0", "--batch 1"]);
+    assert_refused(&estimate(&["--batch", "0"]), &["`batch` is 0", "--batch 1"]);
 }
 
 #[test]
@@ -53,7 +43,7 @@ fn lora_target_that_matches_nothing_lists_the_linear_layers() {
 fn unknown_dtype() {
     let model = llama3();
     let out = vramplan(&["estimate", &model, "--hardware", "t4", "--dtype", "fp12"]);
-    assert_bad_input(&out, &["--dtype", "unknown dtype `fp12`", "bf16"]);
+    assert_refused(&out, &["--dtype", "unknown dtype `fp12`", "bf16"]);
 }
 
 #[test]
@@ -67,7 +57,7 @@ fn unknown_optimizer_lists_the_accepted_ones() {
 
 #[test]
 fn unknown_quant_suggests_the_gguf_type() {
-    assert_bad_input(&estimate(&["--quant", "Q4_KM"]), &["--quant", "did you mean `Q4_K_M`"]);
+    assert_refused(&estimate(&["--quant", "Q4_KM"]), &["--quant", "did you mean `Q4_K_M`"]);
 }
 
 #[test]
@@ -105,7 +95,7 @@ fn device_map_gpu_index_out_of_range() {
 fn device_map_with_a_device_string() {
     let dir = tempfile::tempdir().unwrap();
     let map = write(dir.path(), "map.json", r#"{"": "cuda:1"}"#);
-    assert_bad_input(&estimate(&["--device-map", &map]), &["\"cuda:1\"", "without quotes: 1"]);
+    assert_refused(&estimate(&["--device-map", &map]), &["\"cuda:1\"", "without quotes: 1"]);
 }
 
 #[test]
@@ -117,7 +107,7 @@ fn malformed_workload_yaml_names_line_and_column() {
         &[&format!("{file}:3:1"), "unknown field `optimiser`", "optimizer", "docs/workloads.md"],
     );
     let file = write(dir.path(), "v.yaml", "mode: train\nquant: {kind: nf5}\n");
-    assert_bad_input(&estimate(&["--workload", &file]), &[&format!("{file}:2:"), "nf5"]);
+    assert_refused(&estimate(&["--workload", &file]), &[&format!("{file}:2:"), "nf5"]);
 }
 
 #[test]
@@ -135,7 +125,7 @@ fn flag_overrides_the_file_and_bad_flag_value_after_a_good_file() {
     let dir = tempfile::tempdir().unwrap();
     let file = write(dir.path(), "w.yaml", "mode: inference\nbatch: 0\n");
     // The file's batch 0 is refused, unless a flag replaces it.
-    assert_bad_input(&estimate(&["--workload", &file]), &["`batch` is 0"]);
+    assert_refused(&estimate(&["--workload", &file]), &["`batch` is 0"]);
     let model = shared_model("meta-llama__Meta-Llama-3-8B");
     let out = vramplan(&[
         "estimate",

@@ -3,21 +3,12 @@
 //! spellings beside them still work.
 
 use std::path::Path;
-use vramplan_tests::{Output, vramplan};
+use vramplan_tests::{Output, assert_bad_input, vramplan, write};
 
-fn write(dir: &Path, name: &str, text: &str) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, text).expect("write temp file");
-    path.display().to_string()
-}
-
-fn assert_bad_input(out: &Output, needles: &[&str]) {
-    assert_eq!(out.code, 2, "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
-    assert!(out.stdout.is_empty(), "nothing on stdout for bad input: {}", out.stdout);
+/// Bad input with a `fix:` line.
+fn assert_refused(out: &Output, needles: &[&str]) {
+    assert_bad_input(out, needles);
     assert!(out.stderr.contains("fix: "), "a fix is given:\n{}", out.stderr);
-    for needle in needles {
-        assert!(out.stderr.contains(needle), "expected `{needle}` in:\n{}", out.stderr);
-    }
 }
 
 fn assert_ok(out: &Output) {
@@ -34,10 +25,10 @@ fn plan(extra: &[&str]) -> Output {
 
 #[test]
 fn a_bare_headroom_of_one_or_more_is_refused_with_both_spellings() {
-    assert_bad_input(&plan(&["--headroom", "2"]), &["--headroom", "`2`", "write `2%`", "`0.02`"]);
-    assert_bad_input(&plan(&["--headroom", "1"]), &["--headroom", "write `1%`", "`0.01`"]);
-    assert_bad_input(&plan(&["--headroom", "95%"]), &["--headroom", "0 to 90 %"]);
-    assert_bad_input(&plan(&["--headroom", "nan"]), &["--headroom", "`nan`"]);
+    assert_refused(&plan(&["--headroom", "2"]), &["--headroom", "`2`", "write `2%`", "`0.02`"]);
+    assert_refused(&plan(&["--headroom", "1"]), &["--headroom", "write `1%`", "`0.01`"]);
+    assert_refused(&plan(&["--headroom", "95%"]), &["--headroom", "0 to 90 %"]);
+    assert_refused(&plan(&["--headroom", "nan"]), &["--headroom", "`nan`"]);
 }
 
 #[test]
@@ -60,49 +51,49 @@ fn a_headroom_as_percent_or_share_below_one_is_one_figure() {
 #[test]
 fn a_reversed_pin_range_is_refused() {
     let out = plan(&["--pin", "model.layers.5-2=0"]);
-    assert_bad_input(&out, &["--pin", "model.layers.5-2", "backwards", "write `model.layers.2-5=0`"]);
+    assert_refused(&out, &["--pin", "model.layers.5-2", "backwards", "write `model.layers.2-5=0`"]);
 }
 
 #[test]
 fn a_pin_range_past_the_last_layer_names_the_layer_count() {
     let out = plan(&["--pin", "model.layers.0-99=0"]);
-    assert_bad_input(&out, &["--pin", "model.layers.0-99", "32 layers", "write `model.layers.0-31=0`"]);
+    assert_refused(&out, &["--pin", "model.layers.0-99", "32 layers", "write `model.layers.0-31=0`"]);
 }
 
 #[test]
 fn two_pins_of_one_module_are_refused_naming_both() {
     let out = plan(&["--pin", "lm_head=0", "--pin", "lm_head=1"]);
-    assert_bad_input(&out, &["--pin", "`lm_head` is pinned twice", "GPU 0", "GPU 1"]);
+    assert_refused(&out, &["--pin", "`lm_head` is pinned twice", "GPU 0", "GPU 1"]);
     let out = plan(&["--pin", "model.layers.0-3=0", "--pin", "model.layers.2=1"]);
-    assert_bad_input(&out, &["`model.layers.2` is pinned twice", "`model.layers.0-3`", "`model.layers.2`"]);
+    assert_refused(&out, &["`model.layers.2` is pinned twice", "`model.layers.0-3`", "`model.layers.2`"]);
 }
 
 #[test]
 fn a_pin_to_a_gpu_the_profile_lacks_names_the_gpus() {
     let out = plan(&["--pin", "lm_head=7"]);
-    assert_bad_input(&out, &["--pin", "key `lm_head`", "no GPU 7", "GPUs are 0, 1"]);
+    assert_refused(&out, &["--pin", "key `lm_head`", "no GPU 7", "GPUs are 0, 1"]);
     assert!(!out.stderr.contains("Gpu(7)"), "{}", out.stderr);
     let out = plan(&["--pin", "lm_head=cpu", "--no-offload"]);
-    assert_bad_input(&out, &["--pin", "no cpu", "--no-offload"]);
+    assert_refused(&out, &["--pin", "no cpu", "--no-offload"]);
 }
 
 #[test]
 fn pins_against_the_layer_order_say_why() {
     let out = plan(&["--pin", "model.layers.2=1", "--pin", "model.layers.5=0"]);
-    assert_bad_input(&out, &["--pin", "key `model.layers.5`", "runs after `model.layers.2`", "in order"]);
+    assert_refused(&out, &["--pin", "key `model.layers.5`", "runs after `model.layers.2`", "in order"]);
     // The head runs last: pinned to GPU 0, the whole model would have to fit there.
     let out = plan(&["--pin", "lm_head=0"]);
-    assert_bad_input(&out, &["--pin", "key `lm_head`", "every unit before it", "GPU 0", "a later device"]);
+    assert_refused(&out, &["--pin", "key `lm_head`", "every unit before it", "GPU 0", "a later device"]);
     // The first layer on GPU 1 leaves every later layer to GPU 1 alone without offload.
     let out = plan(&["--pin", "model.layers.0=1", "--no-offload"]);
-    assert_bad_input(&out, &["--pin", "every unit after it", "an earlier device"]);
+    assert_refused(&out, &["--pin", "every unit after it", "an earlier device"]);
 }
 
 #[test]
 fn tied_weights_pinned_apart_are_refused() {
     let out =
         vramplan(&["plan", "gpt2", "--hardware", "t4x2", "--pin", "transformer.wte=0", "--pin", "lm_head=1"]);
-    assert_bad_input(&out, &["--pin", "tied weights", "`transformer.wte`", "`lm_head`"]);
+    assert_refused(&out, &["--pin", "tied weights", "`transformer.wte`", "`lm_head`"]);
 }
 
 #[test]
@@ -143,7 +134,7 @@ fn expert_loads(edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value
 #[test]
 fn a_correct_expert_load_is_used() {
     let dir = tempfile::tempdir().unwrap();
-    let file = write(dir.path(), "load.json", &expert_loads(|_| {}));
+    let file = write(dir.path(), "load.json", expert_loads(|_| {}));
     assert_ok(&expert_plan(&file));
 }
 
@@ -167,7 +158,7 @@ fn an_expert_load_missing_a_layer_is_refused() {
         m.remove("model.layers.7.mlp.experts");
     });
     let out = expert_plan(&write(dir.path(), "load.json", &text));
-    assert_bad_input(&out, &["load.json", "1 of the 32 MoE layers", "model.layers.7.mlp.experts"]);
+    assert_refused(&out, &["load.json", "1 of the 32 MoE layers", "model.layers.7.mlp.experts"]);
 }
 
 #[test]
@@ -177,11 +168,11 @@ fn negative_or_non_finite_expert_loads_are_refused() {
         m.insert("model.layers.4.mlp.experts".into(), serde_json::json!([1, 2, 3, -4, 5, 6, 7, 8]));
     });
     let out = expert_plan(&write(dir.path(), "negative.json", &text));
-    assert_bad_input(&out, &["negative.json:", "`model.layers.4.mlp.experts`[3] is -4", "≥ 0"]);
+    assert_refused(&out, &["negative.json:", "`model.layers.4.mlp.experts`[3] is -4", "≥ 0"]);
     // JSON has no infinity: an overflowing number is where a non-finite load would come from.
     let text = expert_loads(|_| {}).replacen("100", "1e999", 1);
     let out = expert_plan(&write(dir.path(), "infinite.json", &text));
-    assert_bad_input(&out, &["infinite.json:", "out of range"]);
+    assert_refused(&out, &["infinite.json:", "out of range"]);
 }
 
 #[test]
@@ -200,11 +191,11 @@ fn an_expert_load_for_an_unknown_layer_is_refused() {
 #[test]
 fn an_expert_load_on_a_dense_model_or_a_layer_target_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let file = write(dir.path(), "load.json", &expert_loads(|_| {}));
+    let file = write(dir.path(), "load.json", expert_loads(|_| {}));
     let out = plan(&["--expert-load", &file]);
-    assert_bad_input(&out, &["--expert-load", "dense model", "leave out --expert-load"]);
+    assert_refused(&out, &["--expert-load", "dense model", "leave out --expert-load"]);
     let out = vramplan(&["plan", "mixtral-8x7b", "--hardware", "a100-80gb-x4", "--expert-load", &file]);
-    assert_bad_input(&out, &["--expert-load", "--target accelerate", "--target expert-parallel"]);
+    assert_refused(&out, &["--expert-load", "--target accelerate", "--target expert-parallel"]);
 }
 
 // estimate --plan
@@ -227,9 +218,9 @@ fn a_plan_file_for_another_model_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = written_plan(dir.path());
     let out = vramplan(&["estimate", "llama-3-8b", "--hardware", "t4x2", "--plan", &path]);
-    assert_bad_input(&out, &["plan.yaml", "key `model`", "written for `llama-2-7b`, not `llama-3-8b`"]);
+    assert_refused(&out, &["plan.yaml", "key `model`", "written for `llama-2-7b`, not `llama-3-8b`"]);
     let out = vramplan(&["estimate", "gpt2", "--hardware", "t4x2", "--plan", &path]);
-    assert_bad_input(&out, &["key `model`", "vramplan plan gpt2"]);
+    assert_refused(&out, &["key `model`", "vramplan plan gpt2"]);
 }
 
 #[test]
@@ -238,12 +229,12 @@ fn a_plan_file_of_an_unknown_version_is_refused() {
     let path = written_plan(dir.path());
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.starts_with("vramplan_plan: 1\n"), "{text}");
-    let newer = write(dir.path(), "newer.yaml", &text.replacen("vramplan_plan: 1", "vramplan_plan: 2", 1));
+    let newer = write(dir.path(), "newer.yaml", text.replacen("vramplan_plan: 1", "vramplan_plan: 2", 1));
     let out = vramplan(&["estimate", "llama-2-7b", "--hardware", "t4x2", "--plan", &newer]);
-    assert_bad_input(&out, &["newer.yaml:1:", "`vramplan_plan: 2`", "version 1", "vramplan plan"]);
+    assert_refused(&out, &["newer.yaml:1:", "`vramplan_plan: 2`", "version 1", "vramplan plan"]);
     let none = write(dir.path(), "none.yaml", text.trim_start_matches("vramplan_plan: 1\n"));
     let out = vramplan(&["estimate", "llama-2-7b", "--hardware", "t4x2", "--plan", &none]);
-    assert_bad_input(&out, &["none.yaml", "key `vramplan_plan`"]);
+    assert_refused(&out, &["none.yaml", "key `vramplan_plan`"]);
 }
 
 // profiles --json
