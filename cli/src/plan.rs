@@ -12,13 +12,12 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 use vramplan_profiles::InputError;
 use vramplan_solver::Runtime;
 use vramplan_solver::build::{Request, parse_pin};
 use vramplan_solver::explain::{Explanation, explain};
 use vramplan_solver::export::{Format, export};
-use vramplan_solver::plan::{Plan, Settings, SolverKind, Verdict, plan};
+use vramplan_solver::plan::{Plan, Settings, SolverKind, Verdict, deadline_after, plan, seconds_left};
 
 #[derive(Args, Debug)]
 pub(crate) struct PlanArgs {
@@ -79,9 +78,9 @@ struct PlanOutput<'a> {
 
 /// Runs `vramplan plan`.
 pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputError> {
-    let started = Instant::now();
     // What is left of `--time-limit`, for the next stage.
-    let left = || args.time_limit.map(|limit| (limit - started.elapsed().as_secs_f64()).max(0.0));
+    let deadline = deadline_after(args.time_limit);
+    let left = || seconds_left(deadline);
     let runtime = Runtime::parse(&args.target)?;
     let solver = match args.solver.as_str() {
         "ilp" => SolverKind::Ilp,
@@ -228,12 +227,8 @@ fn read_expert_load(
         .collect();
     let at = |key: &str, problem: String| {
         let e = InputError::new(origin.clone(), problem);
-        match text.find(&format!("\"{key}\"")) {
-            Some(offset) => {
-                let line = text[..offset].matches('\n').count() as u64 + 1;
-                let column = (offset - text[..offset].rfind('\n').map_or(0, |n| n + 1)) as u64 + 1;
-                e.at_line(line, column)
-            }
+        match vramplan_sim::device_map::locate_key(&text, key, 0) {
+            Some((line, column)) => e.at_line(line, column),
             None => e.at_key(key),
         }
     };

@@ -397,8 +397,8 @@ fn tensor_path(module: &Module, name: &str) -> String {
 }
 
 /// The 1-based line and column of the `nth` (from 0) occurrence of `"key"` used as an object
-/// key in `text`.
-fn locate_key(text: &str, key: &str, nth: usize) -> Option<(u64, u64)> {
+/// key in the JSON `text`.
+pub fn locate_key(text: &str, key: &str, nth: usize) -> Option<(u64, u64)> {
     let quoted = format!("\"{key}\"");
     let mut from = 0;
     let mut seen = 0;

@@ -117,7 +117,7 @@ pub fn export(
         Format::Pipeline => pipeline(plan)?,
         Format::Yaml => {
             let file = PlanFile {
-                vramplan_plan: 1,
+                vramplan_plan: PLAN_VERSION,
                 model: model.to_string(),
                 hardware: hardware.to_string(),
                 target: plan.target.name().to_string(),

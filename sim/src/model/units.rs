@@ -262,11 +262,11 @@ fn describe(
         autocast_params: 0,
         largest_quantized_linear: 0,
     };
+    // bitsandbytes replaces `nn.Linear` modules only: transformers 5.x's fused experts (3-D
+    // `nn.Parameter`s) stay at the load dtype under `load_in_4bit`/`load_in_8bit`, where 4.x's
+    // listed experts, each an `nn.Linear`, are quantized.
+    let bitsandbytes = matches!(workload.quant, Quant::Int8 | Quant::Nf4 { .. } | Quant::Fp4 { .. });
     module.visit(&mut |m| {
-        // bitsandbytes replaces `nn.Linear` modules only: transformers 5.x's fused experts
-        // (3-D `nn.Parameter`s) stay at the load dtype under `load_in_4bit`/`load_in_8bit`,
-        // where 4.x's listed experts, each an `nn.Linear`, are quantized.
-        let bitsandbytes = matches!(workload.quant, Quant::Int8 | Quant::Nf4 { .. } | Quant::Fp4 { .. });
         let quantizable = match m.kind {
             ModuleKind::Linear => true,
             ModuleKind::Experts { .. } => !bitsandbytes,
