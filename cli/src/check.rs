@@ -18,9 +18,6 @@ use vramplan_sim::{Placement, device_map};
 use vramplan_solver::Runtime;
 use vramplan_solver::check::{Finding, Rule, check_device_map};
 
-/// Exit code when the map has a mismatch or does not fit.
-const EXIT_NOT_CLEAN: i32 = 1;
-
 #[derive(Args, Debug)]
 pub(crate) struct CheckArgs {
     /// An accelerate device_map JSON: module name → GPU index, "cpu" or "disk".
@@ -101,7 +98,7 @@ pub(crate) fn run(args: &CheckArgs, out: &mut dyn Write) -> Result<i32, InputErr
         vramplan_reports::check_table(runtime, estimate.as_ref(), memory_skipped.as_deref(), &findings)
     };
     crate::print(out, &text)?;
-    Ok(if ok { 0 } else { EXIT_NOT_CLEAN })
+    Ok(if ok { 0 } else { crate::EXIT_NEGATIVE })
 }
 
 /// A map that does not read under the target's module naming but reads under the other one

@@ -15,9 +15,6 @@ use vramplan_sim::workload::{Engine, Parallelism, Workload};
 use vramplan_sim::{Placement, device_map};
 use vramplan_solver::export::{PlanFile, read_plan_file};
 
-/// Exit code when the workload does not fit.
-const EXIT_DOES_NOT_FIT: i32 = 1;
-
 #[derive(Args, Debug)]
 pub(crate) struct EstimateArgs {
     #[command(flatten)]
@@ -297,7 +294,7 @@ pub(crate) fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<i32, Input
     let text =
         if args.json { crate::json_text(&estimate) } else { vramplan_reports::estimate_table(&estimate) };
     crate::print(out, &text)?;
-    Ok(if estimate.fits { 0 } else { EXIT_DOES_NOT_FIT })
+    Ok(if estimate.fits { 0 } else { crate::EXIT_NEGATIVE })
 }
 
 /// Refuses a plan file written for another model than `given`: the same spelling, or a spec
@@ -349,9 +346,7 @@ fn check_plan_model(
             }
         }
         Err(_) => {
-            let unknown = plan.device_map.keys().find(|key| {
-                !key.is_empty() && model.root.find(key).is_none() && model.root.tensor(key).is_none()
-            });
+            let unknown = plan.device_map.keys().find(|key| !key.is_empty() && !model.has_path(key));
             if let Some(key) = unknown {
                 return Err(mismatch(format!("its device map places `{key}`, which {given} does not have")));
             }

@@ -20,8 +20,6 @@ use vramplan_profiles::model::{self, ImportOptions, Naming};
 pub const EXIT_NEGATIVE: i32 = 1;
 /// Exit code for bad input.
 pub const EXIT_BAD_INPUT: i32 = 2;
-/// Exit code when `validate` finds no usable device.
-pub const EXIT_NO_DEVICE: i32 = 3;
 /// Exit code when `--time-limit` ran out before an answer either way.
 pub const EXIT_NO_ANSWER: i32 = 4;
 

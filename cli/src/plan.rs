@@ -14,7 +14,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use vramplan_profiles::InputError;
 use vramplan_solver::Runtime;
-use vramplan_solver::build::{Request, parse_pin};
+use vramplan_solver::build::{Request, experts_module, parse_pin};
 use vramplan_solver::explain::{Explanation, explain};
 use vramplan_solver::export::{Format, export};
 use vramplan_solver::plan::{Plan, Settings, SolverKind, Verdict, deadline_after, plan, seconds_left};
@@ -223,7 +223,10 @@ fn read_expert_load(
         .layers
         .iter()
         .filter(|l| l.moe)
-        .map(|l| (l.path.clone(), experts_module(model, &l.path).unwrap_or_else(|| l.path.clone())))
+        .map(|l| {
+            let experts = experts_module(model, &l.path).map_or_else(|| l.path.clone(), |m| m.path.clone());
+            (l.path.clone(), experts)
+        })
         .collect();
     let at = |key: &str, problem: String| {
         let e = InputError::new(origin.clone(), problem);
@@ -285,17 +288,6 @@ fn read_expert_load(
         .with_fix("give every MoE layer's loads, measured over the same tokens"));
     }
     Ok(loads)
-}
-
-/// The routed-experts module inside block `block`.
-fn experts_module(model: &vramplan_profiles::model::ModelDescription, block: &str) -> Option<String> {
-    let mut found = None;
-    model.root.find(block)?.visit(&mut |m| {
-        if found.is_none() && matches!(m.kind, vramplan_profiles::model::ModuleKind::Experts { .. }) {
-            found = Some(m.path.clone());
-        }
-    });
-    found
 }
 
 /// Writes `text` to `path` through a temporary file in the same folder and a rename, so that

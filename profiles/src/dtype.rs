@@ -78,6 +78,31 @@ impl DType {
         }
     }
 
+    /// torch's name (`torch.bfloat16` without the module), for the Python vramplan prints.
+    pub fn torch_name(self) -> &'static str {
+        match self {
+            DType::F64 => "float64",
+            DType::F32 => "float32",
+            DType::F16 => "float16",
+            DType::BF16 => "bfloat16",
+            DType::F8E4M3 => "float8_e4m3fn",
+            DType::F8E5M2 => "float8_e5m2",
+            DType::F8E8M0 => "float8_e8m0fnu",
+            DType::F4 => "float4_e2m1fn_x2",
+            DType::I64 => "int64",
+            DType::I32 => "int32",
+            DType::I16 => "int16",
+            DType::I8 => "int8",
+            DType::U64 => "uint64",
+            DType::U32 => "uint32",
+            DType::U16 => "uint16",
+            DType::U8 => "uint8",
+            // torch has no 4-bit integer dtype; bitsandbytes packs two values in a uint8.
+            DType::I4 => "uint8",
+            DType::Bool => "bool",
+        }
+    }
+
     /// The short name vramplan prints (`bf16`, `fp8_e4m3`).
     pub fn name(self) -> &'static str {
         match self {

@@ -344,7 +344,10 @@ fn check(fixture: &Value, naming: Naming, applied: &RefCell<BTreeSet<usize>>) ->
     // Module sizes.
     if let Some(sizes) = fixture["module_sizes"].as_object() {
         for (dtype_name, theirs) in sizes {
-            let Some(dtype) = DType::parse(dtype_name) else { continue };
+            let Some(dtype) = DType::parse(dtype_name) else {
+                out.push(format!("module sizes at an unknown dtype `{dtype_name}`"));
+                continue;
+            };
             let mine = module_sizes(&ours, &modules, dtype);
             let theirs: BTreeMap<String, u64> = serde_json::from_value(theirs.clone()).unwrap_or_default();
             let missing: Vec<&String> = theirs.keys().filter(|k| !mine.contains_key(*k)).collect();
@@ -414,10 +417,11 @@ fn every_builtin_matches_transformers() {
         }
     }
     let mut report = String::new();
-    if !unbuildable.is_empty() {
-        report += &format!("transformers could not build (not checked):\n  {}\n", unbuildable.join("\n  "));
-    }
     let mut failures = String::new();
+    if !unbuildable.is_empty() {
+        // Every built-in builds in both versions today: one that stops building is unchecked.
+        failures += &format!("transformers could not build (not checked):\n  {}\n", unbuildable.join("\n  "));
+    }
     for (i, d) in DEVIATIONS.iter().enumerate() {
         let tag = tag(d.naming);
         let seen = applied.borrow().contains(&i);

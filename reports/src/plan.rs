@@ -180,13 +180,7 @@ pub fn accelerate_loading(
     let host = on(Tier::Cpu) || on(Tier::Disk);
     let mut args = vec![format!("device_map=json.load(open({file:?}))")];
     if let Some(dtype) = workload.weight_dtype.filter(|d| d.is_float()) {
-        let torch = match dtype.name() {
-            "fp32" => "float32",
-            "fp16" => "float16",
-            "bf16" => "bfloat16",
-            other => other,
-        };
-        args.push(format!("dtype=torch.{torch}"));
+        args.push(format!("dtype=torch.{}", dtype.torch_name()));
     }
     let bnb = match &workload.quant {
         Quant::Int8 => Some("load_in_8bit=True".to_string()),

@@ -19,7 +19,7 @@ use std::fmt;
 use std::path::Path;
 use vramplan_profiles::InputError;
 use vramplan_profiles::hardware::HardwareProfile;
-use vramplan_profiles::model::{ModelDescription, Module, TensorKind};
+use vramplan_profiles::model::{ModelDescription, Module, TensorKind, join};
 
 /// How many unplaced tensors or unknown names an error lists before counting the rest.
 const LISTED: usize = 5;
@@ -264,8 +264,7 @@ fn suggest_path(model: &ModelDescription, name: &str) -> Option<String> {
             .iter()
             .map(|c| if rest.is_empty() { format!("{prefix}{c}") } else { format!("{prefix}{c}.{rest}") })
             .collect();
-        let exists = |p: &String| model.root.find(p).is_some() || model.root.tensor(p).is_some();
-        let found: Vec<&String> = fixed.iter().filter(|p| exists(p)).collect();
+        let found: Vec<&String> = fixed.iter().filter(|p| model.has_path(p)).collect();
         let best: Vec<String> = if found.is_empty() {
             close.iter().map(|c| format!("{prefix}{c}")).collect()
         } else {
@@ -294,7 +293,7 @@ pub fn unplaced(model: &ModelDescription, placement: &Placement) -> Unplaced {
     let mut tensors = Vec::new();
     model.root.visit(&mut |m| {
         for t in m.tensors.iter().filter(|t| in_state_dict(t.kind)) {
-            let path = tensor_path(m, &t.name);
+            let path = join(&m.path, &t.name);
             if placement.target_of(&path).is_none() {
                 tensors.push(path);
             }
@@ -367,7 +366,7 @@ fn unplaced_modules<'a>(module: &'a Module, placement: &Placement, f: &mut dyn F
         .tensors
         .iter()
         .filter(|t| in_state_dict(t.kind))
-        .any(|t| placement.target_of(&tensor_path(module, &t.name)).is_none());
+        .any(|t| placement.target_of(&join(&module.path, &t.name)).is_none());
     if own_unplaced && !module.path.is_empty() {
         f(&module.path);
         return;
@@ -384,16 +383,12 @@ fn count_unplaced(module: &Module, placement: &Placement) -> (usize, usize) {
     module.visit(&mut |m| {
         for t in m.tensors.iter().filter(|t| in_state_dict(t.kind)) {
             total += 1;
-            if placement.target_of(&tensor_path(m, &t.name)).is_none() {
+            if placement.target_of(&join(&m.path, &t.name)).is_none() {
                 unplaced += 1;
             }
         }
     });
     (total, unplaced)
-}
-
-fn tensor_path(module: &Module, name: &str) -> String {
-    if module.path.is_empty() { name.to_string() } else { format!("{}.{name}", module.path) }
 }
 
 /// The 1-based line and column of the `nth` (from 0) occurrence of `"key"` used as an object

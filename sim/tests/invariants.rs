@@ -34,7 +34,13 @@ fn allocated_within_reserved_within_device_used_for_every_built_in() {
         let model = model::load(name, ImportOptions::default()).expect("built-in");
         let placement = Placement::even_layers(&model, 8);
         for (label, workload) in workloads() {
-            let Ok(first) = estimate(&model, &hardware, &workload, &placement) else { continue };
+            let first = match estimate(&model, &hardware, &workload, &placement) {
+                Ok(first) => first,
+                Err(e) => {
+                    failures.push(format!("{name} {label}: {e}"));
+                    continue;
+                }
+            };
             let again = estimate(&model, &hardware, &workload, &placement).expect("the same inputs");
             if first.devices != again.devices {
                 failures.push(format!("{name} {label}: two runs differ"));

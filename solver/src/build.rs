@@ -19,7 +19,7 @@ use crate::runtime::Runtime;
 use std::collections::BTreeMap;
 use vramplan_profiles::InputError;
 use vramplan_profiles::hardware::HardwareProfile;
-use vramplan_profiles::model::{ModelDescription, ModuleKind};
+use vramplan_profiles::model::{ModelDescription, Module, ModuleKind};
 use vramplan_sim::charges::{self, UnitRole};
 use vramplan_sim::engines::{gguf, llamacpp};
 use vramplan_sim::placement::covers;
@@ -425,10 +425,15 @@ fn expert_units(
 
 /// The routed-experts module inside block `block` and its parameter count.
 fn experts_of(model: &ModelDescription, block: &str) -> Option<(String, u64)> {
+    experts_module(model, block).map(|m| (m.path.clone(), m.params()))
+}
+
+/// The routed-experts module inside the block at `block`.
+pub fn experts_module<'m>(model: &'m ModelDescription, block: &str) -> Option<&'m Module> {
     let mut found = None;
     model.root.find(block)?.visit(&mut |m| {
         if found.is_none() && matches!(m.kind, ModuleKind::Experts { .. }) {
-            found = Some((m.path.clone(), m.params()));
+            found = Some(m);
         }
     });
     found
@@ -513,7 +518,7 @@ fn expand_pattern(pattern: &str) -> Vec<String> {
 
 /// Whether the unit named `unit` is `path` or inside it.
 fn unit_under(unit: &str, path: &str) -> bool {
-    unit == path || unit.strip_prefix(path).is_some_and(|rest| rest.starts_with('.') || rest.starts_with('['))
+    covers(path, unit) || unit.strip_prefix(path).is_some_and(|rest| rest.starts_with('['))
 }
 
 /// The indices `i` for which some unit is `prefix.i` or inside it, sorted.
@@ -534,8 +539,8 @@ fn indices_under(built: &Built, prefix: &str) -> Vec<u32> {
 }
 
 /// The devices of the problem in its order, for messages: `GPU 0, GPU 1, cpu, disk`.
-fn device_list(built: &Built) -> String {
-    built.problem.devices.iter().map(|d| d.tier.to_string()).collect::<Vec<_>>().join(", ")
+fn device_list(devices: &[Device]) -> String {
+    devices.iter().map(|d| d.tier.to_string()).collect::<Vec<_>>().join(", ")
 }
 
 /// Why a device is not in the plan, for a pin to it.
@@ -713,20 +718,22 @@ fn check_pin_order(
 ) -> Result<(), InputError> {
     let units = &built.problem.units;
     let devices = &built.problem.devices;
-    let position = |u: usize| {
-        units[u].order.or_else(|| {
-            let group = built.problem.together.iter().find(|g| g.contains(&u))?;
-            units[group[0]].order
+    let position: Vec<Option<u32>> = (0..units.len())
+        .map(|u| {
+            units[u].order.or_else(|| {
+                let group = built.problem.together.iter().find(|g| g.contains(&u))?;
+                units[group[0]].order
+            })
         })
-    };
+        .collect();
     let rule = format!(
         "{} runs the layers in order, so the plan keeps each later layer on the same or a later device, \
          in the order {}",
         request.runtime.name(),
-        device_list(built)
+        device_list(devices)
     );
     let mut pinned: Vec<(u32, usize, &str, usize)> =
-        by_unit.iter().filter_map(|(&u, &(p, d))| Some((position(u)?, u, p, d))).collect();
+        by_unit.iter().filter_map(|(&u, &(p, d))| Some((position[u]?, u, p, d))).collect();
     pinned.sort_unstable();
     for w in pinned.windows(2) {
         let ((_, a, pa, da), (_, b, pb, db)) = (w[0], w[1]);
@@ -752,7 +759,7 @@ fn check_pin_order(
         let mut before = 0u64;
         let mut after = 0u64;
         for (v, unit) in units.iter().enumerate() {
-            let Some(p) = position(v) else { continue };
+            let Some(p) = position[v] else { continue };
             let count = u64::from(unit.count);
             if p <= at {
                 before = before.saturating_add(count.saturating_mul(unit.resident_bytes + unit.peak_bytes));
@@ -774,14 +781,13 @@ fn check_pin_order(
             None
         };
         if let Some((side, need, room, span, instead)) = side {
-            let span: Vec<String> = span.iter().map(|x| x.tier.to_string()).collect();
             return Err(InputError::new(
                 "--pin",
                 format!(
                     "{}: it and every unit {side} it must sit on {}, with room for {}, and they \
                      need at least {}; {rule}",
                     pinned_to(&units[u].name, devices[d].tier, pattern),
-                    span.join(", "),
+                    device_list(span),
                     vramplan_profiles::units::format_bytes(room),
                     vramplan_profiles::units::format_bytes(need)
                 ),

@@ -109,6 +109,16 @@ enum Probe {
     Unknown,
 }
 
+impl Probe {
+    /// The largest GPU utilisation when it fits.
+    fn utilisation(self) -> Option<f64> {
+        match self {
+            Probe::Fits(utilisation) => Some(utilisation),
+            Probe::DoesNotFit | Probe::Unknown => None,
+        }
+    }
+}
+
 /// The probes' shared settings and deadline, and whether any probe since the last
 /// [`Probes::take_undecided`] ended without an answer.
 struct Probes {
@@ -150,10 +160,7 @@ impl Probes {
         workload: &Workload,
         request: &Request,
     ) -> Option<f64> {
-        match self.plan(model, hardware, workload, request).0 {
-            Probe::Fits(utilisation) => Some(utilisation),
-            Probe::DoesNotFit | Probe::Unknown => None,
-        }
+        self.plan(model, hardware, workload, request).0.utilisation()
     }
 
     /// Whether a probe since the last call ran out of time; resets the flag.
@@ -341,10 +348,7 @@ fn remedies(
         let on_cpu = found
             .as_ref()
             .map_or(0, |p| p.device_map.iter().filter(|(_, t)| !matches!(t, crate::Tier::Gpu(_))).count());
-        let utilisation = match probe {
-            Probe::Fits(u) => Some(u),
-            Probe::DoesNotFit | Probe::Unknown => None,
-        };
+        let utilisation = probe.utilisation();
         let change = if utilisation.is_some() {
             format!("{on_cpu} modules offloaded to the CPU (slower: weights cross PCIe every step)")
         } else {
@@ -356,16 +360,18 @@ fn remedies(
     let n = hardware.devices.len() as u32;
     let mut candidates = vec![(workload.clone(), String::new(), String::new())];
     candidates.extend(quantized);
+    let kind = hardware.devices.first().map_or_else(String::new, |d| d.name.clone());
     for (w, label, flags) in candidates {
+        // Each count that fits, with its profile and spelling, so the answer is not loaded again.
         let mut seen = BTreeMap::new();
         let found = fewest(n + 1, MAX_GPUS, |k| {
-            let fit = more_gpus(hardware, k).and_then(|(h, _)| probes.fits(model, &h, &w, request));
-            seen.extend(fit.map(|u| (k, u)));
+            let Some((h, spec)) = more_gpus(hardware, k) else { return false };
+            let fit = probes.fits(model, &h, &w, request);
+            seen.extend(fit.map(|u| (k, (u, h, spec))));
             fit.is_some()
         });
-        let kind = hardware.devices.first().map_or_else(String::new, |d| d.name.clone());
-        match found.and_then(|k| more_gpus(hardware, k).map(|(h, spec)| (k, h, spec))) {
-            Some((k, h, spec)) => {
+        match found.and_then(|k| seen.remove(&k).map(|(u, h, spec)| (k, u, h, spec))) {
+            Some((k, utilisation, h, spec)) => {
                 let kind = h.devices[0].name.clone();
                 let change = if label.is_empty() {
                     format!("{k} × {kind} ({} more)", k - n)
@@ -377,7 +383,7 @@ fn remedies(
                 } else {
                     format!("{flags} --hardware {spec}")
                 };
-                offer(&mut out, change, flags, seen.get(&k).copied());
+                offer(&mut out, change, flags, Some(utilisation));
             }
             None => {
                 let change = if label.is_empty() {

@@ -42,6 +42,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use vramplan_profiles::DType;
 use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::{ModelDescription, Module, ModuleKind, Naming, Tensor, TensorKind};
+use vramplan_sim::placement::covers;
 use vramplan_sim::workload::{Quant, Workload};
 
 /// Share of a lone GPU's free memory `get_balanced_memory` keeps when the user sets no
@@ -80,8 +81,17 @@ impl Version {
         match (runtime, naming) {
             (Runtime::AccelerateV4, _) => Version::Transformers4,
             (Runtime::Accelerate, _) => Version::Transformers5,
-            (_, Naming::V4) => Version::Transformers4,
-            (_, Naming::V5) => Version::Transformers5,
+            (_, naming) => naming.into(),
+        }
+    }
+}
+
+/// The version whose module names a naming follows.
+impl From<Naming> for Version {
+    fn from(naming: Naming) -> Version {
+        match naming {
+            Naming::V4 => Version::Transformers4,
+            Naming::V5 => Version::Transformers5,
         }
     }
 }
@@ -135,11 +145,7 @@ impl Sizing {
     /// checkpoint's; a quantized checkpoint's own dtype falls back to bf16, as the simulator
     /// holds unquantized parts), its quantization, and the version the model's naming follows.
     pub fn of(model: &ModelDescription, workload: &Workload) -> Sizing {
-        let version = match model.naming {
-            Naming::V4 => Version::Transformers4,
-            Naming::V5 => Version::Transformers5,
-        };
-        Sizing::with_version(model, workload, version)
+        Sizing::with_version(model, workload, model.naming.into())
     }
 
     /// [`Sizing::of`] for a target: `accelerate-v4` is 4.x, `accelerate` 5.x ([`Version::of`]).
@@ -367,8 +373,12 @@ struct Sizes<'m> {
 
 impl<'m> Sizes<'m> {
     fn of(model: &'m ModelDescription, sizing: &Sizing) -> Sizes<'m> {
+        // Each set only where the sizing reads it (this runs for every greedy plan and probe).
         let (kept, kept_fp32) = match sizing.version {
-            Version::Transformers5 => (modules_to_not_convert(model), HashSet::new()),
+            Version::Transformers5 if sizing.bitsandbytes() => {
+                (modules_to_not_convert(model), HashSet::new())
+            }
+            Version::Transformers5 => (HashSet::new(), HashSet::new()),
             Version::Transformers4 => special_modules(model, sizing),
         };
         let mut sizes = Sizes {
@@ -376,7 +386,10 @@ impl<'m> Sizes<'m> {
             sizing: *sizing,
             kept,
             kept_fp32,
-            packed_kept: unquantized_modules(model),
+            packed_kept: match sizing.quant {
+                GreedyQuant::Packed { .. } => unquantized_modules(model),
+                _ => HashSet::new(),
+            },
             modules: HashMap::new(),
             leaves: Vec::new(),
         };
@@ -525,8 +538,7 @@ fn keep_in_fp32(model: &ModelDescription) -> &'static [&'static str] {
 /// (`fc1` matches `model.decoder.layers.23.fc1`). Patterns are module names here, matched
 /// literally (the regex reading of their dots never matters for these names).
 fn pattern_matches(pattern: &str, name: &str) -> bool {
-    let prefix = name.strip_prefix(pattern).is_some_and(|rest| rest.is_empty() || rest.starts_with('.'));
-    prefix || name.ends_with(pattern)
+    covers(pattern, name) || name.ends_with(pattern)
 }
 
 /// transformers 5.x: the modules bitsandbytes leaves as they are (`Bnb4BitHfQuantizer.
@@ -575,19 +587,7 @@ fn special_modules<'m>(model: &'m ModelDescription, sizing: &Sizing) -> (HashSet
     let mut kept_fp32 = HashSet::new();
     let fp32 = keep_in_fp32(model);
     if sizing.bitsandbytes() {
-        let mut ties: Vec<&str> = Vec::new();
-        let mut last = None;
-        model.root.visit(&mut |m| {
-            for tensor in &m.tensors {
-                if let Some(target) = &tensor.tied_to {
-                    ties.push(m.path.as_str());
-                    ties.push(split_tensor_path(target));
-                } else if is_parameter(tensor) {
-                    // `named_parameters()` of the tied model lists a tied copy once, first.
-                    last = Some(m.path.as_str());
-                }
-            }
-        });
+        let (ties, last) = tie_ends_and_last(model);
         let mut patterns: Vec<&str> = if ties.is_empty() {
             model.root.children.iter().filter(|c| c.path == "lm_head").map(|c| c.path.as_str()).collect()
         } else {
@@ -618,20 +618,26 @@ fn special_modules<'m>(model: &'m ModelDescription, sizing: &Sizing) -> (HashSet
 /// The modules a packed checkpoint keeps unquantized: the module of the last parameter (the
 /// head), and both ends of every tie.
 fn unquantized_modules(model: &ModelDescription) -> HashSet<&str> {
-    let mut kept = HashSet::new();
+    let (ties, last) = tie_ends_and_last(model);
+    ties.into_iter().chain(last).collect()
+}
+
+/// Both ends' modules of every tie, and the module of the last untied parameter
+/// (`named_parameters()` of the tied model lists a tied copy once, first).
+fn tie_ends_and_last(model: &ModelDescription) -> (Vec<&str>, Option<&str>) {
+    let mut ties = Vec::new();
     let mut last = None;
     model.root.visit(&mut |m| {
         for tensor in &m.tensors {
             if let Some(target) = &tensor.tied_to {
-                kept.insert(m.path.as_str());
-                kept.insert(split_tensor_path(target));
+                ties.push(m.path.as_str());
+                ties.push(split_tensor_path(target));
             } else if is_parameter(tensor) {
                 last = Some(m.path.as_str());
             }
         }
     });
-    kept.extend(last);
-    kept
+    (ties, last)
 }
 
 /// The module part of a full tensor path.

@@ -68,8 +68,8 @@ fn every_built_in_map_loads_by_the_rules_in_both_namings() {
             for breach in breaches(&model, &result.device_map) {
                 failures.push(format!("{name} ({naming:?}): {breach}"));
             }
-            // Offloaded bytes only where the GPUs are full: then each holds more than the
-            // largest unit left on the host would add.
+            // Offloaded bytes only where the GPUs are full: no GPU may have room left for all
+            // of them.
             if result.offloaded_bytes > 0 {
                 let room = result
                     .devices

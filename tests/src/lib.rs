@@ -53,6 +53,12 @@ pub fn write(dir: &std::path::Path, name: &str, text: impl AsRef<[u8]>) -> Strin
     path.display().to_string()
 }
 
+/// [`assert_bad_input`] whose message also gives the fix (a `fix:` line).
+pub fn assert_refused(out: &Output, needles: &[&str]) {
+    assert_bad_input(out, needles);
+    assert!(out.stderr.contains("fix:"), "no fix in:\n{}", out.stderr);
+}
+
 /// Bad input as the contract has it: exit code 2, nothing on stdout, and every needle (the
 /// file, line or key, what was expected) in the message on stderr.
 pub fn assert_bad_input(out: &Output, needles: &[&str]) {

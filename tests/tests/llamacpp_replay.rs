@@ -78,7 +78,8 @@ fn parse_flags(text: &str) -> Flags {
 
 /// The plan's own placement: per layer (`blk.N`), per layer's experts, and the output.
 struct Planned {
-    layers: Vec<Slot>,
+    /// Per layer index, where the plan puts it (`None` inside: a layer the map leaves out).
+    layers: Vec<Option<Slot>>,
     experts: Vec<(usize, Slot)>,
     output: Slot,
 }
@@ -106,7 +107,7 @@ fn planned(json: &serde_json::Value) -> Planned {
                     if layers.len() <= i {
                         layers.resize(i + 1, None);
                     }
-                    layers[i] = slot_of(device);
+                    layers[i] = Some(slot_of(device));
                 }
             }
         }
@@ -130,14 +131,15 @@ fn replay(args: &[&str]) -> String {
     assert_eq!(written.code, 0, "{}", written.stderr);
     let text = std::fs::read_to_string(&file).expect("flags written");
     let flags = parse_flags(&text);
-    let n_layer = plan.layers.len();
+    // The layer count from the model itself, not from the map under test, and every layer in it.
+    let inspected = vramplan(&["inspect", args[0], "--json"]);
+    let n_layer = inspected.json()["layers"].as_u64().expect("layers") as usize;
+    assert_eq!(plan.layers.len(), n_layer, "{args:?}: the plan lists {} layers", plan.layers.len());
+    let missing: Vec<usize> = (0..n_layer).filter(|&i| plan.layers[i].is_none()).collect();
+    assert!(missing.is_empty(), "{args:?}: layers {missing:?} are not in the plan");
+    let layers: Vec<Slot> = plan.layers.iter().flatten().copied().collect();
     let slots = llamacpp_slots(n_layer, flags.ngl, &flags.ts);
-    assert_eq!(
-        &slots[..n_layer],
-        &plan.layers[..],
-        "{args:?}: `{}` places the layers otherwise",
-        text.trim()
-    );
+    assert_eq!(&slots[..n_layer], &layers[..], "{args:?}: `{}` places the layers otherwise", text.trim());
     let output = flags.output.unwrap_or(slots[n_layer]);
     assert_eq!(output, plan.output, "{args:?}: `{}` places the output layer otherwise", text.trim());
     for (layer, device) in &plan.experts {

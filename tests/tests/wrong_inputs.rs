@@ -3,13 +3,7 @@
 //! spellings beside them still work.
 
 use std::path::Path;
-use vramplan_tests::{Output, assert_bad_input, vramplan, write};
-
-/// Bad input with a `fix:` line.
-fn assert_refused(out: &Output, needles: &[&str]) {
-    assert_bad_input(out, needles);
-    assert!(out.stderr.contains("fix: "), "a fix is given:\n{}", out.stderr);
-}
+use vramplan_tests::{Output, assert_bad_input, assert_refused, vramplan, write};
 
 fn assert_ok(out: &Output) {
     assert_eq!(out.code, 0, "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);

@@ -27,7 +27,7 @@ mod tree;
 
 pub use build::Builder;
 pub use summary::{LayerKindSummary, ModuleSummary, PlacementUnit, Summary};
-pub use tree::{Module, ModuleKind, Tensor, TensorKind};
+pub use tree::{Module, ModuleKind, Tensor, TensorKind, join};
 
 use crate::{DType, InputError};
 use serde::Serialize;
@@ -176,6 +176,11 @@ impl ModelDescription {
         out
     }
 
+    /// Whether `path` names a module or a tensor of the model.
+    pub fn has_path(&self, path: &str) -> bool {
+        self.root.find(path).is_some() || self.root.tensor(path).is_some()
+    }
+
     /// Groups of parameter paths that share one storage (the canonical path first), sorted.
     pub fn tied_groups(&self) -> Vec<Vec<String>> {
         let mut groups: std::collections::BTreeMap<String, Vec<String>> = Default::default();
@@ -205,8 +210,7 @@ impl ModelDescription {
         out.dtype = dtype;
         out.root.visit_mut(&mut |module| {
             for tensor in &mut module.tensors {
-                let castable = matches!(tensor.kind, TensorKind::Parameter | TensorKind::Buffer { .. });
-                if castable && tensor.follows_load_dtype && tensor.dtype.is_float() {
+                if tensor.takes_load_dtype() {
                     tensor.dtype = dtype;
                 }
             }

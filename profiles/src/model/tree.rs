@@ -93,6 +93,15 @@ impl Tensor {
         Tensor { follows_load_dtype: true, ..Tensor::buffer(name, shape, load_dtype, persistent) }
     }
 
+    /// Whether `from_pretrained(dtype=...)` gives this tensor the load dtype: a floating-point
+    /// parameter or buffer made in the default dtype. Quantization constants, packed weights and
+    /// fixed-dtype tensors keep their own.
+    pub fn takes_load_dtype(&self) -> bool {
+        matches!(self.kind, TensorKind::Parameter | TensorKind::Buffer { .. })
+            && self.follows_load_dtype
+            && self.dtype.is_float()
+    }
+
     /// Elements stored.
     pub fn numel(&self) -> u64 {
         self.shape.iter().fold(1u64, |n, &d| n.saturating_mul(d))

@@ -7,7 +7,7 @@ use super::precision::Precision;
 use crate::placement::covers;
 use crate::workload::{Finetune, Mode, Optimizer, Parallelism, Quant, Trainer, Workload};
 use vramplan_profiles::DType;
-use vramplan_profiles::model::{ModelDescription, Module, ModuleKind, TensorKind};
+use vramplan_profiles::model::{ModelDescription, Module, ModuleKind, TensorKind, join};
 
 /// What a unit is, for the step program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,7 +225,7 @@ fn collect(
     if module.tensors.iter().any(|t| t.tied_to.is_none()) {
         let own = Module { children: Vec::new(), ..module.clone() };
         let mut unit = describe(&own, UnitKind::Other, workload, precision, lora_targets, head);
-        unit.keys = module.tensors.iter().map(|t| format!("{}.{}", module.path, t.name)).collect();
+        unit.keys = module.tensors.iter().map(|t| join(&module.path, &t.name)).collect();
         out.push(unit);
     }
     for child in &module.children {
@@ -298,9 +298,7 @@ fn describe(
                 None if is_float_param && kbit_training => DType::F32.bytes_for(numel),
                 // Parameters and buffers made in the default dtype take the load dtype; those of
                 // a fixed dtype (XLNet's `torch.FloatTensor`s, rotary `inv_freq`) keep theirs.
-                None if tensor.follows_load_dtype && tensor.dtype.is_float() => {
-                    precision.weights.bytes_for(numel)
-                }
+                None if tensor.takes_load_dtype() => precision.weights.bytes_for(numel),
                 None => tensor.bytes(),
             };
             unit.weight_tensors.push(bytes);

@@ -124,10 +124,9 @@ fn check_expert_count(model: &ModelDescription, config: &HfConfig) -> Result<(),
     let moe_layers = model.facts.layers.iter().filter(|l| l.moe).count() as u64;
     let total = u64::from(moe.experts).saturating_mul(moe_layers);
     if total > MAX_EXPERTS_IN_ALL_LAYERS {
-        let key = ["num_local_experts", "num_experts", "n_routed_experts"]
-            .into_iter()
-            .find(|k| config.get(&[k]).is_some())
-            .unwrap_or("num_local_experts");
+        let key = config
+            .get(&["num_local_experts", "num_experts", "n_routed_experts"])
+            .map_or("num_local_experts", |(k, _)| k);
         return Err(InputError::new(
             config.origin(),
             format!(

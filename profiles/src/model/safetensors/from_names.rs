@@ -136,6 +136,8 @@ impl Node {
 fn classify_tensor(tensor: &mut Tensor, has_quant_state: bool, guesses: &mut Guesses) {
     if BUFFER_NAMES.contains(&tensor.name.as_str()) {
         tensor.kind = TensorKind::Buffer { persistent: true };
+        // Rotary frequencies are computed in float32; the others are made in the default dtype.
+        tensor.follows_load_dtype = tensor.name != "inv_freq";
         return;
     }
     match quant::role(&tensor.name) {

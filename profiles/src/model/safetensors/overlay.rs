@@ -55,7 +55,7 @@ pub(crate) fn build(
         // that stores them says (a persistent one is cast to it on load).
         model.root.visit_mut(&mut |module| {
             let buffers = module.tensors.iter_mut().filter(|t| matches!(t.kind, TensorKind::Buffer { .. }));
-            for tensor in buffers.filter(|t| t.follows_load_dtype) {
+            for tensor in buffers.filter(|t| t.takes_load_dtype()) {
                 tensor.dtype = dtype;
             }
         });
