@@ -46,9 +46,18 @@ pub(crate) struct Inputs {
     /// A workload YAML file (docs/workloads.md); the workload flags override it.
     #[arg(long, value_name = "FILE")]
     pub workload: Option<PathBuf>,
+    /// The workload flags (docs/workloads.md), declared once in `vramplan-sim`.
     #[command(flatten)]
-    pub flags: FlagArgs,
+    pub flags: WorkloadFlags,
+    /// Ends the workload flags' help heading, so that the command's own options that follow
+    /// are listed under "Options", not among the workload flags.
+    #[command(flatten, next_help_heading = None::<&str>)]
+    end_of_flags: EndOfFlags,
 }
+
+/// No arguments: see [`Inputs::end_of_flags`].
+#[derive(Args, Debug)]
+struct EndOfFlags {}
 
 /// The inputs, read and checked.
 pub(crate) struct Loaded {
@@ -70,7 +79,7 @@ impl Inputs {
             (None, Some(workload)) => workload,
             (None, None) => Workload::default(),
         };
-        let workload = self.flags.to_flags().apply(base)?;
+        let workload = self.flags.apply(base)?;
         let warnings = input::validate(&workload, &model, &hardware)?;
         Ok(Loaded { model, hardware, workload, warnings })
     }
@@ -92,143 +101,6 @@ pub(crate) fn merge_warnings(into: &mut Vec<String>, from: Vec<String>) {
     for warning in from {
         if !into.contains(&warning) {
             into.push(warning);
-        }
-    }
-}
-
-/// The workload flags (see docs/workloads.md); each overrides the file's value.
-#[derive(Args, Debug)]
-#[command(next_help_heading = "Workload (overrides --workload)")]
-pub(crate) struct FlagArgs {
-    /// train | inference
-    #[arg(long)]
-    mode: Option<String>,
-    /// Micro-batch (training) or concurrent sequences (inference).
-    #[arg(long)]
-    batch: Option<u64>,
-    /// Tokens per sequence (inference: prompt + generated).
-    #[arg(long)]
-    seq: Option<u64>,
-    /// Inference: prompt tokens prefilled at once (default: --seq).
-    #[arg(long)]
-    prompt: Option<u64>,
-    /// Gradient-accumulation steps.
-    #[arg(long)]
-    grad_accum: Option<u64>,
-    /// Weight dtype: fp32 | fp16 | bf16 | fp8 … (default: the checkpoint's).
-    #[arg(long)]
-    dtype: Option<String>,
-    /// Mixed precision on fp32 weights: fp16 | bf16 | none.
-    #[arg(long)]
-    autocast: Option<String>,
-    /// none | int8 | nf4 | fp4 | gptq | gptq-8bit | awq | fp8 | a GGUF type (Q4_K_M, Q8_0, …).
-    #[arg(long)]
-    quant: Option<String>,
-    /// bitsandbytes 4-bit: quantize the absmax constants too.
-    #[arg(long)]
-    double_quant: bool,
-    /// GPTQ / AWQ group size (default 128), or the fp8 scale block.
-    #[arg(long)]
-    group_size: Option<u32>,
-    /// LoRA rank (given: LoRA adapters instead of a full fine-tune).
-    #[arg(long)]
-    lora_rank: Option<u64>,
-    /// LoRA alpha (default 8, PEFT's).
-    #[arg(long)]
-    lora_alpha: Option<u64>,
-    /// Modules LoRA wraps: q_proj,v_proj | all-linear (default: PEFT's for the architecture).
-    #[arg(long)]
-    lora_targets: Option<String>,
-    /// Activation checkpointing: off | full | selective.
-    #[arg(long)]
-    grad_ckpt: Option<String>,
-    /// adamw | adamw8bit | paged-adamw8bit | paged-adamw | sgd | sgd-momentum | adafactor.
-    #[arg(long)]
-    optimizer: Option<String>,
-    /// Attention: eager | sdpa | flash.
-    #[arg(long)]
-    attn: Option<String>,
-    /// single | ddp | zero1 | zero2 | zero3 | fsdp | tp=N.
-    #[arg(long)]
-    parallel: Option<String>,
-    /// ZeRO / FSDP: optimizer states in CPU memory.
-    #[arg(long)]
-    offload_optimizer: bool,
-    /// ZeRO-3 / FSDP: parameters in CPU memory.
-    #[arg(long)]
-    offload_params: bool,
-    /// transformers | vllm | llama.cpp.
-    #[arg(long)]
-    engine: Option<String>,
-    /// vLLM: fraction of GPU memory it may take (default 0.9).
-    #[arg(long)]
-    gpu_memory_utilization: Option<f64>,
-    /// vLLM: tokens per forward pass (default 8192).
-    #[arg(long)]
-    max_num_batched_tokens: Option<u64>,
-    /// llama.cpp: context tokens (default: --seq).
-    #[arg(long)]
-    n_ctx: Option<u64>,
-    /// llama.cpp: physical batch (default 512).
-    #[arg(long)]
-    n_ubatch: Option<u64>,
-    /// KV-cache dtype (default: the compute dtype): fp16 | bf16 | fp8 …
-    #[arg(long)]
-    kv_dtype: Option<String>,
-    /// Training framework: transformers | torchtune.
-    #[arg(long)]
-    trainer: Option<String>,
-    /// Cross-entropy chunk by chunk.
-    #[arg(long)]
-    chunked_ce: bool,
-    /// Step the optimizer per parameter during backward, freeing each gradient.
-    #[arg(long)]
-    optimizer_in_backward: bool,
-    /// Move saved activations to CPU memory between forward and backward.
-    #[arg(long)]
-    activation_offload: bool,
-    /// torch.compile (fused pointwise chains).
-    #[arg(long)]
-    compile: bool,
-    /// Keep gradients allocated between steps (zero_grad(set_to_none=False)).
-    #[arg(long)]
-    keep_gradients: bool,
-}
-
-impl FlagArgs {
-    fn to_flags(&self) -> WorkloadFlags {
-        WorkloadFlags {
-            mode: self.mode.clone(),
-            batch: self.batch,
-            seq: self.seq,
-            prompt: self.prompt,
-            grad_accum: self.grad_accum,
-            dtype: self.dtype.clone(),
-            autocast: self.autocast.clone(),
-            quant: self.quant.clone(),
-            double_quant: self.double_quant,
-            group_size: self.group_size,
-            lora_rank: self.lora_rank,
-            lora_alpha: self.lora_alpha,
-            lora_targets: self.lora_targets.clone(),
-            grad_ckpt: self.grad_ckpt.clone(),
-            optimizer: self.optimizer.clone(),
-            attn: self.attn.clone(),
-            parallel: self.parallel.clone(),
-            offload_optimizer: self.offload_optimizer,
-            offload_params: self.offload_params,
-            engine: self.engine.clone(),
-            gpu_memory_utilization: self.gpu_memory_utilization,
-            max_num_batched_tokens: self.max_num_batched_tokens,
-            n_ctx: self.n_ctx,
-            n_ubatch: self.n_ubatch,
-            kv_dtype: self.kv_dtype.clone(),
-            trainer: self.trainer.clone(),
-            chunked_ce: self.chunked_ce,
-            optimizer_in_backward: self.optimizer_in_backward,
-            activation_offload: self.activation_offload,
-            compile: self.compile,
-            keep_gradients: self.keep_gradients,
         }
     }
 }
@@ -266,9 +138,10 @@ pub(crate) fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<i32, Input
     if let (Some(plan), Some(path)) = (&plan_file, &args.plan) {
         check_plan_model(plan, path, &args.inputs.model, &model, naming, &mut warnings)?;
     }
-    let placement = match (&args.device_map, &plan_file) {
-        (_, Some(p)) => Placement::from_entries(p.entries()?),
-        (Some(path), None) => {
+    let gpus = u32::try_from(hardware.devices.len()).unwrap_or(u32::MAX);
+    let placement = match (&args.device_map, &plan_file, &args.plan) {
+        (_, Some(p), Some(path)) => Placement::from_entries(p.entries(&path.display().to_string(), gpus)?),
+        (Some(path), _, _) => {
             if workload.parallelism != Parallelism::Single {
                 return Err(device_map_needs_one_copy(
                     "--device-map",
@@ -277,7 +150,7 @@ pub(crate) fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<i32, Input
             }
             device_map::placement_from_device_map(path, &model, &hardware)?
         }
-        (None, None) => default_placement(&model, &hardware, &workload),
+        (None, _, _) => default_placement(&model, &hardware, &workload),
     };
     let mut estimate = vramplan_sim::estimate(&model, &hardware, &workload, &placement)?;
     let mut all_warnings = warnings;

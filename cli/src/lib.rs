@@ -146,11 +146,7 @@ fn inspect(
     };
     let mut description = model::load(spec, ImportOptions { naming })?;
     if let Some(name) = dtype {
-        let dtype = vramplan_profiles::DType::parse(name).ok_or_else(|| {
-            InputError::new("--dtype", format!("unknown dtype `{name}`"))
-                .with_fix(format!("use one of {}", vramplan_profiles::DType::SPELLINGS))
-        })?;
-        description = description.cast(dtype);
+        description = description.cast(vramplan_profiles::DType::parse_input("--dtype", name)?);
     }
     let summary = description.summary();
     let text = if json { json_text(&summary) } else { vramplan_reports::inspect_table(&summary) };

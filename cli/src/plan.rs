@@ -95,7 +95,8 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
     request.headroom = parse_headroom(&args.headroom)?;
     request.offload = !args.no_offload;
     request.min_devices = args.min_devices;
-    request.pins = args.pin.iter().map(|p| parse_pin(p)).collect::<Result<_, _>>()?;
+    let gpus = hardware.devices.len() as u32;
+    request.pins = args.pin.iter().map(|p| parse_pin(p, gpus)).collect::<Result<_, _>>()?;
     if let Some(path) = &args.expert_load {
         request.expert_load = read_expert_load(path, &model, runtime)?;
     }
@@ -117,8 +118,9 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
     } else {
         None
     };
-    // Why, and what would fit, only after a proof that nothing does.
-    let explanation = (result.verdict == Verdict::DoesNotFit).then(|| {
+    // Why, and what would fit, only after a proof that nothing does: the ILP's. The greedy
+    // baseline's map running out proves nothing about other maps.
+    let explanation = (result.verdict == Verdict::DoesNotFit && solver == SolverKind::Ilp).then(|| {
         explain(&model, &hardware, &workload, &request, &Settings { time_limit_s: left(), ..settings })
     });
     let mut written_map = None;

@@ -7,7 +7,12 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Location {
     /// 1-based line and column in a text file.
-    LineColumn { line: u64, column: u64 },
+    LineColumn {
+        /// 1-based line number.
+        line: u64,
+        /// 1-based column number.
+        column: u64,
+    },
     /// A key path such as `num_hidden_layers` or `devices[1].memory`.
     Key(String),
 }
@@ -18,6 +23,7 @@ pub enum Location {
 pub struct InputError {
     /// The file, flag or built-in name the input came from.
     pub origin: String,
+    /// Where in the input the problem is; `None` when the whole input (or the flag's value) is.
     pub location: Option<Location>,
     /// What is wrong, including what was expected.
     pub problem: String,
@@ -26,6 +32,9 @@ pub struct InputError {
 }
 
 impl InputError {
+    /// An error in the input from `origin` (a file path, a flag such as `--gpus`, a built-in
+    /// name), with no location or fix yet; add them with [`InputError::at_key`],
+    /// [`InputError::at_line`] and [`InputError::with_fix`].
     pub fn new(origin: impl Into<String>, problem: impl Into<String>) -> Self {
         InputError { origin: origin.into(), location: None, problem: problem.into(), fix: None }
     }
@@ -42,6 +51,7 @@ impl InputError {
         self
     }
 
+    /// The same error with `fix`, printed on its own line as `fix: ...`.
     pub fn with_fix(mut self, fix: impl Into<String>) -> Self {
         self.fix = Some(fix.into());
         self
@@ -67,18 +77,46 @@ impl InputError {
         if err.line() > 0 { e.at_line(err.line() as u64, err.column() as u64) } else { e }
     }
 
-    /// A YAML syntax or schema error, located where serde-saphyr says; the problem is its
-    /// message without the location or source snippet (printed separately).
-    pub fn yaml(origin: impl Into<String>, err: &serde_saphyr::Error) -> Self {
+    /// A YAML error in a `what` file (`hardware profile`, `workload`, ...), located where
+    /// serde-saphyr says, with `fix` (where the schema is documented) as the fix. A schema error
+    /// (an unknown or missing key, a value of the wrong type) keeps serde's words, a scalar of the
+    /// wrong type said in words; a syntax error reads "malformed `what` YAML: ...". The location
+    /// and source snippet are printed separately, not in the problem.
+    pub fn yaml(
+        origin: impl Into<String>,
+        err: &serde_saphyr::Error,
+        what: &str,
+        fix: impl Into<String>,
+    ) -> Self {
         use serde_saphyr::MessageFormatter;
-        let message = serde_saphyr::DefaultMessageFormatter.format_message(err.without_snippet());
+        let inner = err.without_snippet();
+        let message = serde_saphyr::DefaultMessageFormatter.format_message(inner);
         let message: String = message.chars().filter(|c| !c.is_control()).collect();
-        let e = InputError::new(origin, message);
+        let schema = ["unknown field", "missing field", "unknown variant", "invalid "];
+        let problem = if matches!(inner, serde_saphyr::Error::Message { .. })
+            || schema.iter().any(|s| message.starts_with(s))
+        {
+            plain_problem(&message)
+        } else {
+            format!("malformed {what} YAML: {message}")
+        };
+        let e = InputError::new(origin, problem).with_fix(fix);
         match err.location() {
             Some(loc) if loc.line() > 0 => e.at_line(loc.line(), loc.column()),
             _ => e,
         }
     }
+}
+
+/// serde's terse messages for a scalar of the wrong type, said in words.
+fn plain_problem(problem: &str) -> String {
+    let expected = match problem.trim() {
+        "invalid u64" | "invalid u32" | "invalid u8" => "a whole number of 0 or more",
+        "invalid f64" | "invalid f32" => "a number",
+        "invalid bool" => "true or false",
+        _ => return problem.to_string(),
+    };
+    format!("{problem}: expected {expected}")
 }
 
 impl fmt::Display for InputError {

@@ -8,7 +8,8 @@
 //!   `config.json`, safetensors headers, a custom YAML file or the built-in catalog.
 //! - [`units`] and [`dtype`]: bytes (`u64` end to end, parsed with explicit units) and element
 //!   types.
-//! - [`InputError`]: the one error type for bad input: where, what was expected, and the fix.
+//! - [`InputError`]: the one error type for bad input: where, what was expected, and the fix;
+//!   [`suggest`]: the "did you mean" every crate's messages use.
 //!
 //! Nothing here knows about workloads or placement; that is `vramplan-sim` and `vramplan-solver`.
 
@@ -16,6 +17,7 @@ pub mod dtype;
 mod error;
 pub mod hardware;
 pub mod model;
+pub mod suggest;
 pub mod units;
 
 pub use dtype::DType;

@@ -145,7 +145,7 @@ fn tied_tensors_count_once() {
 #[test]
 fn malformed_yaml_is_located() {
     let err = error("hidden_size: 8\nmodules:\n  - name: a\n   linear: {in: 1, out: 2}\n");
-    assert!(err.problem.contains("malformed YAML"), "{err}");
+    assert!(err.problem.contains("malformed custom-model YAML"), "{err}");
     assert_eq!(line_of(&err), 4, "{err}");
 }
 

@@ -2,12 +2,16 @@
 //! holds and its memory by component; accelerate's greedy map beside it for comparison; when
 //! nothing fits (proven), where it runs out and the verified remedies; and when the time limit
 //! came before an answer, the best placement found so far, if any, and no verdict.
+//!
+//! A greedy map over its limit is said as what it is: a GPU whose simulated peak passes its
+//! usable memory "runs out of memory"; one past the headroom but within its memory is "past the
+//! 10 % headroom". Neither is a proof that no map fits, and the words say so.
 
 use crate::table::Table;
 use vramplan_profiles::units::format_bytes;
-use vramplan_solver::Tier;
+use vramplan_solver::Target;
 use vramplan_solver::explain::{Explanation, describe_shortfall};
-use vramplan_solver::plan::{Plan, PlanDevice, Verdict};
+use vramplan_solver::plan::{Plan, PlanDevice, SolverKind, Verdict};
 
 /// The human report of a plan.
 pub fn plan_table(
@@ -17,10 +21,20 @@ pub fn plan_table(
     warnings: &[String],
 ) -> String {
     let s = &plan.solver;
+    // The greedy baseline's map over its limit proves nothing about other maps.
+    let greedy_over = s.kind == SolverKind::Greedy && plan.verdict == Verdict::DoesNotFit;
+    let verdict = if greedy_over {
+        format!(
+            "accelerate's map {}; that is its greedy map, not a proof that no map fits (`--solver ilp` searches them all)",
+            overruns(plan)
+        )
+    } else {
+        plan.verdict.describe().to_string()
+    };
     let mut text = format!(
         "plan for {}: {}  (solver {:?}: {}, {:.1} ms, objective {:.3}, bound {:.3}, gap {:.2}%)\n\n",
         plan.target.name(),
-        plan.verdict.describe(),
+        verdict,
         s.kind,
         s.status,
         s.seconds * 1e3,
@@ -51,12 +65,19 @@ pub fn plan_table(
             text += "no placement was found and none was proven impossible within the time limit; \
                      give it more time (a larger --time-limit) for an answer\n";
         }
+        Verdict::DoesNotFit if greedy_over => text += &devices_table(&plan.devices),
         Verdict::DoesNotFit => {}
     }
     if let Some(b) = baseline {
         text += "\naccelerate's device_map=\"auto\" for the same input (greedy baseline):\n";
         text += &devices_table(&b.devices);
-        text += &format!("  {}\n", if b.feasible { "fits" } else { "runs out of memory" });
+        text += &if b.feasible {
+            "  fits\n".to_string()
+        } else if plan.verdict == Verdict::Fits {
+            format!("  accelerate's map {}; the plan above fits\n", overruns(b))
+        } else {
+            format!("  accelerate's map {}\n", overruns(b))
+        };
     }
     if let Some(e) = explanation {
         text += "\nwhy it does not fit (layers split evenly):\n";
@@ -92,42 +113,93 @@ pub fn plan_table(
     text
 }
 
+/// How a plan's GPUs pass their limits: "runs out of memory on GPU 1" where the simulated peak
+/// passes usable memory, "goes past the 10 % headroom on GPU 0" where it passes only the limit
+/// (usable × (1 − headroom)); joined with "and".
+fn overruns(plan: &Plan) -> String {
+    let mut out_of_memory: Vec<String> = Vec::new();
+    let mut past_headroom: Vec<(String, String)> = Vec::new();
+    for d in &plan.devices {
+        let Some(e) = &d.estimate else { continue };
+        if e.peak_reserved_bytes > e.usable_bytes {
+            out_of_memory.push(d.device.to_string());
+        } else if e.peak_reserved_bytes > d.limit_bytes {
+            let headroom = 1.0 - d.limit_bytes as f64 / e.usable_bytes.max(1) as f64;
+            past_headroom.push((percent(headroom), d.device.to_string()));
+        }
+    }
+    let mut phrases: Vec<String> = Vec::new();
+    if !out_of_memory.is_empty() {
+        phrases.push(format!("runs out of memory on {}", and_list(&out_of_memory)));
+    }
+    // One phrase per headroom figure (all GPUs share one today), in device order.
+    let mut figures: Vec<&str> = past_headroom.iter().map(|(h, _)| h.as_str()).collect();
+    figures.dedup();
+    for figure in figures {
+        let gpus: Vec<String> =
+            past_headroom.iter().filter(|(h, _)| h == figure).map(|(_, g)| g.clone()).collect();
+        let whose = if gpus.len() == 1 { "its" } else { "their" };
+        phrases
+            .push(format!("goes past the {figure} headroom on {} (within {whose} memory)", and_list(&gpus)));
+    }
+    if phrases.is_empty() {
+        // Over a limit the report cannot attribute to a GPU (a host tier over its capacity).
+        return "does not keep within its limits".to_string();
+    }
+    phrases.join(" and ")
+}
+
+/// "a, b and c".
+fn and_list(items: &[String]) -> String {
+    match items.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => items.join(""),
+    }
+}
+
+/// `0.1` → "10 %", `0.025` → "2.5 %".
+fn percent(share: f64) -> String {
+    let p = (share * 1000.0).round() / 10.0;
+    if p.fract() == 0.0 { format!("{p:.0} %") } else { format!("{p:.1} %") }
+}
+
 fn devices_table(devices: &[PlanDevice]) -> String {
-    let mut table = Table::new(&[
-        "device",
-        "holds",
-        "weights",
-        "activations",
-        "KV cache",
-        "peak reserved",
-        "limit",
-        "used",
-    ])
-    .right_align(&[2, 3, 4, 5, 6, 7]);
+    // Gradients and optimizer states get their own column where any device holds some, so
+    // that "weights" holds weights only.
+    let component = |f: fn(&vramplan_sim::estimate::DeviceEstimate) -> u64| {
+        move |d: &PlanDevice| d.estimate.as_ref().map_or(0, f)
+    };
+    let weights = component(|e| e.components.weights);
+    let training = component(|e| e.components.gradients + e.components.optimizer);
+    let activations = component(|e| e.components.activations + e.components.logits);
+    let kv = component(|e| e.components.kv_cache);
+    let reserved = component(|e| e.peak_reserved_bytes);
+    let trains = devices.iter().any(|d| training(d) > 0);
+    let mut header = vec!["device", "holds", "weights"];
+    if trains {
+        header.push("grads + optimizer");
+    }
+    header.extend(["activations", "KV cache", "peak reserved", "limit", "used"]);
+    let numeric: Vec<usize> = (2..header.len()).collect();
+    let mut table = Table::new(&header).right_align(&numeric);
     for d in devices {
-        let (weights, acts, kv, reserved) = match &d.estimate {
-            Some(e) => (
-                e.components.weights + e.components.gradients + e.components.optimizer,
-                e.components.activations + e.components.logits,
-                e.components.kv_cache,
-                e.peak_reserved_bytes,
-            ),
-            None => (0, 0, 0, 0),
-        };
         let name = match d.device {
-            Tier::Gpu(_) => d.name.clone(),
+            Target::Gpu(_) => d.name.clone(),
             _ => d.device.to_string(),
         };
-        table.row(&[
-            &name,
-            &summarise_units(&d.units),
-            &format_bytes(weights),
-            &format_bytes(acts),
-            &format_bytes(kv),
-            &format_bytes(reserved),
-            &format_bytes(d.limit_bytes),
-            &format!("{:.1}%", 100.0 * d.utilisation),
+        let mut row = vec![name, summarise_units(&d.units), format_bytes(weights(d))];
+        if trains {
+            row.push(format_bytes(training(d)));
+        }
+        row.extend([
+            format_bytes(activations(d)),
+            format_bytes(kv(d)),
+            format_bytes(reserved(d)),
+            format_bytes(d.limit_bytes),
+            format!("{:.1}%", 100.0 * d.utilisation),
         ]);
+        let cells: Vec<&str> = row.iter().map(String::as_str).collect();
+        table.row(&cells);
     }
     table.render()
 }
@@ -176,8 +248,8 @@ pub fn accelerate_loading(
     workload: &vramplan_sim::workload::Workload,
 ) -> String {
     use vramplan_sim::workload::Quant;
-    let on = |tier: Tier| plan.device_map.iter().any(|(_, t)| *t == tier);
-    let host = on(Tier::Cpu) || on(Tier::Disk);
+    let on = |tier: Target| plan.device_map.iter().any(|(_, t)| *t == tier);
+    let host = on(Target::Cpu) || on(Target::Disk);
     let mut args = vec![format!("device_map=json.load(open({file:?}))")];
     if let Some(dtype) = workload.weight_dtype.filter(|d| d.is_float()) {
         args.push(format!("dtype=torch.{}", dtype.torch_name()));
@@ -195,7 +267,7 @@ pub fn accelerate_loading(
         let offload = if host { ", llm_int8_enable_fp32_cpu_offload=True" } else { "" };
         args.push(format!("quantization_config=BitsAndBytesConfig({config}{offload})"));
     }
-    if on(Tier::Disk) {
+    if on(Target::Disk) {
         args.push("offload_folder=\"offload\"".into());
     }
     format!(
@@ -217,5 +289,12 @@ mod tests {
                 .map(|s| s.to_string())
                 .collect();
         assert_eq!(summarise_units(&units), "model.embed_tokens, model.layers.0-2, model.norm");
+    }
+
+    #[test]
+    fn headroom_reads_as_a_percentage() {
+        assert_eq!(super::percent(0.1), "10 %");
+        assert_eq!(super::percent(0.025), "2.5 %");
+        assert_eq!(super::percent(1.0 - 0.9), "10 %");
     }
 }

@@ -9,6 +9,7 @@ pub struct Table {
 }
 
 impl Table {
+    /// A table with these column titles.
     pub fn new(header: &[&str]) -> Table {
         Table {
             header: header.iter().map(|s| s.to_string()).collect(),
@@ -28,15 +29,18 @@ impl Table {
         self
     }
 
+    /// Leaves the titles out (a table of label–value rows).
     pub fn without_header(mut self) -> Table {
         self.show_header = false;
         self
     }
 
+    /// Adds a row, one cell per column.
     pub fn row(&mut self, cells: &[&str]) {
         self.rows.push(cells.iter().map(|s| s.to_string()).collect());
     }
 
+    /// The table as text, columns padded to their widest cell.
     pub fn render(&self) -> String {
         let columns = self.header.len();
         let mut widths = vec![0usize; columns];

@@ -6,8 +6,12 @@
 //!   10 MiB, else the request rounded up to 2 MiB;
 //! - a request takes the best-fitting free block of its pool (smallest that fits) and splits
 //!   off the rest when at least 512 bytes (small pool) or more than 1 MiB (large pool) remain;
-//! - a freed block merges with free neighbours in its segment; segments are never returned
-//!   (no `empty_cache`).
+//! - a freed block merges with free neighbours in its segment; segments are kept for reuse
+//!   (no `empty_cache`), except under pressure: when a new segment would take the device past
+//!   its memory, the allocator first returns every wholly free segment to the driver and
+//!   retries (`release_cached_blocks` in `DeviceCachingAllocator::malloc`), so fragmentation
+//!   raises the reserve only where memory allows it. A request that still does not fit is an
+//!   out-of-memory error; the model goes on and the reserve shows by how much.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -26,7 +30,8 @@ struct Block {
     offset: u64,
 }
 
-/// One segment obtained with `cudaMalloc`: its pool, and its blocks by offset (size, free).
+/// One segment obtained with `cudaMalloc`: its pool, and its blocks by offset (size, free);
+/// no blocks once returned to the driver.
 #[derive(Debug)]
 struct Segment {
     small: bool,
@@ -34,8 +39,10 @@ struct Segment {
 }
 
 /// The allocator's state: segments, free blocks per pool, live allocations.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct CachingAllocator {
+    /// The most it may reserve before it returns free segments (the device's usable memory).
+    capacity: u64,
     segments: Vec<Segment>,
     /// Free blocks per pool, ordered by size for best fit.
     free: [BTreeSet<Block>; 2],
@@ -49,7 +56,38 @@ fn round(bytes: u64) -> u64 {
     bytes.max(1).div_ceil(ROUND) * ROUND
 }
 
+impl Default for CachingAllocator {
+    fn default() -> CachingAllocator {
+        CachingAllocator::with_capacity(u64::MAX)
+    }
+}
+
 impl CachingAllocator {
+    /// An allocator for a device of `capacity` usable bytes.
+    pub(crate) fn with_capacity(capacity: u64) -> CachingAllocator {
+        CachingAllocator {
+            capacity,
+            segments: Vec::new(),
+            free: [BTreeSet::new(), BTreeSet::new()],
+            live: Vec::new(),
+            allocated: 0,
+            reserved: 0,
+        }
+    }
+
+    /// Returns every wholly free segment to the driver.
+    fn release_cached_segments(&mut self) {
+        for (index, segment) in self.segments.iter_mut().enumerate() {
+            if let Some((&0, &(size, true))) = segment.blocks.iter().next()
+                && segment.blocks.len() == 1
+            {
+                self.free[usize::from(segment.small)].remove(&Block { size, segment: index, offset: 0 });
+                segment.blocks.clear();
+                self.reserved -= size;
+            }
+        }
+    }
+
     /// Allocates `bytes` under `id`; returns the bytes charged to `allocated` (rounded).
     pub(crate) fn alloc(&mut self, id: u64, bytes: u64) -> u64 {
         let size = round(bytes);
@@ -66,6 +104,9 @@ impl CachingAllocator {
                 } else {
                     size.div_ceil(ROUND_LARGE) * ROUND_LARGE
                 };
+                if self.reserved.saturating_add(segment_size) > self.capacity {
+                    self.release_cached_segments();
+                }
                 let segment = self.segments.len();
                 let mut blocks = BTreeMap::new();
                 blocks.insert(0, (segment_size, true));
@@ -187,5 +228,24 @@ mod tests {
         // 40 MiB are free but not contiguous.
         a.alloc(9, 30 * MIB);
         assert_eq!(a.reserved, 80 * MIB + 30 * MIB);
+    }
+
+    #[test]
+    fn under_pressure_free_segments_are_returned_before_a_new_one() {
+        let mut a = CachingAllocator::with_capacity(100 * MIB);
+        for id in 0..4 {
+            a.alloc(id, 20 * MIB);
+        }
+        a.free(0);
+        a.free(2);
+        // 80 MiB reserved, 40 MiB of it free in two whole segments: a 30 MiB segment would pass
+        // the capacity, so both free segments go back first.
+        a.alloc(9, 30 * MIB);
+        assert_eq!(a.reserved, 40 * MIB + 30 * MIB);
+        assert_eq!(a.allocated, 70 * MIB);
+        // A request past what release can make room for is still served (the reserve shows the
+        // shortfall).
+        a.alloc(10, 60 * MIB);
+        assert_eq!(a.reserved, 130 * MIB);
     }
 }

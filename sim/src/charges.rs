@@ -1,26 +1,35 @@
-//! Per-unit memory charges for the device-map solver: what each placement unit adds to the
-//! device that holds it, split the way a linear capacity constraint can use them. They come
-//! from the same units, activations and precision rules as the step timeline, so the solver and
-//! the simulator agree; the solver still checks its plan against the full simulation, which
-//! also counts what a sum of charges cannot (allocator slack, the order of frees).
+//! Per-unit memory charges for the device-map solver, read off the step program
+//! ([`crate::program`]) that the replay runs: what each placement unit adds to the device that
+//! holds it, split the way a linear capacity constraint can use them.
+//!
+//! A unit's allocations are of two kinds:
+//! - *resident*: weights, gradients or optimizer states still allocated when the step ends
+//!   (they go with the unit's tensors, to the host when it is offloaded);
+//! - the rest, whose live bytes `L(t)` rise and fall over the step: activations kept from
+//!   forward to backward, gradients until the optimizer step, the KV cache, workspaces.
+//!
+//! A unit's resident charge is the sum of its resident allocations; its peak charge `P` the most
+//! `L` reaches while other units run (or the step's own work: load, the optimizer step); its
+//! transient charge what `L` reaches beyond `P` during its own runs (its forward; its backward;
+//! for the head, its forward, the loss and its backward, one run). Runs do not overlap, so at any
+//! moment a device holds at most Σ resident + Σ `P` of its units plus the transient charge of
+//! the one unit running: the solver's capacity row bounds the replay's allocated bytes, and is
+//! tight where units take turns (in a full fine-tune, layer `i` holds its activations until its
+//! backward and its gradients after; `P` is the larger, and the moment both are live is
+//! transient). Each allocation counts what the allocator charges it in the replay of the same
+//! program on one GPU (its size rounded to 512 B, or the whole block when the remainder is too
+//! small to split off). What the sum cannot see is the allocator's slack (reserved beyond
+//! allocated) and hidden states crossing a boundary, which the solver charges per crossing
+//! ([`Charges::handoff_bytes`]).
 
 use crate::placement::Placement;
+use crate::program::{Alloc, Component, Compute, Op};
 use crate::workload::Workload;
 use serde::Serialize;
 use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::ModelDescription;
 
-/// What kind of placement unit a charge is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum UnitRole {
-    /// The block at this index of `facts.layers` (a decoder layer, never split).
-    Block(usize),
-    Embedding,
-    /// The output projection to the vocabulary; the logits and the loss are charged to it.
-    Head,
-    Other,
-}
+pub use crate::program::UnitRole;
 
 /// One placement unit's charges, in bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -30,24 +39,27 @@ pub struct UnitCharge {
     /// The `device_map` keys that place the unit: disjoint prefixes, the first finding it in a
     /// placement (see the simulator's units).
     pub keys: Vec<String>,
+    /// What kind of unit it is.
     pub role: UnitRole,
     /// Held for the whole step: weights as stored (quantized, cast), optimizer states and
     /// master weights, and gradients when they are kept between steps.
     pub resident_bytes: u64,
     /// Weights alone (part of `resident_bytes`).
     pub weight_bytes: u64,
-    /// Added at the step's peak: training, the activations kept for backward (the block's input
-    /// under checkpointing) and autocast copies, or the gradients when larger; inference, the
-    /// KV cache.
+    /// The most the unit holds beyond its resident bytes while other units run: activations
+    /// kept for backward, autocast copies, gradients until the optimizer step, the KV cache.
     pub peak_bytes: u64,
-    /// Live only while the unit runs: forward and backward workspace, recomputed activations,
-    /// dequantized weights, and for the head the logits and the loss with their gradients.
+    /// What it holds beyond that while it runs itself: forward and backward workspace,
+    /// recomputed activations, dequantized weights, ZeRO-3 gathers, the moment its gradients
+    /// and kept activations are both live, and for the head the logits and the loss with their
+    /// gradients.
     pub transient_bytes: u64,
 }
 
 /// Every unit's charges, in execution order, and what a device boundary costs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Charges {
+    /// Every unit's charges, in execution order.
     pub units: Vec<UnitCharge>,
     /// Hidden states handed from one unit to the next (both devices hold a copy while they
     /// cross a boundary).
@@ -55,14 +67,97 @@ pub struct Charges {
 }
 
 /// The charges of `model`'s units under `workload` (one copy of the model; `hardware` matters
-/// for ZeRO sharding only).
+/// for ZeRO sharding only): the step program of everything on one GPU, read unit by unit.
 pub fn unit_charges(model: &ModelDescription, hardware: &HardwareProfile, workload: &Workload) -> Charges {
-    let targets = crate::closed_form::lora_targets(model, workload);
-    crate::timeline::charges(model, hardware, workload, &Placement::single(0), &targets)
+    let program = crate::program::step_program(model, hardware, workload, &Placement::single(0));
+    let charged = crate::timeline::replay(&program, |_| u64::MAX).charged;
+    // Each allocation's unit, charged bytes, and whether it is resident.
+    let mut allocations: Vec<Option<(usize, u64, Component)>> = Vec::new();
+    let mut freed: Vec<bool> = Vec::new();
+    for op in &program.ops {
+        match *op {
+            Op::Alloc(Alloc { id, unit: Some(unit), component, bytes, .. }) => {
+                if allocations.len() <= id {
+                    allocations.resize(id + 1, None);
+                    freed.resize(id + 1, false);
+                }
+                allocations[id] = Some((unit, charged.get(id).copied().unwrap_or(bytes), component));
+            }
+            Op::Free(id) if id < freed.len() => freed[id] = true,
+            _ => {}
+        }
+    }
+    let resident_allocation = |id: usize| match allocations.get(id) {
+        Some(Some((_, _, component))) => !freed[id] && component.held_with_weights(),
+        _ => false,
+    };
+    let n = program.units.len();
+    let mut resident = vec![0u64; n];
+    let mut weights = vec![0u64; n];
+    for (id, a) in allocations.iter().enumerate() {
+        if let Some((unit, bytes, component)) = *a
+            && resident_allocation(id)
+        {
+            resident[unit] += bytes;
+            if component == Component::Weights {
+                weights[unit] += bytes;
+            }
+        }
+    }
+    // Each unit's live non-resident bytes, the most they reach outside its runs (peak) and
+    // inside them.
+    let mut live = vec![0u64; n];
+    let mut outside = vec![0u64; n];
+    let mut inside = vec![0u64; n];
+    let mut running: Option<usize> = None;
+    for op in &program.ops {
+        let unit = match *op {
+            Op::Compute(Compute { unit, .. }) => {
+                if unit != running {
+                    if let Some(u) = running {
+                        outside[u] = outside[u].max(live[u]);
+                    }
+                    if let Some(u) = unit {
+                        inside[u] = inside[u].max(live[u]);
+                    }
+                }
+                running = unit;
+                continue;
+            }
+            Op::Alloc(Alloc { id, .. }) | Op::Free(id) => match allocations.get(id) {
+                Some(Some((unit, bytes, _))) if !resident_allocation(id) => {
+                    if matches!(op, Op::Alloc(_)) {
+                        live[*unit] += bytes;
+                    } else {
+                        live[*unit] -= bytes;
+                    }
+                    *unit
+                }
+                _ => continue,
+            },
+        };
+        let most = if running == Some(unit) { &mut inside } else { &mut outside };
+        most[unit] = most[unit].max(live[unit]);
+    }
+    let units = program
+        .units
+        .into_iter()
+        .enumerate()
+        .map(|(i, u)| UnitCharge {
+            path: u.path,
+            keys: u.keys,
+            role: u.role,
+            resident_bytes: resident[i],
+            weight_bytes: weights[i],
+            peak_bytes: outside[i],
+            transient_bytes: inside[i].saturating_sub(outside[i]),
+        })
+        .collect();
+    Charges { units, handoff_bytes: program.handoff_bytes }
 }
 
 /// Bytes of library workspace each used GPU of compute capability `major` holds (cuBLAS and
-/// cuBLASLt), allocated through PyTorch at the first matmul.
+/// cuBLASLt), allocated through PyTorch at the first matmul (the program's own figure).
 pub fn workspace_bytes(major: u32) -> u64 {
-    crate::timeline::cublas_workspace(major)
+    crate::program::cublas_workspace(major)
 }

@@ -12,12 +12,16 @@ use vramplan_profiles::model::ModelDescription;
 /// weights), in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ModelStates {
+    /// Weights as held.
     pub weights: u64,
+    /// Gradients of the trainable parameters.
     pub gradients: u64,
+    /// Optimizer states and master weights.
     pub optimizer: u64,
 }
 
 impl ModelStates {
+    /// All three.
     pub fn total(&self) -> u64 {
         self.weights + self.gradients + self.optimizer
     }

@@ -3,16 +3,15 @@
 //!
 //! [`read_device_map`] reads the entries as written, in file order and with repeated names kept,
 //! refusing what is not a device map of this model on this hardware: malformed JSON, names that
-//! are not modules or tensors of the model, GPUs the hardware profile does not have, and device
-//! strings (`"cuda:1"`, `"mps"`) where the GPU's index is meant. `vramplan check` judges the rest
+//! are not modules or tensors of the model, GPUs the hardware profile does not have, and what is
+//! not a device (`"mps"`); devices are read by [`Target::parse`], as `--pin` reads them. `vramplan check` judges the rest
 //! (names listed twice, tensors no entry covers) as findings.
 //!
 //! [`placement_from_device_map`] is what `estimate` places a model with: the same reading, and
 //! a name listed twice or a tensor left on no device refused too, as `from_pretrained` would
 //! refuse or misplace them. [`unplaced`] says which tensors a placement leaves on no device.
 
-use crate::input::suggest::{closest, ticked, ticked_or};
-use crate::placement::{Placement, Target};
+use crate::placement::{DeviceError, Placement, Target};
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 use std::fmt;
@@ -20,6 +19,7 @@ use std::path::Path;
 use vramplan_profiles::InputError;
 use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::{ModelDescription, Module, TensorKind, join};
+use vramplan_profiles::suggest::{closest, ticked, ticked_or};
 
 /// How many unplaced tensors or unknown names an error lists before counting the rest.
 const LISTED: usize = 5;
@@ -107,11 +107,16 @@ fn entries_from_text(
         Some((line, column)) => err.at_line(line, column),
         None => err.at_key(key),
     };
+    let gpus = u32::try_from(hardware.devices.len()).unwrap_or(u32::MAX);
     let mut placed: Vec<(String, Target)> = Vec::with_capacity(entries.len());
     let mut unknown: Vec<&str> = Vec::new();
     for (key, value) in &entries {
-        let target = parse_target(value, hardware).map_err(|(problem, fix)| {
-            at(key, InputError::new(origin, format!("{}: {problem}", shown_key(key))).with_fix(fix))
+        let target = parse_target(value, gpus).map_err(|e| {
+            let fix = match e {
+                DeviceError::NoSuchGpu { .. } => format!("{} than `{}`", e.fix(), hardware.name),
+                DeviceError::NotADevice { .. } => e.fix(),
+            };
+            at(key, InputError::new(origin, format!("{}: {e}", shown_key(key))).with_fix(fix))
         })?;
         if !key.is_empty()
             && model.root.find(key).is_none()
@@ -156,45 +161,13 @@ fn shown_key(key: &str) -> String {
     if key.is_empty() { "`\"\"` (the whole model)".to_string() } else { format!("`{key}`") }
 }
 
-/// A device: a GPU index the profile has, `"cpu"` or `"disk"`; else the problem and the fix.
-fn parse_target(value: &Value, hardware: &HardwareProfile) -> Result<Target, (String, String)> {
-    let gpus = hardware.devices.len();
-    let range = match gpus {
-        0 => "the profile has no GPU".to_string(),
-        1 => "the profile has GPU 0".to_string(),
-        n => format!("the profile has GPUs 0 to {}", n - 1),
-    };
+/// A device map's value: a JSON number, or a string [`Target::parse`] reads (`"cpu"`,
+/// `"disk"`, `"cuda:1"`, `"1"`).
+fn parse_target(value: &Value, gpus: u32) -> Result<Target, DeviceError> {
     match value {
-        Value::Number(n) => match n.as_u64().map(u32::try_from) {
-            Some(Ok(index)) if (index as usize) < gpus => Ok(Target::Gpu(index)),
-            Some(_) => Err((
-                format!("GPU {n} is not in the hardware profile `{}`", hardware.name),
-                format!("{range}; use one of them, \"cpu\" or \"disk\", or a profile with more GPUs"),
-            )),
-            None => Err((
-                format!("`{n}` is not a GPU index"),
-                format!("write a GPU index (0, 1, …), \"cpu\" or \"disk\"; {range}"),
-            )),
-        },
-        Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
-            "cpu" => Ok(Target::Cpu),
-            "disk" => Ok(Target::Disk),
-            lower => {
-                let index =
-                    lower.strip_prefix("cuda:").or(lower.strip_prefix("cuda").map(|_| "0")).unwrap_or(lower);
-                let fix = match index.parse::<u32>() {
-                    Ok(i) if lower.starts_with("cuda") || lower == index => {
-                        format!("write the GPU index as a number, without quotes: {i} ({range})")
-                    }
-                    _ => format!("use a GPU index (0, 1, …), \"cpu\" or \"disk\"; {range}"),
-                };
-                Err((format!("device \"{s}\" is not a GPU index, \"cpu\" or \"disk\""), fix))
-            }
-        },
-        other => Err((
-            format!("`{other}` is not a device"),
-            format!("use a GPU index (0, 1, …), \"cpu\" or \"disk\"; {range}"),
-        )),
+        Value::Number(n) => Target::parse(&n.to_string(), gpus),
+        Value::String(s) => Target::parse(s, gpus),
+        other => Err(DeviceError::NotADevice { text: other.to_string(), gpus }),
     }
 }
 

@@ -14,11 +14,13 @@ use vramplan_profiles::model::ModelDescription;
 pub struct Components {
     /// Parameters (and quantization constants) held on the device, plus autocast copies.
     pub weights: u64,
+    /// Gradients of the trainable parameters.
     pub gradients: u64,
     /// Optimizer states and fp32 master weights.
     pub optimizer: u64,
     /// Activations kept for backward and transient workspace.
     pub activations: u64,
+    /// The KV cache.
     pub kv_cache: u64,
     /// Logits, their fp32 upcast, the loss and their gradients.
     pub logits: u64,
@@ -36,7 +38,9 @@ impl Components {
 /// One device's simulated step.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DeviceEstimate {
+    /// The GPU's index in the hardware profile.
     pub id: u32,
+    /// Its name (`Tesla T4`).
     pub name: String,
     /// Total memory as `nvidia-smi` reports it.
     pub capacity_bytes: u64,
@@ -54,15 +58,18 @@ pub struct DeviceEstimate {
     pub steady_bytes: u64,
     /// Components at the peak; `overhead` is device-used minus tensors.
     pub components: Components,
+    /// Whether peak reserved stays within usable memory.
     pub fits: bool,
 }
 
 /// The whole estimate.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Estimate {
+    /// Every used GPU's step.
     pub devices: Vec<DeviceEstimate>,
     /// The largest device-used figure.
     pub peak_bytes: u64,
+    /// Whether every GPU fits.
     pub fits: bool,
     /// vLLM: tokens the paged KV cache holds.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -79,13 +86,34 @@ pub fn estimate(
     workload: &Workload,
     placement: &Placement,
 ) -> Result<Estimate, InputError> {
+    estimate_within(model, hardware, workload, placement, 0.0)
+}
+
+/// The memory a plan lets a device fill: `usable` × (1 − `headroom`), rounded down.
+pub fn limit_bytes(usable: u64, headroom: f64) -> u64 {
+    (usable as f64 * (1.0 - headroom.clamp(0.0, 1.0))).floor() as u64
+}
+
+/// As [`estimate`], on GPUs that hold only their [`limit_bytes`] under `headroom`: the caching
+/// allocator returns its free segments once it would reserve past the limit, as it does at the
+/// device's real capacity. A plan is judged by this replay.
+pub fn estimate_within(
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+    workload: &Workload,
+    placement: &Placement,
+    headroom: f64,
+) -> Result<Estimate, InputError> {
     match workload.engine {
         Engine::Vllm { .. } => return vllm_estimate(model, hardware, workload),
         Engine::LlamaCpp { .. } => return llamacpp_estimate(model, hardware, workload),
         Engine::Transformers => {}
     }
-    let targets = crate::closed_form::lora_targets(model, workload);
-    let runs = crate::timeline::simulate(model, hardware, workload, placement, &targets);
+    let program = crate::program::step_program(model, hardware, workload, placement);
+    let capacity = |gpu: u32| {
+        hardware.devices.get(gpu as usize).map_or(u64::MAX, |d| limit_bytes(d.usable_bytes(), headroom))
+    };
+    let runs = crate::timeline::replay(&program, capacity).devices;
     let mut devices = Vec::new();
     for (gpu, run) in runs {
         let Some(device) = hardware.devices.get(gpu as usize) else {

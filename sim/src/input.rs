@@ -6,7 +6,6 @@
 mod checks;
 mod flags;
 mod lora;
-pub(crate) mod suggest;
 
 pub use checks::validate;
 pub use flags::WorkloadFlags;
@@ -32,22 +31,12 @@ pub(crate) fn workload_from_yaml_text(text: &str, origin: &str) -> Result<Worklo
         return Ok(Workload::default());
     }
     serde_saphyr::from_str::<Workload>(text).map_err(|e| {
-        let mut err = InputError::yaml(origin, &e);
-        err.problem = plain_problem(&err.problem);
-        err.with_fix(
+        InputError::yaml(
+            origin,
+            &e,
+            "workload",
             "see docs/workloads.md for the keys and their values (e.g. `mode: train`, `batch: 4`, \
              `quant: {kind: nf4, double_quant: true}`)",
         )
     })
-}
-
-/// serde's terse messages for a scalar of the wrong type, said in words.
-fn plain_problem(problem: &str) -> String {
-    let expected = match problem.trim() {
-        "invalid u64" | "invalid u32" | "invalid u8" => "a whole number of 0 or more",
-        "invalid f64" | "invalid f32" => "a number",
-        "invalid bool" => "true or false",
-        _ => return problem.to_string(),
-    };
-    format!("{problem}: expected {expected}")
 }

@@ -11,6 +11,7 @@ pub mod estimate;
 pub mod input;
 mod model;
 pub mod placement;
+pub mod program;
 pub mod tensor_parallel;
 mod timeline;
 pub mod workload;

@@ -1,17 +1,134 @@
 //! Placements: which device holds each module. A placement maps module-path prefixes to a
 //! target (a GPU index, the CPU, or disk); a module goes where its longest matching prefix says,
-//! as accelerate's `device_map` does.
+//! as accelerate's `device_map` does. [`Target::parse`] is the one reading of a device as users
+//! write it, in device maps, `--pin` and plan files.
 
 use serde::Serialize;
+use std::fmt;
 use vramplan_profiles::model::{ModelDescription, ModuleKind};
 
-/// Where a module lives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
+/// Where a module lives, in the order a plan prefers them (GPUs, then the CPU, then disk).
+/// Serialized as accelerate writes a device: the GPU index, `"cpu"` or `"disk"`; displayed as
+/// `GPU 0`, `cpu`, `disk`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Target {
+    /// A GPU: its index in the hardware profile.
     Gpu(u32),
+    /// Host memory (accelerate's `"cpu"` offload).
     Cpu,
+    /// Disk (accelerate's `"disk"` offload).
     Disk,
+}
+
+impl Serialize for Target {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Target::Gpu(index) => serializer.serialize_u32(*index),
+            Target::Cpu => serializer.serialize_str("cpu"),
+            Target::Disk => serializer.serialize_str("disk"),
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Gpu(index) => write!(f, "GPU {index}"),
+            Target::Cpu => write!(f, "cpu"),
+            Target::Disk => write!(f, "disk"),
+        }
+    }
+}
+
+impl Target {
+    /// Reads a device as device maps, `--pin` and plan files write it: a GPU index (`1`, or
+    /// torch's `cuda:1`), `cpu` or `disk`, in any case and with spaces around it. A GPU must be
+    /// one of the hardware's `gpus` GPUs.
+    pub fn parse(text: &str, gpus: u32) -> Result<Target, DeviceError> {
+        let lower = text.trim().to_ascii_lowercase();
+        match lower.as_str() {
+            "cpu" => return Ok(Target::Cpu),
+            "disk" => return Ok(Target::Disk),
+            _ => {}
+        }
+        let digits = lower.strip_prefix("cuda:").unwrap_or(&lower).trim();
+        let not_a_device = || DeviceError::NotADevice { text: text.trim().to_string(), gpus };
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(not_a_device());
+        }
+        let index: u64 = digits.parse().map_err(|_| not_a_device())?;
+        match u32::try_from(index) {
+            Ok(gpu) if gpu < gpus => Ok(Target::Gpu(gpu)),
+            _ => Err(DeviceError::NoSuchGpu { index, gpus }),
+        }
+    }
+}
+
+/// A device [`Target::parse`] cannot read: its `Display` is the problem, [`DeviceError::fix`]
+/// the fix; the caller adds where it was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceError {
+    /// Neither a GPU index, `cpu` nor `disk` (`mps`, `gpu1`, `-1`).
+    NotADevice {
+        /// The device as written, trimmed.
+        text: String,
+        /// The hardware's GPU count.
+        gpus: u32,
+    },
+    /// A GPU index past the hardware's `gpus` GPUs.
+    NoSuchGpu {
+        /// The GPU index as written.
+        index: u64,
+        /// The hardware's GPU count.
+        gpus: u32,
+    },
+}
+
+impl DeviceError {
+    /// How to write the device instead.
+    pub fn fix(&self) -> String {
+        match self {
+            DeviceError::NotADevice { gpus, .. } => {
+                format!("use a GPU index ({}), `cpu` or `disk`", gpu_range(*gpus))
+            }
+            DeviceError::NoSuchGpu { gpus: 0, .. } => {
+                "use `cpu` or `disk`, or a hardware profile with GPUs".to_string()
+            }
+            DeviceError::NoSuchGpu { gpus, .. } => {
+                format!("use {}, `cpu` or `disk`, or a hardware profile with more GPUs", gpu_range(*gpus))
+            }
+        }
+    }
+}
+
+impl fmt::Display for DeviceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceError::NotADevice { text, .. } => {
+                write!(f, "`{text}` is not a device: a GPU index (`0`, `cuda:0`), `cpu` or `disk`")
+            }
+            DeviceError::NoSuchGpu { index, gpus } => {
+                let has = match gpus {
+                    0 => "it has no GPU".to_string(),
+                    1 => "it has GPU 0".to_string(),
+                    n => format!("it has GPUs 0 to {}", n - 1),
+                };
+                write!(f, "GPU {index} is not in the hardware profile ({has})")
+            }
+        }
+    }
+}
+
+impl std::error::Error for DeviceError {}
+
+/// "GPU 0", "GPU 0 or 1", "GPUs 0 to 3" as a fix names them; "no GPU" for none.
+fn gpu_range(gpus: u32) -> String {
+    match gpus {
+        0 => "the profile has no GPU".to_string(),
+        1 => "GPU 0".to_string(),
+        2 => "GPU 0 or 1".to_string(),
+        n => format!("GPUs 0 to {}", n - 1),
+    }
 }
 
 /// Module-path prefixes and their targets. The empty prefix is the whole model.
@@ -57,6 +174,7 @@ impl Placement {
         Placement { entries }
     }
 
+    /// The `(module prefix, target)` pairs, in the order they were given.
     pub fn entries(&self) -> &[(String, Target)] {
         &self.entries
     }
@@ -132,5 +250,37 @@ mod tests {
         assert_eq!(p.target_of("lm_head"), Some(Target::Cpu));
         assert_eq!(p.target_of("other"), None);
         assert_eq!(p.gpus(), vec![0, 1]);
+    }
+
+    #[test]
+    fn targets_write_as_accelerate_and_messages_do() {
+        let json = serde_json::to_string(&[Target::Gpu(1), Target::Cpu, Target::Disk]).unwrap();
+        assert_eq!(json, r#"[1,"cpu","disk"]"#);
+        let shown: Vec<String> =
+            [Target::Gpu(0), Target::Cpu, Target::Disk].iter().map(|t| t.to_string()).collect();
+        assert_eq!(shown, ["GPU 0", "cpu", "disk"]);
+        assert!(Target::Gpu(7) < Target::Cpu && Target::Cpu < Target::Disk);
+    }
+
+    #[test]
+    fn devices_read_alike_wherever_they_are_written() {
+        for (text, target) in [
+            ("0", Target::Gpu(0)),
+            (" 1 ", Target::Gpu(1)),
+            ("cuda:1", Target::Gpu(1)),
+            ("CUDA:0", Target::Gpu(0)),
+            ("cpu", Target::Cpu),
+            ("Disk", Target::Disk),
+        ] {
+            assert_eq!(Target::parse(text, 2), Ok(target), "{text}");
+        }
+        for text in ["mps", "", "-1", "1.5", "cuda", "gpu1", "cuda:x", "99999999999999999999999"] {
+            assert!(matches!(Target::parse(text, 2), Err(DeviceError::NotADevice { .. })), "{text}");
+        }
+        let err = Target::parse("cuda:7", 2).unwrap_err();
+        assert_eq!(err, DeviceError::NoSuchGpu { index: 7, gpus: 2 });
+        assert_eq!(err.to_string(), "GPU 7 is not in the hardware profile (it has GPUs 0 to 1)");
+        assert!(err.fix().contains("GPU 0 or 1"), "{}", err.fix());
+        assert!(Target::parse("4294967296", 2).is_err());
     }
 }

@@ -10,8 +10,12 @@ use vramplan_profiles::DType;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
+    /// Serving or generation: weights, KV cache and one forward pass (`mode: inference`,
+    /// `--mode inference`).
     #[default]
     Inference,
+    /// Training: gradients, optimizer states and the activations kept for backward as well
+    /// (`mode: train`, `--mode train`).
     Train,
 }
 
@@ -19,6 +23,7 @@ pub enum Mode {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum Quant {
+    /// Plain weights in `weight_dtype` (`quant: {kind: none}`, `--quant none`).
     #[default]
     None,
     /// bitsandbytes LLM.int8 (`load_in_8bit`): int8 linear weights with an fp32 scale per row.
@@ -26,27 +31,43 @@ pub enum Quant {
     /// bitsandbytes 4-bit (`load_in_4bit`): nf4 or fp4 in blocks of 64 with an absmax each,
     /// optionally double-quantized.
     Nf4 {
+        /// The per-block absmax constants are quantized too, to 8 bits
+        /// (`bnb_4bit_use_double_quant`, `--double-quant`).
         double_quant: bool,
     },
+    /// bitsandbytes 4-bit with the fp4 data type (`bnb_4bit_quant_type="fp4"`, `--quant fp4`):
+    /// the same blocks and absmax as nf4.
     Fp4 {
+        /// The per-block absmax constants are quantized too, to 8 bits
+        /// (`bnb_4bit_use_double_quant`, `--double-quant`).
         double_quant: bool,
     },
     /// GPTQ / AWQ: `bits`-bit weights packed in int32 with fp16 scales and packed zeros per
     /// `group_size` inputs.
     Gptq {
+        /// Bits a weight: 2, 3, 4 or 8 (`--quant gptq` is 4, `--quant gptq-8bit` 8).
         bits: u32,
+        /// Inputs that share a scale and a zero point (the quantization config's `group_size`,
+        /// `--group-size`; default 128).
         group_size: u32,
     },
+    /// AWQ (`--quant awq`): the same packed layout as GPTQ.
     Awq {
+        /// Bits a weight: always 4, the only width AWQ has.
         bits: u32,
+        /// Inputs that share a scale and a zero point (the quantization config's `group_size`,
+        /// `--group-size`; default 128).
         group_size: u32,
     },
     /// fp8 e4m3 weights with fp32 scales per `block`×`block` tile (DeepSeek-V3 style).
     Fp8 {
+        /// Side of a scale tile, in weights (`weight_block_size`, `--group-size`; default 128).
         block: u32,
     },
     /// A llama.cpp GGUF quantization type (`Q4_K_M`, `Q8_0`, `F16`).
     Gguf {
+        /// The file type as `llama-quantize` names it (`quant.quant_type`, or the type given to
+        /// `--quant`); read by [`crate::engines::gguf::FileType::parse`].
         quant_type: String,
     },
 }
@@ -55,17 +76,30 @@ pub enum Quant {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum Finetune {
+    /// Every parameter is trained, with a gradient and optimizer states each
+    /// (`finetune: {kind: full}`).
     #[default]
     Full,
     /// LoRA on the linear modules whose name matches a pattern (a name such as `q_proj`, or
     /// `all-linear`); QLoRA is LoRA over a 4-bit `quant`.
-    Lora { rank: u64, alpha: u64, targets: Vec<String> },
+    Lora {
+        /// Rank of the adapter matrices (PEFT's `r`, `--lora-rank`).
+        rank: u64,
+        /// Scaling of the update (PEFT's `lora_alpha`, `--lora-alpha`; default 8); it costs no
+        /// memory.
+        alpha: u64,
+        /// Module names to wrap, matched as PEFT's `target_modules` (`--lora-targets`); empty
+        /// takes PEFT's default for the architecture.
+        targets: Vec<String>,
+    },
 }
 
 /// Activation (gradient) checkpointing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum GradCheckpointing {
+    /// Every activation needed for backward is kept from the forward pass
+    /// (`grad_checkpointing: off`).
     #[default]
     Off,
     /// Each decoder layer recomputed in backward (transformers' `gradient_checkpointing_enable`).
@@ -74,6 +108,7 @@ pub enum GradCheckpointing {
     Selective,
 }
 
+/// The optimizer, which sets the states kept per trainable parameter (`optimizer`, `--optimizer`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Optimizer {
@@ -86,7 +121,9 @@ pub enum Optimizer {
     PagedAdamw8bit,
     /// Paged 32-bit AdamW.
     PagedAdamw,
+    /// Plain SGD (`torch.optim.SGD` without momentum): no state.
     Sgd,
+    /// SGD with momentum: one momentum buffer per trainable parameter, in the parameter's dtype.
     SgdMomentum,
     /// Adafactor: factored second moment (row and column vectors), no first moment.
     Adafactor,
@@ -116,10 +153,23 @@ pub enum Parallelism {
     Ddp,
     /// ZeRO stage 1/2/3 (DeepSpeed) or FSDP (stage 3 = full shard) across the profile's GPUs,
     /// optionally offloading optimizer states and/or parameters to the CPU.
-    Zero { stage: u8, offload_optimizer: bool, offload_params: bool },
+    Zero {
+        /// 1 shards optimizer states and master weights, 2 also gradients, 3 also the weights
+        /// (`--parallel zero1` … `zero3`, `fsdp`).
+        stage: u8,
+        /// Optimizer states live in CPU memory (DeepSpeed `offload_optimizer`,
+        /// `--offload-optimizer`).
+        offload_optimizer: bool,
+        /// Parameters live in CPU memory, stage 3 only (DeepSpeed `offload_param`,
+        /// `--offload-params`).
+        offload_params: bool,
+    },
     /// Tensor parallelism over `size` GPUs: heads and MLP columns split, KV heads replicated
     /// when fewer than `size`.
-    Tensor { size: u32 },
+    Tensor {
+        /// GPUs in the tensor-parallel group (`--parallel tp=N`, vLLM's `--tensor-parallel-size`).
+        size: u32,
+    },
 }
 
 /// The program that runs inference.
@@ -130,9 +180,23 @@ pub enum Engine {
     #[default]
     Transformers,
     /// vLLM: a paged KV cache sized from `gpu_memory_utilization` × total memory.
-    Vllm { gpu_memory_utilization: f64, max_num_batched_tokens: u64 },
+    Vllm {
+        /// Fraction of the device's memory vLLM may take, above 0 and at most 1 (vLLM's
+        /// `--gpu-memory-utilization`; default 0.9).
+        gpu_memory_utilization: f64,
+        /// Tokens in one forward pass, which sizes the profiling run's activations (vLLM's
+        /// `--max-num-batched-tokens`; default 8192).
+        max_num_batched_tokens: u64,
+    },
     /// llama.cpp: GGUF weights, a KV cache of `n_ctx` tokens, compute buffers for `n_ubatch`.
-    LlamaCpp { n_ctx: u64, n_ubatch: u64 },
+    LlamaCpp {
+        /// Context size in tokens (llama.cpp's `-c` / `--ctx-size`, `--n-ctx`; default `seq`);
+        /// 0 means the model's trained context.
+        n_ctx: u64,
+        /// Physical batch in tokens, which sizes the compute buffer (llama.cpp's `-ub` /
+        /// `--ubatch-size`, `--n-ubatch`; default 512).
+        n_ubatch: u64,
+    },
 }
 
 /// The training loop, where frameworks differ in what they hold.
@@ -171,6 +235,7 @@ pub struct Switches {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Workload {
+    /// Inference or training (`mode`, `--mode`).
     pub mode: Mode,
     /// Micro-batch (training) or concurrent sequences (inference).
     pub batch: u64,
@@ -178,22 +243,33 @@ pub struct Workload {
     pub seq: u64,
     /// Inference: tokens of the prompt processed at once in prefill (default: `seq`).
     pub prompt: Option<u64>,
+    /// Gradient-accumulation steps per optimizer step (`grad_accum`, `--grad-accum`); checked but
+    /// not replayed (docs/memory-model.md).
     pub grad_accum: u64,
     /// The dtype weights are held in (default: the checkpoint's).
     pub weight_dtype: Option<DType>,
     /// Autocast dtype for matmuls (`fp16=True` / `bf16=True` in the HF Trainer on an fp32 model);
     /// `None` computes in the weight dtype.
     pub autocast: Option<DType>,
+    /// How weights are quantized (`quant`, `--quant`).
     pub quant: Quant,
+    /// Full fine-tune or LoRA (`finetune`, `--lora-rank`).
     pub finetune: Finetune,
+    /// Activation checkpointing (`grad_checkpointing`, `--grad-ckpt`).
     pub grad_checkpointing: GradCheckpointing,
+    /// The optimizer, for training (`optimizer`, `--optimizer`).
     pub optimizer: Optimizer,
+    /// The attention implementation (transformers' `attn_implementation`; `attention`, `--attn`).
     pub attention: AttentionImpl,
+    /// How the work is spread over the profile's GPUs (`parallelism`, `--parallel`).
     pub parallelism: Parallelism,
+    /// The program that runs inference (`engine`, `--engine`).
     pub engine: Engine,
     /// KV-cache dtype (default: the compute dtype).
     pub kv_dtype: Option<DType>,
+    /// The training framework (`trainer`, `--trainer`).
     pub trainer: Trainer,
+    /// Memory-saving switches (`switches`, each with its own flag).
     pub switches: Switches,
 }
 

@@ -345,7 +345,7 @@ fn device_map_errors_say_where_and_what_to_write() {
             "gpu.json",
             &[":2:3:", "GPU 2 is not in the hardware profile", "GPUs 0 to 1"],
         ),
-        ("{\"\": \"cuda:1\"}", "cuda.json", &["\"cuda:1\"", "without quotes: 1"]),
+        ("{\"\": \"mps\"}", "mps.json", &["`mps` is not a device", "`cuda:0`", "GPU 0 or 1"]),
         (
             "{\"model.embed_tokens\": 0, \"model.layers\": 0}",
             "unplaced.json",

@@ -61,3 +61,57 @@ fn allocated_within_reserved_within_device_used_for_every_built_in() {
     assert!(checked >= 500, "only {checked} devices checked");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The solver's charges are read off the step program the replay runs: on one GPU, the replay's
+/// peak of live tensors never exceeds what the charges add up to (every unit's resident and peak
+/// bytes, the largest transient, the cuBLAS workspace). The sum is looser where units reach
+/// their peaks at different moments (printed).
+#[test]
+fn charges_bound_the_replay_on_one_gpu_for_every_built_in() {
+    use vramplan_sim::charges::{unit_charges, workspace_bytes};
+    let hardware = hardware::load("h100-80gb").expect("profile");
+    let major = hardware.devices[0].compute_capability.major;
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    let mut loosest = (0.0f64, String::new());
+    let mut ratios = Vec::new();
+    let mut full_finetune = Workload {
+        mode: Mode::Train,
+        batch: 1,
+        seq: 256,
+        grad_checkpointing: GradCheckpointing::Off,
+        ..Workload::default()
+    };
+    full_finetune.switches.keep_gradients = false;
+    let mut cases = workloads();
+    cases.push(("full fine-tune", full_finetune));
+    for name in catalog::builtin_names() {
+        let model = model::load(name, ImportOptions::default()).expect("built-in");
+        for (label, workload) in &cases {
+            let Ok(replayed) = estimate(&model, &hardware, workload, &Placement::single(0)) else { continue };
+            let charges = unit_charges(&model, &hardware, workload);
+            let held: u64 = charges.units.iter().map(|u| u.resident_bytes + u.peak_bytes).sum();
+            let transient = charges.units.iter().map(|u| u.transient_bytes).max().unwrap_or(0);
+            let bound = held + transient + workspace_bytes(major);
+            let allocated = replayed.devices[0].peak_allocated_bytes;
+            checked += 1;
+            if allocated > bound {
+                failures.push(format!("{name} {label}: replay {allocated} B above the charges' {bound} B"));
+            }
+            let ratio = bound as f64 / allocated.max(1) as f64;
+            ratios.push(ratio);
+            if ratio > loosest.0 {
+                loosest = (ratio, format!("{name} {label}"));
+            }
+        }
+    }
+    ratios.sort_by(f64::total_cmp);
+    println!(
+        "{checked} cases; the charges are {:.2} % above the replay at the median, at most {:.1} % ({})",
+        100.0 * (ratios.get(ratios.len() / 2).copied().unwrap_or(1.0) - 1.0),
+        100.0 * (loosest.0 - 1.0),
+        loosest.1
+    );
+    assert!(checked >= 150, "only {checked} cases checked");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -7,13 +7,14 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
 use vramplan_solver::ilp::{self, SolveOptions};
-use vramplan_solver::{Device, Problem, Tier, Unit};
+use vramplan_solver::{Device, Problem, Target, Unit};
 
 fn unit(name: String, resident_bytes: u64) -> Unit {
     Unit {
         name,
         count: 1,
         resident_bytes,
+        weight_bytes: resident_bytes,
         peak_bytes: 0,
         transient_bytes: 0,
         order: None,
@@ -30,7 +31,7 @@ fn gpus(n: u32, capacity_bytes: u64, fixed_bytes: u64, per_node: u32, links: (u6
             let last_of_node = i % per_node == per_node - 1;
             Device {
                 name: format!("GPU {i}"),
-                tier: Tier::Gpu(i),
+                tier: Target::Gpu(i),
                 capacity_bytes,
                 fixed_bytes,
                 class: u32::from(last_of_node),

@@ -14,7 +14,7 @@
 //!   with `--expert-load`); everything else is replicated on every GPU (data-parallel
 //!   attention) and charged as the devices' fixed bytes.
 
-use crate::problem::{Device, Problem, Tier, Unit};
+use crate::problem::{Device, Problem, Unit};
 use crate::runtime::Runtime;
 use std::collections::BTreeMap;
 use vramplan_profiles::InputError;
@@ -22,7 +22,7 @@ use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::{ModelDescription, Module, ModuleKind};
 use vramplan_sim::charges::{self, UnitRole};
 use vramplan_sim::engines::{gguf, llamacpp};
-use vramplan_sim::placement::covers;
+use vramplan_sim::placement::{Target, covers};
 use vramplan_sim::workload::{Mode, Workload};
 
 /// How many load classes the experts of one layer are grouped into under `--expert-load`.
@@ -31,13 +31,15 @@ const LOAD_CLASSES: usize = 8;
 /// What the caller asks of the plan beyond model, hardware and workload.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Request {
+    /// The runtime the plan is for (`--target`).
     pub runtime: Runtime,
     /// Share of each GPU's usable memory kept free (0.10 = 10 %).
     pub headroom: f64,
     /// `(module pattern, device)` pins, as `--pin` gives them (see [`parse_pin`]).
-    pub pins: Vec<(String, Tier)>,
-    /// Allow the CPU and disk tiers (inference under accelerate; llama.cpp's CPU layers).
+    pub pins: Vec<(String, Target)>,
+    /// Allow the CPU and disk (inference under accelerate; llama.cpp's CPU layers).
     pub offload: bool,
+    /// After balance and traffic, prefer plans that use fewer GPUs (`--min-devices`).
     pub min_devices: bool,
     /// Tokens routed to each expert, per MoE layer path (`--expert-load`).
     pub expert_load: BTreeMap<String, Vec<f64>>,
@@ -79,6 +81,8 @@ pub(crate) struct Built {
     pub sources: Vec<UnitSource>,
     /// Expert-parallel: bytes every GPU holds for the replicated dense part.
     pub replicated_bytes: u64,
+    /// Of `replicated_bytes`, the weights.
+    pub replicated_weight_bytes: u64,
 }
 
 /// Builds the problem for `request`.
@@ -110,7 +114,7 @@ fn gpu_devices(hardware: &HardwareProfile, headroom: f64, fixed: u64) -> Vec<Dev
         .map(|(i, d)| {
             let workspace = charges::workspace_bytes(d.compute_capability.major);
             let fixed_bytes = workspace + fixed;
-            let limit = (d.usable_bytes() as f64 * (1.0 - headroom)).floor() as u64;
+            let limit = vramplan_sim::estimate::limit_bytes(d.usable_bytes(), headroom);
             let key = (d.name.clone(), d.memory_bytes, u64::from(d.node));
             let class = classes.iter().position(|c| *c == key).unwrap_or_else(|| {
                 classes.push(key);
@@ -119,7 +123,7 @@ fn gpu_devices(hardware: &HardwareProfile, headroom: f64, fixed: u64) -> Vec<Dev
             let next = hardware.devices.get(i + 1).map(|n| n.index).unwrap_or(hardware.devices[0].index);
             Device {
                 name: format!("GPU {} ({})", d.index, d.name),
-                tier: Tier::Gpu(d.index),
+                tier: Target::Gpu(d.index),
                 capacity_bytes: limit.saturating_sub(fixed_bytes),
                 fixed_bytes,
                 class,
@@ -135,7 +139,7 @@ fn host_devices(hardware: &HardwareProfile, first_class: u32) -> Vec<Device> {
     let pcie = hardware.devices.first().map_or(0, |d| d.pcie_bandwidth_bytes_per_s());
     let mut out = vec![Device {
         name: "cpu".into(),
-        tier: Tier::Cpu,
+        tier: Target::Cpu,
         capacity_bytes: host.ram_bytes.unwrap_or(64 << 30),
         fixed_bytes: 0,
         class: first_class,
@@ -143,7 +147,7 @@ fn host_devices(hardware: &HardwareProfile, first_class: u32) -> Vec<Device> {
     }];
     out.push(Device {
         name: "disk".into(),
-        tier: Tier::Disk,
+        tier: Target::Disk,
         // accelerate puts no cap on disk; where the profile does not say, 4 TiB (a finite figure
         // keeps the ILP's coefficients in a range HiGHS handles well).
         capacity_bytes: host.disk_bytes.unwrap_or(4 << 40),
@@ -177,6 +181,7 @@ fn module_units(
             name: c.path.clone(),
             count: 1,
             resident_bytes: c.resident_bytes,
+            weight_bytes: c.weight_bytes,
             peak_bytes: c.peak_bytes,
             transient_bytes: c.transient_bytes,
             order: if follows[i] { None } else { Some(i as u32) },
@@ -209,6 +214,7 @@ fn module_units(
         },
         sources,
         replicated_bytes: 0,
+        replicated_weight_bytes: 0,
     }
 }
 
@@ -294,6 +300,7 @@ fn llamacpp_units(
             name: format!("blk.{l}"),
             count: 1,
             resident_bytes: dense[l],
+            weight_bytes: dense[l],
             peak_bytes: kv_per_layer,
             transient_bytes: 0,
             order: Some(2 * l as u32),
@@ -307,6 +314,7 @@ fn llamacpp_units(
                 name: format!("blk.{l}.ffn_*_exps"),
                 count: 1,
                 resident_bytes: experts[l],
+                weight_bytes: experts[l],
                 peak_bytes: 0,
                 transient_bytes: 0,
                 order: None,
@@ -321,6 +329,7 @@ fn llamacpp_units(
         name: "output".into(),
         count: 1,
         resident_bytes: output,
+        weight_bytes: output,
         peak_bytes: 0,
         transient_bytes: 0,
         order: Some(2 * layers as u32),
@@ -334,7 +343,7 @@ fn llamacpp_units(
     let mut devices = Vec::new();
     if request.offload {
         let next = gpus.iter().map(|d| d.class).max().unwrap_or(0) + 1;
-        devices.extend(host_devices(hardware, next).into_iter().filter(|d| d.tier == Tier::Cpu));
+        devices.extend(host_devices(hardware, next).into_iter().filter(|d| d.tier == Target::Cpu));
     }
     devices.extend(gpus);
     Ok(Built {
@@ -349,6 +358,7 @@ fn llamacpp_units(
         },
         sources,
         replicated_bytes: 0,
+        replicated_weight_bytes: 0,
     })
 }
 
@@ -368,6 +378,7 @@ fn expert_units(
     let charges = charges::unit_charges(model, hardware, workload);
     let gpus = hardware.devices.len().max(1) as u64;
     let mut replicated = 0u64;
+    let mut replicated_weights = 0u64;
     let mut transient = 0u64;
     let mut units = Vec::new();
     let mut sources = Vec::new();
@@ -379,6 +390,7 @@ fn expert_units(
         };
         let Some((experts_path, expert_params)) = experts_module else {
             replicated += c.resident_bytes + c.peak_bytes.div_ceil(gpus);
+            replicated_weights += c.weight_bytes;
             continue;
         };
         let block_params = model.root.find(&c.path).map(|m| m.params()).unwrap_or(1).max(1);
@@ -390,12 +402,14 @@ fn expert_units(
         // cache and activations are split with the sequences (data-parallel attention).
         replicated += c.resident_bytes.saturating_sub((per_expert_weights + per_expert_state) * count)
             + c.peak_bytes.div_ceil(gpus);
+        replicated_weights += c.weight_bytes.saturating_sub(per_expert_weights * count);
         let loads = request.expert_load.get(&c.path).or_else(|| request.expert_load.get(&experts_path));
         for (experts, load) in load_classes(moe.experts, loads) {
             units.push(Unit {
                 name: format!("{experts_path}[{}]", describe_indices(&experts)),
                 count: experts.len() as u32,
                 resident_bytes: per_expert_weights + per_expert_state,
+                weight_bytes: per_expert_weights,
                 peak_bytes: 0,
                 transient_bytes: 0,
                 order: None,
@@ -420,6 +434,7 @@ fn expert_units(
         },
         sources,
         replicated_bytes: replicated,
+        replicated_weight_bytes: replicated_weights,
     })
 }
 
@@ -468,9 +483,10 @@ fn describe_indices(experts: &[u32]) -> String {
 }
 
 /// Reads `--pin PATTERN=DEVICE`: a module path (`lm_head`), or a range of layers
-/// (`model.layers.0-3`, first to last, both included), to a GPU index, `cpu` or `disk`. A range
-/// that runs backwards (`model.layers.5-2`) is refused, not read as `2-5`.
-pub fn parse_pin(text: &str) -> Result<(String, Tier), InputError> {
+/// (`model.layers.0-3`, first to last, both included), to a device as [`Target::parse`] reads
+/// it (a GPU index, `cuda:1`, `cpu` or `disk`) on hardware with `gpus` GPUs. A range that runs
+/// backwards (`model.layers.5-2`) is refused, not read as `2-5`.
+pub fn parse_pin(text: &str, gpus: u32) -> Result<(String, Target), InputError> {
     let fix = "write `--pin lm_head=0` or `--pin 'model.layers.0-3=cpu'`";
     let (pattern, device) = text
         .rsplit_once('=')
@@ -479,15 +495,8 @@ pub fn parse_pin(text: &str) -> Result<(String, Tier), InputError> {
     if pattern.is_empty() {
         return Err(InputError::new("--pin", format!("`{text}` names no module before `=`")).with_fix(fix));
     }
-    let tier = match device.trim() {
-        "cpu" => Tier::Cpu,
-        "disk" => Tier::Disk,
-        d => Tier::Gpu(d.trim_start_matches("cuda:").parse().map_err(|_| {
-            InputError::new("--pin", format!("`{d}` is not a GPU index, `cpu` or `disk`"))
-                .at_key(pattern)
-                .with_fix(fix)
-        })?),
-    };
+    let tier = Target::parse(device, gpus)
+        .map_err(|e| InputError::new("--pin", format!("`{text}`: {e}")).at_key(pattern).with_fix(e.fix()))?;
     if let Some((prefix, a, b)) = pin_range(pattern)
         && a > b
     {
@@ -544,28 +553,28 @@ fn device_list(devices: &[Device]) -> String {
 }
 
 /// Why a device is not in the plan, for a pin to it.
-fn no_such_device(built: &Built, request: &Request, pattern: &str, tier: Tier) -> InputError {
+fn no_such_device(built: &Built, request: &Request, pattern: &str, tier: Target) -> InputError {
     let gpus: Vec<String> = built
         .problem
         .devices
         .iter()
         .filter_map(|d| match d.tier {
-            Tier::Gpu(i) => Some(i.to_string()),
+            Target::Gpu(i) => Some(i.to_string()),
             _ => None,
         })
         .collect();
     let gpu_list = if gpus.is_empty() { "none".to_string() } else { gpus.join(", ") };
     let (problem, fix) = match tier {
-        Tier::Gpu(i) => (
+        Target::Gpu(i) => (
             format!("there is no GPU {i}: the profile's GPUs are {gpu_list}"),
             format!("pin to one of the GPUs {gpu_list}{}", host_hint(built)),
         ),
-        Tier::Cpu | Tier::Disk => {
+        Target::Cpu | Target::Disk => {
             let why = if request.runtime == Runtime::ExpertParallel || request.runtime == Runtime::Pipeline {
                 format!("the {} target places everything on GPUs", request.runtime.name())
             } else if !request.offload {
                 "--no-offload keeps everything on GPUs".to_string()
-            } else if tier == Tier::Disk && request.runtime == Runtime::LlamaCpp {
+            } else if tier == Target::Disk && request.runtime == Runtime::LlamaCpp {
                 "llama.cpp offloads to the CPU, never to disk".to_string()
             } else {
                 "offload to the host is for inference only".to_string()
@@ -584,7 +593,7 @@ fn host_hint(built: &Built) -> String {
         .problem
         .devices
         .iter()
-        .filter(|d| !matches!(d.tier, Tier::Gpu(_)))
+        .filter(|d| !matches!(d.tier, Target::Gpu(_)))
         .map(|d| d.tier.to_string())
         .collect();
     if hosts.is_empty() { String::new() } else { format!(", or to {}", hosts.join(" or ")) }
@@ -664,7 +673,7 @@ fn resolve_pins(built: &Built, request: &Request) -> Result<Vec<(usize, usize)>,
 }
 
 /// `` `unit` (pinned to GPU 1 by `pattern`) ``, the pattern left out where it is the unit.
-fn pinned_to(unit: &str, tier: Tier, pattern: &str) -> String {
+fn pinned_to(unit: &str, tier: Target, pattern: &str) -> String {
     if unit == pattern {
         format!("`{unit}` (pinned to {tier})")
     } else {
@@ -673,9 +682,9 @@ fn pinned_to(unit: &str, tier: Tier, pattern: &str) -> String {
 }
 
 /// How a device is written in `--pin`.
-fn pin_device_arg(tier: Tier) -> String {
+fn pin_device_arg(tier: Target) -> String {
     match tier {
-        Tier::Gpu(i) => i.to_string(),
+        Target::Gpu(i) => i.to_string(),
         other => other.to_string(),
     }
 }

@@ -21,6 +21,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
 use vramplan_profiles::model::{ModelDescription, Module, ModuleKind};
+use vramplan_profiles::suggest::{or_list, ticked};
 use vramplan_sim::device_map::unplaced;
 use vramplan_sim::placement::{Placement, Target, covers};
 
@@ -76,7 +77,9 @@ impl fmt::Display for Rule {
 /// largest unplaced modules and no device; `listed-twice` the name and its devices in file order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
+    /// Which rule the map breaks.
     pub rule: Rule,
+    /// The modules involved (see above for their order).
     pub modules: Vec<String>,
     /// `GPU 0`, `cpu`, `disk`.
     pub devices: Vec<String>,
@@ -720,13 +723,9 @@ fn module_of(tensor: &str) -> &str {
     tensor.rsplit_once('.').map_or("", |(m, _)| m)
 }
 
-/// `GPU 0`, `cpu`, `disk`.
+/// `GPU 0`, `cpu`, `disk`: the target's `Display`.
 fn label(target: Target) -> String {
-    match target {
-        Target::Gpu(i) => format!("GPU {i}"),
-        Target::Cpu => "cpu".into(),
-        Target::Disk => "disk".into(),
-    }
+    target.to_string()
 }
 
 /// The device as PyTorch names it in its error (`cuda:1`).
@@ -751,10 +750,6 @@ fn shown(key: &str) -> String {
     format!("`{}`", if key.is_empty() { "\"\"" } else { key })
 }
 
-fn ticked(names: &[&str]) -> String {
-    names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
-}
-
 /// The first few names ticked, then how many more.
 fn ticked_list(names: &[String]) -> String {
     let ticked: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
@@ -768,14 +763,6 @@ fn listed_with_more(items: &[String]) -> String {
         text += &format!(" and {} more", items.len() - LISTED);
     }
     text
-}
-
-/// "a, b or c".
-fn or_list(items: &[String]) -> String {
-    match items.split_last() {
-        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
-        _ => items.join(""),
-    }
 }
 
 fn plural(n: usize) -> &'static str {

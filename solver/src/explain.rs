@@ -31,6 +31,7 @@ const PROBE_SECONDS: f64 = 5.0;
 /// A device that runs out, in the even split.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Shortfall {
+    /// The device (`GPU 0 (Tesla T4)`).
     pub device: String,
     /// Bytes beyond the limit (usable × (1 − headroom)).
     pub short_bytes: u64,
@@ -52,7 +53,10 @@ pub struct Remedy {
 /// Why it does not fit and what would.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Explanation {
+    /// The devices that run out when the layers are split evenly (none: the split fits
+    /// everywhere, yet no placement keeps every device within its limit).
     pub shortfalls: Vec<Shortfall>,
+    /// Changes that fit, each verified by solving again.
     pub remedies: Vec<Remedy>,
     /// Changes (in words) whose checks ran out of time: they may or may not fit.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -89,7 +93,7 @@ fn shortfalls(
         .devices
         .iter()
         .filter_map(|d| {
-            let limit = (d.usable_bytes as f64 * (1.0 - request.headroom)).floor() as u64;
+            let limit = vramplan_sim::estimate::limit_bytes(d.usable_bytes, request.headroom);
             (d.peak_reserved_bytes > limit).then(|| Shortfall {
                 device: format!("GPU {} ({})", d.id, d.name),
                 short_bytes: d.peak_reserved_bytes - limit,
@@ -347,7 +351,7 @@ fn remedies(
         let (probe, found) = probes.plan(model, hardware, workload, &r);
         let on_cpu = found
             .as_ref()
-            .map_or(0, |p| p.device_map.iter().filter(|(_, t)| !matches!(t, crate::Tier::Gpu(_))).count());
+            .map_or(0, |p| p.device_map.iter().filter(|(_, t)| !matches!(t, crate::Target::Gpu(_))).count());
         let utilisation = probe.utilisation();
         let change = if utilisation.is_some() {
             format!("{on_cpu} modules offloaded to the CPU (slower: weights cross PCIe every step)")

@@ -16,19 +16,24 @@
 //!   `estimate --plan` and `validate`.
 
 use crate::plan::Plan;
-use crate::problem::Tier;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use vramplan_profiles::InputError;
+use vramplan_sim::placement::Target;
 use vramplan_sim::workload::Workload;
 
 /// An export format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
+    /// An accelerate `device_map` as JSON, module → GPU index, `"cpu"` or `"disk"`.
     Accelerate,
+    /// llama.cpp's `-ngl`, `-ts` and `-ot` flags.
     LlamaCpp,
+    /// The GPU of each expert, per experts module (JSON).
     ExpertParallel,
+    /// Contiguous layer ranges per stage (DeepSpeed's pipeline partition).
     Pipeline,
+    /// vramplan's plan file, read back by `estimate --plan`.
     Yaml,
 }
 
@@ -68,9 +73,13 @@ impl Format {
 pub struct PlanFile {
     /// The schema version.
     pub vramplan_plan: u32,
+    /// The model as given to `plan` (a built-in name or a path).
     pub model: String,
+    /// The hardware as given to `plan` (a profile name, short form or path).
     pub hardware: String,
+    /// The target runtime the map was made for (`accelerate`, `llama.cpp`, …).
     pub target: String,
+    /// The workload the plan was made for.
     pub workload: Workload,
     /// Module → device: a GPU index, `cpu` or `disk`.
     pub device_map: BTreeMap<String, PlanTarget>,
@@ -80,13 +89,16 @@ pub struct PlanFile {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum PlanTarget {
+    /// A GPU index.
     Gpu(u32),
+    /// `cpu` or `disk` (or any device spelling, read with `Target::parse`).
     Host(String),
 }
 
 /// One export: the document to write.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Export {
+    /// The document, as written.
     pub text: String,
 }
 
@@ -127,9 +139,9 @@ pub fn export(
                     .iter()
                     .map(|(k, t)| {
                         let v = match t {
-                            Tier::Gpu(g) => PlanTarget::Gpu(*g),
-                            Tier::Cpu => PlanTarget::Host("cpu".into()),
-                            Tier::Disk => PlanTarget::Host("disk".into()),
+                            Target::Gpu(g) => PlanTarget::Gpu(*g),
+                            Target::Cpu => PlanTarget::Host("cpu".into()),
+                            Target::Disk => PlanTarget::Host("disk".into()),
                         };
                         (k.clone(), v)
                     })
@@ -142,7 +154,7 @@ pub fn export(
     Ok(Export { text })
 }
 
-/// Pairs written as a JSON object in their order (a device map in model order; a [`Tier`]
+/// Pairs written as a JSON object in their order (a device map in model order; a [`Target`]
 /// serializes as accelerate writes a device).
 struct InOrder<'a, V>(&'a [(String, V)]);
 
@@ -159,8 +171,8 @@ fn not_for(plan: &Plan, format: &str, needs: &str) -> InputError {
 
 /// llama.cpp flags from a `--target llama.cpp` plan.
 fn llamacpp_flags(plan: &Plan) -> Result<String, InputError> {
-    let mut layer_tier: BTreeMap<u32, Tier> = BTreeMap::new();
-    let mut expert_tier: BTreeMap<u32, Tier> = BTreeMap::new();
+    let mut layer_tier: BTreeMap<u32, Target> = BTreeMap::new();
+    let mut expert_tier: BTreeMap<u32, Target> = BTreeMap::new();
     let mut output = None;
     for (name, tier) in &plan.device_map {
         if name == "output" {
@@ -182,8 +194,10 @@ fn llamacpp_flags(plan: &Plan) -> Result<String, InputError> {
         return Err(not_for(plan, "llama.cpp", "a plan made with `--target llama.cpp`"));
     }
     let gpus: Vec<u32> = {
-        let mut g: Vec<u32> =
-            layer_tier.values().filter_map(|t| if let Tier::Gpu(g) = t { Some(*g) } else { None }).collect();
+        let mut g: Vec<u32> = layer_tier
+            .values()
+            .filter_map(|t| if let Target::Gpu(g) = t { Some(*g) } else { None })
+            .collect();
         g.sort_unstable();
         g.dedup();
         g
@@ -195,13 +209,13 @@ fn llamacpp_flags(plan: &Plan) -> Result<String, InputError> {
     // on the CPU, a GPU-held output layer is moved there by `-ot`.
     let mut per_gpu = vec![0u32; gpus.last().map_or(0, |g| *g as usize + 1)];
     for t in layer_tier.values() {
-        if let Tier::Gpu(g) = t {
+        if let Target::Gpu(g) = t {
             per_gpu[*g as usize] += 1;
         }
     }
-    let all_layers_on_gpus = layer_tier.values().all(|t| matches!(t, Tier::Gpu(_)));
+    let all_layers_on_gpus = layer_tier.values().all(|t| matches!(t, Target::Gpu(_)));
     let mut output_override = None;
-    if let Some(Tier::Gpu(g)) = output {
+    if let Some(Target::Gpu(g)) = output {
         if all_layers_on_gpus {
             if per_gpu.len() <= g as usize {
                 per_gpu.resize(g as usize + 1, 0);
@@ -226,7 +240,7 @@ fn llamacpp_flags(plan: &Plan) -> Result<String, InputError> {
     for (layer, tier) in &expert_tier {
         if layer_tier.get(layer) != Some(tier) {
             let buffer = match tier {
-                Tier::Gpu(g) => format!("CUDA{g}"),
+                Target::Gpu(g) => format!("CUDA{g}"),
                 _ => "CPU".into(),
             };
             moved.entry(buffer).or_default().push(*layer);
@@ -249,7 +263,7 @@ fn pipeline(plan: &Plan) -> Result<String, InputError> {
         if !is_block {
             continue;
         }
-        let Tier::Gpu(g) = tier else {
+        let Target::Gpu(g) = tier else {
             return Err(not_for(plan, "pipeline", "every layer on a GPU"));
         };
         match stages.last_mut() {
@@ -310,28 +324,27 @@ pub fn read_plan_file(path: &std::path::Path) -> Result<PlanFile, InputError> {
         }
     }
     serde_saphyr::from_str::<PlanFile>(&text).map_err(|e| {
-        InputError::yaml(origin, &e)
-            .with_fix("a plan file has `vramplan_plan`, `model`, `hardware`, `target`, `workload` and `device_map`; write one with `vramplan plan -o plan.yaml`")
+        InputError::yaml(origin, &e, "plan", "a plan file has `vramplan_plan`, `model`, `hardware`, `target`, `workload` and `device_map`; write one with `vramplan plan -o plan.yaml`")
     })
 }
 
 impl PlanFile {
-    /// The device map as `(module, target)` entries for the simulator.
-    pub fn entries(&self) -> Result<Vec<(String, vramplan_sim::placement::Target)>, InputError> {
-        use vramplan_sim::placement::Target;
+    /// The device map as `(module, target)` entries for the simulator, on hardware with `gpus`
+    /// GPUs; a device [`Target::parse`] cannot read, or
+    /// a GPU past `gpus`, is refused at its key of the plan file `origin`.
+    pub fn entries(&self, origin: &str, gpus: u32) -> Result<Vec<(String, Target)>, InputError> {
         self.device_map
             .iter()
             .map(|(module, target)| {
-                let t = match target {
-                    PlanTarget::Gpu(g) => Target::Gpu(*g),
-                    PlanTarget::Host(h) if h == "cpu" => Target::Cpu,
-                    PlanTarget::Host(h) if h == "disk" => Target::Disk,
-                    PlanTarget::Host(h) => {
-                        return Err(InputError::new("plan", format!("`{module}` is placed on `{h}`"))
-                            .at_key(format!("device_map.{module}"))
-                            .with_fix("use a GPU index, `cpu` or `disk`"));
-                    }
+                let parsed = match target {
+                    PlanTarget::Gpu(g) => Target::parse(&g.to_string(), gpus),
+                    PlanTarget::Host(h) => Target::parse(h, gpus),
                 };
+                let t = parsed.map_err(|e| {
+                    InputError::new(origin, format!("`{module}`: {e}"))
+                        .at_key(format!("device_map.{module}"))
+                        .with_fix(e.fix())
+                })?;
                 Ok((module.clone(), t))
             })
             .collect()

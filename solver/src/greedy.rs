@@ -36,13 +36,12 @@
 //! - `infer_auto_device_map`: a module that does not fit with its ties is split whenever it can
 //!   be (4.x only when it does not fit alone either), and there is no fallback allocation.
 
-use crate::problem::Tier;
 use crate::runtime::Runtime;
 use std::collections::{HashMap, HashSet, VecDeque};
 use vramplan_profiles::DType;
 use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::{ModelDescription, Module, ModuleKind, Naming, Tensor, TensorKind};
-use vramplan_sim::placement::covers;
+use vramplan_sim::placement::{Target, covers};
 use vramplan_sim::workload::{Quant, Workload};
 
 /// Share of a lone GPU's free memory `get_balanced_memory` keeps when the user sets no
@@ -100,7 +99,9 @@ impl From<Naming> for Version {
 /// the float transformers computes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MaxMemory {
-    pub tier: Tier,
+    /// The device (`max_memory`'s key: a GPU index, `"cpu"` or `"disk"`).
+    pub tier: Target,
+    /// The bytes accelerate may fill on it.
     pub bytes: u64,
 }
 
@@ -118,6 +119,7 @@ pub enum Strategy {
 /// How transformers quantizes linear weights while it sizes the model for the map.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GreedyQuant {
+    /// Unquantized: every tensor at the load dtype (or its own, where it keeps it).
     None,
     /// bitsandbytes LLM.int8: quantized weights at 1 byte per element; budgets × 0.9.
     Int8,
@@ -126,6 +128,7 @@ pub enum GreedyQuant {
     /// A packed checkpoint (GPTQ, AWQ, fp8) described unquantized: quantized weights at `bits`
     /// per element, their scales and zeros left out; no budget factor.
     Packed {
+        /// Bits per quantized weight (4 for GPTQ and AWQ, 8 for fp8).
         bits: u32,
     },
 }
@@ -135,6 +138,7 @@ pub enum GreedyQuant {
 pub struct Sizing {
     /// The dtype floating-point parameters are loaded in (`from_pretrained(dtype=...)`).
     pub dtype: DType,
+    /// How linear weights are quantized.
     pub quant: GreedyQuant,
     /// Whose rules: transformers 5.x or 4.x with accelerate 1.x.
     pub version: Version,
@@ -216,8 +220,8 @@ pub fn max_memory(
     }
     let share = sizing.budget_share();
     let mut out: Vec<MaxMemory> =
-        gpus.iter().map(|&(i, b)| MaxMemory { tier: Tier::Gpu(i), bytes: (b * share) as u64 }).collect();
-    out.push(MaxMemory { tier: Tier::Cpu, bytes: (cpu * share) as u64 });
+        gpus.iter().map(|&(i, b)| MaxMemory { tier: Target::Gpu(i), bytes: (b * share) as u64 }).collect();
+    out.push(MaxMemory { tier: Target::Cpu, bytes: (cpu * share) as u64 });
     out
 }
 
@@ -308,7 +312,7 @@ pub fn auto_device_map(
     model: &ModelDescription,
     sizing: &Sizing,
     max_memory: &[MaxMemory],
-) -> Vec<(String, Tier)> {
+) -> Vec<(String, Target)> {
     infer_auto_device_map(model, sizing, max_memory, Options::default())
 }
 
@@ -337,7 +341,7 @@ pub fn infer_auto_device_map(
     sizing: &Sizing,
     max_memory: &[MaxMemory],
     options: Options,
-) -> Vec<(String, Tier)> {
+) -> Vec<(String, Target)> {
     let sizes = Sizes::of(model, sizing);
     let mut fill = Fill::new(model, &sizes, max_memory);
     let fallback = options.fallback_allocation && sizing.version == Version::Transformers4;
@@ -711,9 +715,9 @@ struct Fill<'m, 's> {
     /// Tied parameter groups, each sorted.
     tied: Vec<Vec<String>>,
     /// Devices in order with their budget; `None` for the uncapped disk.
-    devices: Vec<(Tier, Option<f64>)>,
+    devices: Vec<(Target, Option<f64>)>,
     /// GPU 0 (the first GPU listed) and the CPU keep the largest layer free.
-    main: Vec<Tier>,
+    main: Vec<Target>,
     queue: VecDeque<Item<'m>>,
 }
 
@@ -725,14 +729,14 @@ struct WithTies<'m> {
 
 impl<'m, 's> Fill<'m, 's> {
     fn new(model: &'m ModelDescription, sizes: &'s Sizes<'m>, max_memory: &[MaxMemory]) -> Fill<'m, 's> {
-        let mut devices: Vec<(Tier, Option<f64>)> =
-            max_memory.iter().map(|m| (m.tier, (m.tier != Tier::Disk).then_some(m.bytes as f64))).collect();
-        if !devices.iter().any(|d| d.0 == Tier::Disk) {
-            devices.push((Tier::Disk, None));
+        let mut devices: Vec<(Target, Option<f64>)> =
+            max_memory.iter().map(|m| (m.tier, (m.tier != Target::Disk).then_some(m.bytes as f64))).collect();
+        if !devices.iter().any(|d| d.0 == Target::Disk) {
+            devices.push((Target::Disk, None));
         }
-        let main = match devices.iter().find(|d| matches!(d.0, Tier::Gpu(_))) {
-            Some(gpu) => vec![gpu.0, Tier::Cpu],
-            None => vec![Tier::Cpu],
+        let main = match devices.iter().find(|d| matches!(d.0, Target::Gpu(_))) {
+            Some(gpu) => vec![gpu.0, Target::Cpu],
+            None => vec![Target::Cpu],
         };
         // Listing the groups names every tensor; most models have none.
         let mut any_tied = false;
@@ -840,7 +844,7 @@ impl<'m, 's> Fill<'m, 's> {
     }
 
     /// The greedy fill: module name → device, uncleaned.
-    fn run(&mut self, fallback: bool) -> Vec<(String, Tier)> {
+    fn run(&mut self, fallback: bool) -> Vec<(String, Target)> {
         let mut map = Vec::new();
         let mut current = 0;
         let mut used = vec![0.0f64; self.devices.len()];
@@ -855,7 +859,7 @@ impl<'m, 's> Fill<'m, 's> {
             let tied = self.tied_outside(&item.name);
             let Some(&(tier, budget)) = self.devices.get(current) else {
                 // Past the disk (cannot happen: the disk takes everything); keep every module placed.
-                assign(&mut map, item.name, Tier::Disk);
+                assign(&mut map, item.name, Target::Disk);
                 continue;
             };
             let reserved = if self.main.contains(&tier) { max_layer } else { 0.0 };
@@ -908,7 +912,7 @@ impl<'m, 's> Fill<'m, 's> {
             }
 
             // An empty device first looks for something else that fits it.
-            if fallback && used[current] == 0.0 && tier != Tier::Disk {
+            if fallback && used[current] == 0.0 && tier != Target::Disk {
                 let room = budget - max_layer.max(with_ties.bytes) - used[current];
                 if let Some((found, rest)) = self.fallback_allocate(room) {
                     self.queue = rest;
@@ -963,7 +967,7 @@ impl<'m, 's> Fill<'m, 's> {
 }
 
 /// Sets `name`'s device, keeping its place if it has one already (a Python dict assignment).
-fn assign(map: &mut Vec<(String, Tier)>, name: String, tier: Tier) {
+fn assign(map: &mut Vec<(String, Target)>, name: String, tier: Target) {
     match map.iter_mut().find(|entry| entry.0 == name) {
         Some(entry) => entry.1 = tier,
         None => map.push((name, tier)),
@@ -975,7 +979,7 @@ fn assign(map: &mut Vec<(String, Tier)>, name: String, tier: Tier) {
 /// the end of the map; then the same below each child. Python walks the children as a `set`,
 /// whose order follows string hashes; here they go in map order, which gives Python's result
 /// whenever at most one subtree merges below a split parent (every fixture case).
-fn clean_device_map(map: &mut Vec<(String, Tier)>, module: &str) {
+fn clean_device_map(map: &mut Vec<(String, Target)>, module: &str) {
     let prefix = if module.is_empty() { String::new() } else { format!("{module}.") };
     let under: Vec<usize> = (0..map.len()).filter(|&i| map[i].0.starts_with(&prefix)).collect();
     if under.len() > 1 && under.iter().all(|&i| map[i].1 == map[under[0]].1) {

@@ -1,8 +1,10 @@
 //! Planning end to end: build the problem for the target runtime, solve it (the ILP, or
-//! accelerate's greedy algorithm as the baseline), and check the answer against the full
-//! simulation. Where the simulation finds a device over its limit that the linear charges
-//! missed (allocator slack, the order of frees), that device's capacity shrinks by the excess
-//! and the ILP solves again, a few rounds at most; the figures reported are the simulator's.
+//! accelerate's greedy algorithm as the baseline), and check the answer against the replay of
+//! the step program on devices of the plan's limits. The ILP's charges are read off the same
+//! program (`vramplan_sim::charges`) and bound the replay's live bytes, so a plan holds in one
+//! round; where the replay still finds a device over its limit (the allocator's slack, which
+//! offload's weight streaming makes large), that device's capacity shrinks by the excess and the
+//! ILP solves again, a few rounds at most. The figures reported are the replay's.
 //!
 //! llama.cpp and expert-parallel plans place parts of layers the step simulator does not split,
 //! so their per-device figures are the solver's charges.
@@ -17,7 +19,7 @@
 use crate::build::{self, Built, Request, UnitSource};
 use crate::greedy;
 use crate::ilp::{self, SolveOptions, Status};
-use crate::problem::{Assignment, Problem, Tier};
+use crate::problem::Assignment;
 use crate::runtime::Runtime;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -82,14 +84,18 @@ pub fn seconds_left(deadline: Option<Instant>) -> Option<f64> {
 /// How the solver did.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SolverReport {
+    /// The ILP or the greedy baseline.
     pub kind: SolverKind,
-    /// `optimal`, `time_limit`, `infeasible`; the greedy baseline reports `heuristic`.
+    /// `optimal`, `time_limit`, `infeasible` (proven), `gave_up` (no plan, nothing proven); the
+    /// greedy baseline reports `heuristic`.
     pub status: String,
+    /// Wall-clock seconds of every solve together.
     pub seconds: f64,
     /// The largest GPU utilisation under the solver's charges (ILP objective).
     pub objective: f64,
     /// The proven lower bound on it.
     pub bound: f64,
+    /// (objective − bound) / objective.
     pub gap: f64,
     /// Solves the refinement against the simulation took.
     pub rounds: u32,
@@ -98,7 +104,9 @@ pub struct SolverReport {
 /// One device of a plan: what it holds and the simulated step on it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlanDevice {
-    pub device: Tier,
+    /// The device (serialized as a device map writes it: `0`, `"cpu"`, `"disk"`).
+    pub device: Target,
+    /// `GPU 0 (Tesla T4)`, `cpu`, `disk`.
     pub name: String,
     /// The units it holds, in model order (groups of experts as ranges).
     pub units: Vec<String>,
@@ -114,14 +122,18 @@ pub struct PlanDevice {
 /// A plan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Plan {
+    /// Whether it fits, does not (proven), or no answer came in time.
     pub verdict: Verdict,
     /// `verdict == Fits`.
     pub feasible: bool,
+    /// The runtime the plan is for.
     pub target: Runtime,
+    /// How the solver did.
     pub solver: SolverReport,
     /// Module (or llama.cpp tensor group) → device, in model order.
     #[serde(serialize_with = "ordered_map")]
-    pub device_map: Vec<(String, Tier)>,
+    pub device_map: Vec<(String, Target)>,
+    /// Every device that holds something, in profile order, then `cpu` and `disk`.
     pub devices: Vec<PlanDevice>,
     /// accelerate's `max_memory` matching the map: each used device's limit.
     #[serde(serialize_with = "ordered_map")]
@@ -151,6 +163,7 @@ pub(crate) fn ordered_map<S: serde::Serializer, V: Serialize>(
 /// Solver settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Settings {
+    /// Which algorithm places the units.
     pub solver: SolverKind,
     /// Wall-clock seconds for the whole of [`plan`] (every solve and refinement round).
     pub time_limit_s: Option<f64>,
@@ -205,11 +218,12 @@ fn solve_ilp(
             rounds,
         };
         let Some(assignment) = solution.assignment else {
-            // Only the solver's own proof is a "does not fit"; a time-out or a solver error
-            // before any plan proves nothing.
+            // Only the solver's own proof on the problem as built is a "does not fit": after a
+            // refinement the capacities were shrunk by an estimate of the allocator's slack,
+            // and a time-out or a solver error before any plan proves nothing.
             let verdict = match solution.status {
-                Status::Infeasible => Verdict::DoesNotFit,
-                Status::Optimal | Status::TimeLimit => Verdict::Unknown,
+                Status::Infeasible if rounds == 1 => Verdict::DoesNotFit,
+                _ => Verdict::Unknown,
             };
             return Ok(plan_less(request, report, built, verdict));
         };
@@ -248,6 +262,7 @@ fn status_name(status: Status) -> &'static str {
         Status::Optimal => "optimal",
         Status::TimeLimit => "time_limit",
         Status::Infeasible => "infeasible",
+        Status::GaveUp => "gave_up",
     }
 }
 
@@ -297,13 +312,13 @@ fn solve_greedy(
     let mut counts = vec![vec![0u32; built.problem.devices.len()]; built.problem.units.len()];
     for (u, source) in built.sources.iter().enumerate() {
         let UnitSource::Module(keys) = source else { continue };
-        let tier = Tier::from(placement.target_of(&keys[0]).unwrap_or(Target::Gpu(0)));
+        let tier = placement.target_of(&keys[0]).unwrap_or(Target::Gpu(0));
         let d = built.problem.devices.iter().position(|d| d.tier == tier).unwrap_or(0);
         counts[u][d] = built.problem.units[u].count;
     }
     let assignment = Assignment { counts };
     let objective = (0..built.problem.devices.len())
-        .filter(|d| matches!(built.problem.devices[*d].tier, Tier::Gpu(_)))
+        .filter(|d| matches!(built.problem.devices[*d].tier, Target::Gpu(_)))
         .map(|d| built.problem.utilisation(&assignment, d))
         .fold(0.0, f64::max);
     let report = SolverReport {
@@ -321,8 +336,8 @@ fn solve_greedy(
     Ok(plan)
 }
 
-fn to_placement(entries: &[(String, Tier)]) -> Placement {
-    Placement::from_entries(entries.iter().map(|(path, tier)| (path.clone(), Target::from(*tier))).collect())
+fn to_placement(entries: &[(String, Target)]) -> Placement {
+    Placement::from_entries(entries.to_vec())
 }
 
 /// The plan for an assignment: the device map, the simulated (or charged) figures per device.
@@ -351,7 +366,7 @@ fn assemble(
                 // Hand out this class's experts to devices in order of their counts.
                 let mut next = members.iter();
                 for (d, &count) in assignment.counts[u].iter().enumerate() {
-                    let Tier::Gpu(g) = problem.devices[d].tier else { continue };
+                    let Target::Gpu(g) = problem.devices[d].tier else { continue };
                     let taken: Vec<u32> = next.by_ref().take(count as usize).copied().collect();
                     if let (Some(first), Some(last)) = (taken.first(), taken.last()) {
                         held[d].push(format!("{path}[{first}..={last}] ({} experts)", taken.len()));
@@ -377,7 +392,7 @@ fn assemble(
     }
     let estimates: BTreeMap<u32, DeviceEstimate> = if simulated {
         let placement = to_placement(&device_map);
-        vramplan_sim::estimate(model, hardware, workload, &placement)?
+        vramplan_sim::estimate::estimate_within(model, hardware, workload, &placement, request.headroom)?
             .devices
             .into_iter()
             .map(|e| (e.id, e))
@@ -395,20 +410,21 @@ fn assemble(
             continue;
         }
         let (estimate, limit, utilisation) = match slot.tier {
-            Tier::Gpu(g) => {
+            Target::Gpu(g) => {
                 let device = hardware.device(g);
                 let usable = device.map_or(0, |x| x.usable_bytes());
-                let limit = (usable as f64 * (1.0 - request.headroom)).floor() as u64;
-                let estimate = estimates.get(&g).cloned().or_else(|| {
-                    device.map(|x| charged_estimate(problem, assignment, d, x, built.replicated_bytes))
-                });
+                let limit = vramplan_sim::estimate::limit_bytes(usable, request.headroom);
+                let estimate = estimates
+                    .get(&g)
+                    .cloned()
+                    .or_else(|| device.map(|x| charged_estimate(built, assignment, d, x)));
                 let reserved = estimate.as_ref().map_or(charged, |e| e.peak_reserved_bytes);
                 if let Some(e) = &estimate {
                     peak = peak.max(e.device_used_bytes);
                 }
                 (estimate, limit, reserved as f64 / usable.max(1) as f64)
             }
-            Tier::Cpu | Tier::Disk => {
+            Target::Cpu | Target::Disk => {
                 offloaded += charged;
                 (None, slot.capacity_bytes, charged as f64 / slot.capacity_bytes.max(1) as f64)
             }
@@ -445,19 +461,22 @@ fn assemble(
 
 /// A device's figures from the solver's charges, for plans the step simulator does not split.
 fn charged_estimate(
-    problem: &Problem,
+    built: &Built,
     assignment: &Assignment,
     d: usize,
     device: &vramplan_profiles::hardware::Device,
-    replicated: u64,
 ) -> DeviceEstimate {
+    let problem = &built.problem;
+    let (replicated, replicated_weights) = (built.replicated_bytes, built.replicated_weight_bytes);
     let mut resident = 0;
+    let mut weights = 0;
     let mut kv = 0;
     let mut transient = 0;
     for (u, unit) in problem.units.iter().enumerate() {
         let copies = u64::from(assignment.counts[u][d]);
         if copies > 0 {
             resident += copies * unit.resident_bytes;
+            weights += copies * unit.weight_bytes;
             kv += copies * unit.peak_bytes;
             transient = transient.max(unit.transient_bytes);
         }
@@ -476,7 +495,9 @@ fn charged_estimate(
         peak_at: "the step's peak (solver charges)".into(),
         steady_bytes: resident + replicated,
         components: Components {
-            weights: resident + replicated,
+            weights: weights + replicated_weights,
+            // Gradients and optimizer states, which the charges do not tell apart.
+            optimizer: resident - weights + replicated.saturating_sub(replicated_weights),
             kv_cache: kv,
             activations: transient,
             overhead: fixed.saturating_sub(replicated) + device.context_reserve_bytes,

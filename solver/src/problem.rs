@@ -6,64 +6,13 @@
 use serde::Serialize;
 use vramplan_sim::placement::Target;
 
-/// What kind of memory a device is, in the order a plan prefers them. Serialized as accelerate
-/// writes a device: the GPU index, `"cpu"` or `"disk"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Tier {
-    /// A GPU: its index in the hardware profile.
-    Gpu(u32),
-    /// Host memory (accelerate's `"cpu"` offload).
-    Cpu,
-    /// Disk (accelerate's `"disk"` offload).
-    Disk,
-}
-
-impl Serialize for Tier {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Tier::Gpu(index) => serializer.serialize_u32(*index),
-            Tier::Cpu => serializer.serialize_str("cpu"),
-            Tier::Disk => serializer.serialize_str("disk"),
-        }
-    }
-}
-
-impl From<Target> for Tier {
-    fn from(target: Target) -> Tier {
-        match target {
-            Target::Gpu(index) => Tier::Gpu(index),
-            Target::Cpu => Tier::Cpu,
-            Target::Disk => Tier::Disk,
-        }
-    }
-}
-
-impl From<Tier> for Target {
-    fn from(tier: Tier) -> Target {
-        match tier {
-            Tier::Gpu(index) => Target::Gpu(index),
-            Tier::Cpu => Target::Cpu,
-            Tier::Disk => Target::Disk,
-        }
-    }
-}
-
-impl std::fmt::Display for Tier {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Tier::Gpu(index) => write!(f, "GPU {index}"),
-            Tier::Cpu => write!(f, "cpu"),
-            Tier::Disk => write!(f, "disk"),
-        }
-    }
-}
-
 /// One place units can go.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Device {
     /// `GPU 0 (Tesla T4)`, `cpu`, `disk`.
     pub name: String,
-    pub tier: Tier,
+    /// Which device it is: a GPU by index, the CPU or disk.
+    pub tier: Target,
     /// What units may fill: usable memory × (1 − headroom), less `fixed_bytes`.
     pub capacity_bytes: u64,
     /// Bytes the device carries once it holds any unit (library workspaces, replicated parts),
@@ -88,6 +37,8 @@ pub struct Unit {
     pub count: u32,
     /// Bytes each copy holds for the whole step: weights, gradients, optimizer states.
     pub resident_bytes: u64,
+    /// Of `resident_bytes`, the weights (the rest is gradients and optimizer states).
+    pub weight_bytes: u64,
     /// Bytes each copy adds at the step's peak: activations kept for backward, KV cache.
     pub peak_bytes: u64,
     /// Workspace while the unit runs. A device needs only its largest unit's workspace, once.
@@ -101,13 +52,14 @@ pub struct Unit {
     /// Work per copy (tokens routed to it), for balancing compute as well as memory; 0 where
     /// there are no statistics.
     pub load: f64,
-    /// Tiers this unit may not use (e.g. none but GPUs for the KV cache holders).
+    /// The unit may go on GPUs only, not on the CPU or disk (e.g. the KV cache holders).
     pub gpu_only: bool,
 }
 
 /// A placement problem.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Problem {
+    /// The units to place, in execution order.
     pub units: Vec<Unit>,
     /// GPUs in profile order, then `cpu` and `disk` when offload is allowed.
     pub devices: Vec<Device>,
@@ -130,6 +82,8 @@ pub struct Problem {
 /// Where the copies of each unit went: `counts[unit][device]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Assignment {
+    /// Per unit, per device (indices into the problem's `units` and `devices`): the copies
+    /// of the unit that device holds.
     pub counts: Vec<Vec<u32>>,
 }
 
@@ -170,7 +124,7 @@ impl Problem {
 
     /// Whether device `device` is `cpu` or `disk`.
     pub fn is_host(&self, device: usize) -> bool {
-        !matches!(self.devices[device].tier, Tier::Gpu(_))
+        !matches!(self.devices[device].tier, Target::Gpu(_))
     }
 
     /// Bytes one copy of `unit` holds on `device`: resident and peak bytes, or on a host whose

@@ -25,7 +25,7 @@ use vramplan_profiles::hardware;
 use vramplan_profiles::model::{self, ImportOptions, Naming};
 use vramplan_sim::workload::{Quant, Workload};
 use vramplan_solver::greedy::{self, Sizing, Strategy};
-use vramplan_solver::{Runtime, Tier};
+use vramplan_solver::{Runtime, Target};
 
 /// The fixture `name`, from `fixtures/reference/maps` or the folder `VRAMPLAN_REFERENCE_MAPS`
 /// names (to check a regenerated reference before it replaces the committed one).
@@ -67,19 +67,19 @@ fn quant(name: &str) -> Quant {
 }
 
 /// A device as the fixture writes it: a GPU index, "cpu" or "disk".
-fn device(tier: Tier) -> Value {
+fn device(tier: Target) -> Value {
     match tier {
-        Tier::Gpu(i) => Value::from(i),
-        Tier::Cpu => Value::from("cpu"),
-        Tier::Disk => Value::from("disk"),
+        Target::Gpu(i) => Value::from(i),
+        Target::Cpu => Value::from("cpu"),
+        Target::Disk => Value::from("disk"),
     }
 }
 
-fn max_memory_key(tier: Tier) -> String {
+fn max_memory_key(tier: Target) -> String {
     match tier {
-        Tier::Gpu(i) => i.to_string(),
-        Tier::Cpu => "cpu".into(),
-        Tier::Disk => "disk".into(),
+        Target::Gpu(i) => i.to_string(),
+        Target::Cpu => "cpu".into(),
+        Target::Disk => "disk".into(),
     }
 }
 

@@ -26,7 +26,7 @@ use vramplan_sim::workload::{Quant, Workload};
 use vramplan_solver::greedy::{
     self, GreedyQuant, MaxMemory, Options, Sizing, Strategy, Version, auto_device_map, infer_auto_device_map,
 };
-use vramplan_solver::{Runtime, Tier};
+use vramplan_solver::{Runtime, Target};
 
 const T4_FREE: u64 = 16106127360 - 464519168 - 400000000;
 const DEFAULT_RAM: u64 = 64 << 30;
@@ -47,8 +47,8 @@ fn profile(name: &str) -> HardwareProfile {
     hardware::load(name).expect("built-in profile")
 }
 
-fn gpu(i: u32) -> Tier {
-    Tier::Gpu(i)
+fn gpu(i: u32) -> Target {
+    Target::Gpu(i)
 }
 
 /// The map `from_pretrained(device_map="auto")` would build for `workload`, in the version the
@@ -57,7 +57,7 @@ fn auto(
     model: &ModelDescription,
     hw: &HardwareProfile,
     workload: &Workload,
-) -> (Vec<MaxMemory>, Vec<(String, Tier)>) {
+) -> (Vec<MaxMemory>, Vec<(String, Target)>) {
     let sizing = Sizing::of(model, workload);
     let budgets = greedy::max_memory(hw, &sizing, Strategy::Balanced, Some(model));
     let map = auto_device_map(model, &sizing, &budgets);
@@ -65,11 +65,11 @@ fn auto(
 }
 
 /// `(name, device)` for `model.layers.{range}`.
-fn layers(range: std::ops::Range<u32>, tier: Tier) -> Vec<(String, Tier)> {
+fn layers(range: std::ops::Range<u32>, tier: Target) -> Vec<(String, Target)> {
     range.map(|i| (format!("model.layers.{i}"), tier)).collect()
 }
 
-fn entry(name: &str, tier: Tier) -> (String, Tier) {
+fn entry(name: &str, tier: Target) -> (String, Target) {
     (name.to_string(), tier)
 }
 
@@ -118,13 +118,13 @@ fn llama_2_7b_fp16_on_two_t4_stops_gpu0_after_16_layers() {
         vec![
             MaxMemory { tier: gpu(0), bytes: 7244374272 },
             MaxMemory { tier: gpu(1), bytes: 15241608192 },
-            MaxMemory { tier: Tier::Cpu, bytes: DEFAULT_RAM_V5 },
+            MaxMemory { tier: Target::Cpu, bytes: DEFAULT_RAM_V5 },
         ]
     );
     assert_eq!(map, llama_2_7b_split_after(16));
 }
 
-fn llama_2_7b_split_after(n: u32) -> Vec<(String, Tier)> {
+fn llama_2_7b_split_after(n: u32) -> Vec<(String, Target)> {
     let mut expected = vec![entry("model.embed_tokens", gpu(0))];
     expected.extend(layers(0..n, gpu(0)));
     expected.extend(layers(n..32, gpu(1)));
@@ -150,7 +150,7 @@ fn llama_2_7b_fp16_on_two_t4_under_4x() {
         vec![
             MaxMemory { tier: gpu(0), bytes: 7244374080 },
             MaxMemory { tier: gpu(1), bytes: 15241608192 },
-            MaxMemory { tier: Tier::Cpu, bytes: DEFAULT_RAM },
+            MaxMemory { tier: Target::Cpu, bytes: DEFAULT_RAM },
         ]
     );
     assert_eq!(map, llama_2_7b_split_after(16));
@@ -197,7 +197,7 @@ fn balanced_low_0_leaves_gpu0_empty_when_gpu1_holds_everything() {
 /// cap. GPU 0 keeps 634408960 free: 13083038412 holds the embedding and 20 layers
 /// (327680000 + 20·634408960 = 13015859200; a 21st makes 13650268160). The CPU gets the RAM
 /// (4.x) or 90 % of it (5.x).
-fn llama_2_13b_on_one_t4(model: &ModelDescription, ram: u64) -> Vec<(String, Tier)> {
+fn llama_2_13b_on_one_t4(model: &ModelDescription, ram: u64) -> Vec<(String, Target)> {
     let mut hw = profile("t4");
     hw.nodes[0].host.ram_bytes = Some(ram);
     let (budgets, map) = auto(model, &hw, &Workload::default());
@@ -206,18 +206,18 @@ fn llama_2_13b_on_one_t4(model: &ModelDescription, ram: u64) -> Vec<(String, Tie
         Naming::V5 => (ram as f64 * 0.9) as u64,
     };
     assert_eq!(budgets[0], MaxMemory { tier: gpu(0), bytes: 13717447372 });
-    assert_eq!(budgets[1], MaxMemory { tier: Tier::Cpu, bytes: cpu });
+    assert_eq!(budgets[1], MaxMemory { tier: Target::Cpu, bytes: cpu });
     map
 }
 
 /// `(layers on GPU 0, on the CPU, on the disk)` of Llama-2-13B's map; the norm, rotary buffers
 /// and head follow the last layer.
-fn llama_2_13b_map(cpu: std::ops::Range<u32>, disk: std::ops::Range<u32>) -> Vec<(String, Tier)> {
+fn llama_2_13b_map(cpu: std::ops::Range<u32>, disk: std::ops::Range<u32>) -> Vec<(String, Target)> {
     let mut expected = vec![entry("model.embed_tokens", gpu(0))];
     expected.extend(layers(0..20, gpu(0)));
-    expected.extend(layers(cpu.clone(), Tier::Cpu));
-    expected.extend(layers(disk.clone(), Tier::Disk));
-    let rest = if disk.is_empty() { Tier::Cpu } else { Tier::Disk };
+    expected.extend(layers(cpu.clone(), Target::Cpu));
+    expected.extend(layers(disk.clone(), Target::Disk));
+    let rest = if disk.is_empty() { Target::Cpu } else { Target::Disk };
     expected.extend([entry("model.norm", rest), entry("model.rotary_emb", rest), entry("lm_head", rest)]);
     expected
 }
@@ -273,7 +273,7 @@ fn tied_head_goes_with_the_embedding() {
     assert_eq!(map, gemma_2b_split_after(11));
 }
 
-fn gemma_2b_split_after(n: u32) -> Vec<(String, Tier)> {
+fn gemma_2b_split_after(n: u32) -> Vec<(String, Target)> {
     let mut expected = vec![entry("model.embed_tokens", gpu(0)), entry("lm_head", gpu(0))];
     expected.extend(layers(0..n, gpu(0)));
     expected.extend(layers(n..18, gpu(1)));
@@ -321,7 +321,7 @@ fn bnb_4bit_sizes_linear_weights_at_half_a_byte_and_keeps_the_head() {
         vec![
             MaxMemory { tier: gpu(0), bytes: 1988182656 },
             MaxMemory { tier: gpu(1), bytes: 13717447372 },
-            MaxMemory { tier: Tier::Cpu, bytes: 55662776156 },
+            MaxMemory { tier: Target::Cpu, bytes: 55662776156 },
         ]
     );
     assert_eq!(map, llama_2_7b_split_after(14));
@@ -344,7 +344,7 @@ fn bnb_4bit_under_4x_sizes_everything_but_the_head_at_half_a_byte() {
         vec![
             MaxMemory { tier: gpu(0), bytes: 1718457768 },
             MaxMemory { tier: gpu(1), bytes: 13717447372 },
-            MaxMemory { tier: Tier::Cpu, bytes: DEFAULT_RAM_V5 },
+            MaxMemory { tier: Target::Cpu, bytes: DEFAULT_RAM_V5 },
         ]
     );
     assert_eq!(map, llama_2_7b_split_after(13));
@@ -377,7 +377,7 @@ fn one_gpu_under_bnb_keeps_81_percent() {
         let budgets = greedy::max_memory(&profile("t4"), &sizing, Strategy::Balanced, Some(&model));
         assert_eq!(
             budgets,
-            vec![MaxMemory { tier: gpu(0), bytes: 12345702635 }, MaxMemory { tier: Tier::Cpu, bytes: cpu }]
+            vec![MaxMemory { tier: gpu(0), bytes: 12345702635 }, MaxMemory { tier: Target::Cpu, bytes: cpu }]
         );
     }
 }
@@ -399,11 +399,11 @@ fn mixtral_8x7b_4bit_on_t4x2_under_4x() {
     let (budgets, map) = auto(&model, &profile("t4x2"), &nf4(Workload::default()));
     assert_eq!(budgets[0].bytes, 11412941428);
     assert_eq!(budgets[1].bytes, 13717447372);
-    let on = |tier: Tier| map.iter().filter(|(n, t)| *t == tier && n.starts_with("model.layers.")).count();
+    let on = |tier: Target| map.iter().filter(|(n, t)| *t == tier && n.starts_with("model.layers.")).count();
     assert_eq!(on(gpu(0)), 14);
     assert_eq!(on(gpu(1)), 18);
     assert!(map.contains(&entry("lm_head", gpu(1))));
-    assert!(map.iter().all(|(_, t)| matches!(t, Tier::Gpu(_))), "nothing offloaded");
+    assert!(map.iter().all(|(_, t)| matches!(t, Target::Gpu(_))), "nothing offloaded");
 }
 
 /// The reported case under 5.x: the fused experts (`mlp.experts.gate_up_proj` [8, 28672, 4096],
@@ -427,18 +427,18 @@ fn mixtral_8x7b_4bit_on_t4x2_keeps_fused_experts_16_bit_and_offloads() {
         vec![
             MaxMemory { tier: gpu(0), bytes: 13717447372 },
             MaxMemory { tier: gpu(1), bytes: 13717447372 },
-            MaxMemory { tier: Tier::Cpu, bytes: 55662776156 },
+            MaxMemory { tier: Target::Cpu, bytes: 55662776156 },
         ]
     );
     let mut expected = vec![entry("model.embed_tokens", gpu(0))];
     expected.extend(layers(0..3, gpu(0)));
     expected.extend(layers(3..7, gpu(1)));
-    expected.extend(layers(7..25, Tier::Cpu));
-    expected.extend(layers(25..32, Tier::Disk));
+    expected.extend(layers(7..25, Target::Cpu));
+    expected.extend(layers(25..32, Target::Disk));
     expected.extend([
-        entry("model.norm", Tier::Disk),
-        entry("model.rotary_emb", Tier::Disk),
-        entry("lm_head", Tier::Disk),
+        entry("model.norm", Target::Disk),
+        entry("model.rotary_emb", Target::Disk),
+        entry("lm_head", Target::Disk),
     ]);
     assert_eq!(map, expected);
 }
@@ -475,7 +475,7 @@ fn budgets(gpu0: u64, gpu1: u64) -> Vec<MaxMemory> {
     vec![
         MaxMemory { tier: gpu(0), bytes: gpu0 },
         MaxMemory { tier: gpu(1), bytes: gpu1 },
-        MaxMemory { tier: Tier::Cpu, bytes: 1000 },
+        MaxMemory { tier: Target::Cpu, bytes: 1000 },
     ]
 }
 

@@ -3,7 +3,7 @@
 //! determinism. Each test's comment derives the figure it asserts.
 
 use vramplan_solver::ilp::{self, Solution, SolveOptions, Status};
-use vramplan_solver::{Device, Problem, Tier, Unit};
+use vramplan_solver::{Device, Problem, Target, Unit};
 
 const GB: u64 = 1_000_000_000;
 const MB: u64 = 1_000_000;
@@ -11,7 +11,7 @@ const MB: u64 = 1_000_000;
 fn gpu(index: u32, capacity_bytes: u64) -> Device {
     Device {
         name: format!("GPU {index}"),
-        tier: Tier::Gpu(index),
+        tier: Target::Gpu(index),
         capacity_bytes,
         fixed_bytes: 0,
         class: 0,
@@ -19,7 +19,7 @@ fn gpu(index: u32, capacity_bytes: u64) -> Device {
     }
 }
 
-fn host(tier: Tier, capacity_bytes: u64) -> Device {
+fn host(tier: Target, capacity_bytes: u64) -> Device {
     Device { name: tier.to_string(), tier, capacity_bytes, fixed_bytes: 0, class: 1, link_bytes_per_s: 0 }
 }
 
@@ -28,6 +28,7 @@ fn unit(name: &str, bytes: u64) -> Unit {
         name: name.into(),
         count: 1,
         resident_bytes: bytes,
+        weight_bytes: bytes,
         peak_bytes: 0,
         transient_bytes: 0,
         order: None,
@@ -62,7 +63,7 @@ fn solve(problem: &Problem) -> Solution {
         for (d, device) in problem.devices.iter().enumerate() {
             let held = problem.device_bytes(assignment, d);
             assert!(held <= device.capacity_bytes + device.fixed_bytes, "{} holds {held}", device.name);
-            if matches!(device.tier, Tier::Gpu(_)) {
+            if matches!(device.tier, Target::Gpu(_)) {
                 worst = worst.max(problem.utilisation(assignment, d));
             }
         }
@@ -198,7 +199,7 @@ fn gpu_only_units_stay_on_gpus() {
     // offloaded.
     let mut units = vec![unit("kv", 5 * GB), unit("w1", 8 * GB), unit("w2", 2 * GB)];
     units[0].gpu_only = true;
-    let p = problem(units, vec![gpu(0, 10 * GB), host(Tier::Cpu, 100 * GB)]);
+    let p = problem(units, vec![gpu(0, 10 * GB), host(Target::Cpu, 100 * GB)]);
     let s = solve(&p);
     assert_eq!(devices_of(&s, 3), vec![0, 1, 0]);
     assert_eq!(s.offloaded_bytes, 8 * GB);
@@ -211,7 +212,7 @@ fn offload_only_when_needed() {
     // One 10 GB GPU, a CPU and a disk; 3 + 3 + 3 GB fit on the GPU: nothing offloaded.
     let p = problem(
         vec![unit("a", 3 * GB), unit("b", 3 * GB), unit("c", 3 * GB)],
-        vec![gpu(0, 10 * GB), host(Tier::Cpu, 100 * GB), host(Tier::Disk, 1000 * GB)],
+        vec![gpu(0, 10 * GB), host(Target::Cpu, 100 * GB), host(Target::Disk, 1000 * GB)],
     );
     let s = solve(&p);
     assert_eq!(s.offloaded_bytes, 0);
@@ -225,7 +226,7 @@ fn offload_the_least_and_to_cpu_before_disk() {
     // 6 + 6 = 12 do not fit one GPU. So exactly the 5 GB unit goes, to the CPU.
     let p = problem(
         [6, 6, 5, 4].iter().map(|&g| unit("u", g * GB)).collect(),
-        vec![gpu(0, 10 * GB), gpu(1, 10 * GB), host(Tier::Cpu, 100 * GB), host(Tier::Disk, 1000 * GB)],
+        vec![gpu(0, 10 * GB), gpu(1, 10 * GB), host(Target::Cpu, 100 * GB), host(Target::Disk, 1000 * GB)],
     );
     let s = solve(&p);
     assert_eq!(s.offloaded_bytes, 5 * GB);
@@ -241,7 +242,7 @@ fn disk_takes_only_what_the_cpu_cannot() {
     // the disk 4 + 3 = 7; keeping {5, 4}, the CPU takes 3 and the disk 9. Least on disk: 7 GB.
     let p = problem(
         [9, 5, 4, 3].iter().map(|&g| unit("u", g * GB)).collect(),
-        vec![gpu(0, 10 * GB), host(Tier::Cpu, 6 * GB), host(Tier::Disk, 1000 * GB)],
+        vec![gpu(0, 10 * GB), host(Target::Cpu, 6 * GB), host(Target::Disk, 1000 * GB)],
     );
     let s = solve(&p);
     assert_eq!(s.offloaded_bytes, 12 * GB);
@@ -372,7 +373,7 @@ fn infeasible_problems_are_reported() {
     // 3 × 6 = 18 GB ≤ 20 GB and each fits, but no two share a GPU (12 > 10): left to HiGHS.
     let no_packing = problem((0..3).map(|_| unit("u", 6 * GB)).collect(), two_gpus());
     // A GPU-only unit pinned to the CPU.
-    let mut pinned_off = problem(vec![unit("kv", GB)], vec![gpu(0, 10 * GB), host(Tier::Cpu, 10 * GB)]);
+    let mut pinned_off = problem(vec![unit("kv", GB)], vec![gpu(0, 10 * GB), host(Target::Cpu, 10 * GB)]);
     pinned_off.units[0].gpu_only = true;
     pinned_off.pins = vec![(0, 1)];
     for p in [too_big, too_much, no_packing, pinned_off] {
@@ -508,7 +509,7 @@ fn offloaded_layers_leave_their_kv_cache_on_the_gpu_that_runs_them() {
     for u in &mut units {
         u.peak_bytes = GB;
     }
-    let mut p = problem(units, vec![gpu(0, 14 * GB), host(Tier::Cpu, 100 * GB)]);
+    let mut p = problem(units, vec![gpu(0, 14 * GB), host(Target::Cpu, 100 * GB)]);
     p.ordered = true;
     p.offload_runs_on = Some(0);
     let s = solve(&p);

@@ -11,13 +11,13 @@
 use vramplan_profiles::hardware;
 use vramplan_profiles::model::{self, ImportOptions, ModelDescription, Naming, catalog};
 use vramplan_sim::device_map::unplaced;
-use vramplan_sim::placement::{Placement, Target, covers};
+use vramplan_sim::placement::{Placement, covers};
 use vramplan_sim::workload::{Mode, Workload};
 use vramplan_solver::Runtime;
 use vramplan_solver::build::Request;
 use vramplan_solver::plan::{Settings, plan};
 
-fn breaches(model: &ModelDescription, map: &[(String, vramplan_solver::Tier)]) -> Vec<String> {
+fn breaches(model: &ModelDescription, map: &[(String, vramplan_solver::Target)]) -> Vec<String> {
     let mut out = Vec::new();
     for (a, _) in map {
         for (b, _) in map {
@@ -26,7 +26,7 @@ fn breaches(model: &ModelDescription, map: &[(String, vramplan_solver::Tier)]) -
             }
         }
     }
-    let placement = Placement::from_entries(map.iter().map(|(k, t)| (k.clone(), Target::from(*t))).collect());
+    let placement = Placement::from_entries(map.to_vec());
     let left = unplaced(model, &placement);
     if !left.tensors.is_empty() {
         out.push(format!("on no device: {:?}", &left.tensors[..left.tensors.len().min(3)]));
@@ -82,7 +82,7 @@ fn every_built_in_map_loads_by_the_rules_in_both_namings() {
                 let host: Vec<&String> = result
                     .device_map
                     .iter()
-                    .filter(|(_, t)| !matches!(t, vramplan_solver::Tier::Gpu(_)))
+                    .filter(|(_, t)| !matches!(t, vramplan_solver::Target::Gpu(_)))
                     .map(|(k, _)| k)
                     .collect();
                 if room > result.offloaded_bytes {

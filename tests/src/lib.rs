@@ -6,8 +6,11 @@ use std::path::PathBuf;
 /// What one run of the command line produced.
 #[derive(Debug)]
 pub struct Output {
+    /// The exit code: 0 it fits, 1 it does not, 2 bad input.
     pub code: i32,
+    /// Everything written to standard output (the table, or the JSON with `--json`).
     pub stdout: String,
+    /// Everything written to standard error (errors with their fix, warnings).
     pub stderr: String,
 }
 

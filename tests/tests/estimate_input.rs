@@ -87,15 +87,23 @@ fn device_map_gpu_index_out_of_range() {
     let map = write(dir.path(), "map.json", "{\"\": 0,\n \"lm_head\": 2}");
     assert_bad_input(
         &estimate(&["--device-map", &map]),
-        &[&format!("{map}:2:2"), "GPU 2 is not in the hardware profile `t4x2`", "GPUs 0 to 1"],
+        &[&format!("{map}:2:2"), "GPU 2 is not in the hardware profile", "GPUs 0 to 1", "`t4x2`"],
     );
 }
 
 #[test]
 fn device_map_with_a_device_string() {
+    // torch's spelling reads as `--pin` reads it: `"cuda:1"` is GPU 1; `"mps"` is no device.
     let dir = tempfile::tempdir().unwrap();
-    let map = write(dir.path(), "map.json", r#"{"": "cuda:1"}"#);
-    assert_refused(&estimate(&["--device-map", &map]), &["\"cuda:1\"", "without quotes: 1"]);
+    let named = write(dir.path(), "named.json", r#"{"": "cuda:1"}"#);
+    let index = write(dir.path(), "index.json", r#"{"": 1}"#);
+    let (named, index) = (estimate(&["--device-map", &named]), estimate(&["--device-map", &index]));
+    assert_eq!((named.code, named.stdout), (index.code, index.stdout));
+    let map = write(dir.path(), "mps.json", r#"{"": "mps"}"#);
+    assert_refused(
+        &estimate(&["--device-map", &map]),
+        &[&format!("{map}:1:2"), "`mps` is not a device", "`cpu`"],
+    );
 }
 
 #[test]

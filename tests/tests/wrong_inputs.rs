@@ -65,7 +65,10 @@ fn two_pins_of_one_module_are_refused_naming_both() {
 #[test]
 fn a_pin_to_a_gpu_the_profile_lacks_names_the_gpus() {
     let out = plan(&["--pin", "lm_head=7"]);
-    assert_refused(&out, &["--pin", "key `lm_head`", "no GPU 7", "GPUs are 0, 1"]);
+    assert_refused(
+        &out,
+        &["--pin", "key `lm_head`", "GPU 7 is not in the hardware profile", "GPUs 0 to 1", "GPU 0 or 1"],
+    );
     assert!(!out.stderr.contains("Gpu(7)"), "{}", out.stderr);
     let out = plan(&["--pin", "lm_head=cpu", "--no-offload"]);
     assert_refused(&out, &["--pin", "no cpu", "--no-offload"]);

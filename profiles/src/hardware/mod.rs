@@ -19,6 +19,7 @@ mod short_form;
 mod write;
 
 use crate::InputError;
+use crate::suggest::ticked_or;
 use serde::Serialize;
 use std::fmt;
 use std::path::Path;
@@ -26,7 +27,10 @@ use std::path::Path;
 /// A machine (or cluster) to plan for: devices in order, flattened over nodes.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HardwareProfile {
+    /// The profile's name: the YAML's `name` (else the file's stem), the built-in's name, or the
+    /// short form as written (`2xt4`).
     pub name: String,
+    /// The YAML's `description`, or for a short form the devices and link in words; may be empty.
     pub description: String,
     /// All devices, numbered from 0 in profile order; `Device::node` says which node holds each.
     pub devices: Vec<Device>,
@@ -53,10 +57,16 @@ pub struct Device {
     pub memory_bytes: u64,
     /// Memory the driver keeps: `nvidia-smi`'s total minus the total `cudaMemGetInfo` reports.
     pub driver_reserve_bytes: u64,
+    /// Where `driver_reserve_bytes` comes from (free text): the profile's
+    /// `driver_reserve_source`, `set in FILE`, or the generation's default with its source.
     pub driver_reserve_source: String,
     /// The CUDA context of a PyTorch process with the kernels it loads, before any tensor.
     pub context_reserve_bytes: u64,
+    /// Where `context_reserve_bytes` comes from (free text): the profile's
+    /// `context_reserve_source`, `set in FILE`, or the generation's default with its source.
     pub context_reserve_source: String,
+    /// CUDA compute capability (`8.0` for an A100), as `nvidia-smi --query-gpu=compute_cap`
+    /// prints it; it picks the generation and its defaults.
     pub compute_capability: ComputeCapability,
     /// Tensor-core bf16 (Ampere and later).
     pub bf16: bool,
@@ -73,20 +83,25 @@ pub struct Device {
 /// CUDA compute capability, e.g. 8.6.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct ComputeCapability {
+    /// The major version: 8 in 8.6.
     pub major: u32,
+    /// The minor version: 6 in 8.6.
     pub minor: u32,
 }
 
 /// A PCIe host interface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Pcie {
+    /// PCIe generation, 1 to 5 (`PCIe Generation: Max` in `nvidia-smi -q`).
     pub generation: u32,
+    /// Link width in lanes: 1, 2, 4, 8 or 16 (16 unless the profile says otherwise).
     pub lanes: u32,
 }
 
 /// A GPU's NVLink ports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Nvlink {
+    /// NVLink generation, 1 to 5 (3 on A100, 4 on H100).
     pub generation: u32,
     /// All links together, per direction (half the bidirectional figure of datasheets).
     pub bandwidth_bytes_per_s: u64,
@@ -95,8 +110,11 @@ pub struct Nvlink {
 /// A link between devices: bandwidth available to one device pair, per direction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Link {
+    /// What the link is made of (the YAML's `kind`).
     pub kind: LinkKind,
+    /// The link's generation (NVLink or PCIe), when the profile gives one.
     pub generation: Option<u32>,
+    /// Bytes per second available to one device pair, per direction (the YAML's `bandwidth`).
     pub bandwidth_bytes_per_s: u64,
 }
 
@@ -104,26 +122,34 @@ pub struct Link {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LinkKind {
+    /// NVLink between GPUs of a node (an SXM baseboard, NVSwitch or an NVLink bridge).
     Nvlink,
+    /// PCIe between GPUs of a node, through the host's PCIe switches.
     Pcie,
+    /// InfiniBand between nodes.
     Infiniband,
+    /// Ethernet between nodes.
     Ethernet,
 }
 
 /// One node (machine) of a profile.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Node {
+    /// Position among the profile's nodes, from 0; [`Device::node`] refers to it.
     pub index: u32,
     /// The link between any two GPUs of this node; `None` when they only share PCIe, in which
     /// case a transfer runs at the slower of the two GPUs' PCIe links.
     pub gpu_link: Option<Link>,
+    /// The node's host RAM and disk, for offload (the YAML's `host`).
     pub host: Host,
 }
 
 /// Host memory and disk of a node, for offload; `None` where the profile does not say.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Host {
+    /// Host RAM in bytes (the YAML's `host.ram`), where CPU-offloaded weights go.
     pub ram_bytes: Option<u64>,
+    /// Disk space in bytes (the YAML's `host.disk`), where disk-offloaded weights go.
     pub disk_bytes: Option<u64>,
 }
 
@@ -229,13 +255,8 @@ fn unknown_profile(spec: &str) -> InputError {
             "use a built-in ({}), a short form such as `2xt4` or `rtx4090+rtx3090`, or a YAML file",
             names.join(", ")
         )),
-        close => err.with_fix(format!("did you mean {}? Built-ins: {}", or_list(close), names.join(", "))),
+        close => err.with_fix(format!("did you mean {}? Built-ins: {}", ticked_or(close), names.join(", "))),
     }
-}
-
-/// "`a` or `b`".
-fn or_list(names: &[&str]) -> String {
-    names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(" or ")
 }
 
 /// Names of the built-in profiles: single GPUs by memory, then multi-GPU machines by total memory.
@@ -260,8 +281,11 @@ fn suggestions<'a>(wanted: &str, candidates: &[&'a str]) -> Vec<&'a str> {
         }
     }
     if found.is_empty() {
-        let mut near: Vec<(usize, &'a str)> =
-            candidates.iter().map(|c| (edit_distance(wanted, c), *c)).filter(|(d, _)| *d <= 2).collect();
+        let mut near: Vec<(usize, &'a str)> = candidates
+            .iter()
+            .map(|c| (crate::suggest::edit_distance(wanted, c), *c))
+            .filter(|(d, _)| *d <= 2)
+            .collect();
         near.sort_by_key(|(d, _)| *d);
         for (_, name) in near {
             if !found.contains(&name) {
@@ -273,37 +297,9 @@ fn suggestions<'a>(wanted: &str, candidates: &[&'a str]) -> Vec<&'a str> {
     found
 }
 
-/// Levenshtein distance over characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut previous: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut current = Vec::with_capacity(b.len() + 1);
-        current.push(i + 1);
-        for (j, cb) in b.iter().enumerate() {
-            let substitute =
-                previous.get(j).copied().unwrap_or(usize::MAX).saturating_add(usize::from(ca != *cb));
-            let delete = previous.get(j + 1).copied().unwrap_or(usize::MAX).saturating_add(1);
-            let insert = current.get(j).copied().unwrap_or(usize::MAX).saturating_add(1);
-            current.push(substitute.min(delete).min(insert));
-        }
-        previous = current;
-    }
-    previous.last().copied().unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn edit_distance_counts_single_character_edits() {
-        assert_eq!(edit_distance("t4", "t4"), 0);
-        assert_eq!(edit_distance("rtx409", "rtx4090"), 1);
-        assert_eq!(edit_distance("a100-80g", "a100-80gb"), 1);
-        assert_eq!(edit_distance("h100", "h200"), 1);
-        assert_eq!(edit_distance("", "abc"), 3);
-    }
 
     #[test]
     fn suggestions_prefer_names_that_begin_with_the_input_then_small_edits() {

@@ -504,7 +504,7 @@ fn device_from_entry(
                     )),
                     close => err.with_fix(format!(
                         "did you mean {}? The catalog has: {}",
-                        super::or_list(close),
+                        crate::suggest::ticked_or(close),
                         keys.join(", ")
                     )),
                 };

@@ -173,10 +173,12 @@ impl<'de> Deserialize<'de> for Scalar {
 /// Parses a profile or catalog file; a syntax or schema error names the origin, line and column.
 pub(super) fn parse_yaml<'de, T: Deserialize<'de>>(text: &'de str, origin: &str) -> Result<T, InputError> {
     serde_saphyr::from_str::<T>(text).map_err(|err| {
-        let mut error = InputError::yaml(origin, &err)
-            .with_fix("see docs/hardware-profiles.md for the schema and an example");
-        error.problem = format!("malformed hardware profile: {}", error.problem);
-        error
+        InputError::yaml(
+            origin,
+            &err,
+            "hardware profile",
+            "see docs/hardware-profiles.md for the schema and an example",
+        )
     })
 }
 

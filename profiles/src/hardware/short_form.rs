@@ -92,6 +92,10 @@ fn unknown_part(spec: &str, part: &str, key: &str, keys: &[&str]) -> InputError 
     }
     match super::suggestions(key, keys).as_slice() {
         [] => err.with_fix(format!("short forms combine catalog GPUs: {}", keys.join(", "))),
-        close => err.with_fix(format!("did you mean {}? GPUs: {}", super::or_list(close), keys.join(", "))),
+        close => err.with_fix(format!(
+            "did you mean {}? GPUs: {}",
+            crate::suggest::ticked_or(close),
+            keys.join(", ")
+        )),
     }
 }

@@ -8,11 +8,15 @@ use crate::DType;
 /// Builds modules whose parameters have one dtype (the checkpoint's), in one naming scheme.
 #[derive(Debug, Clone, Copy)]
 pub struct Builder {
+    /// The dtype every parameter it makes is stored in.
     pub dtype: DType,
+    /// The transformers version whose module names and buffers it follows (5.x adds
+    /// `original_inv_freq` to rotary embeddings).
     pub naming: Naming,
 }
 
 impl Builder {
+    /// A builder making parameters of `dtype`, named in `naming`.
     pub fn new(dtype: DType, naming: Naming) -> Builder {
         Builder { dtype, naming }
     }

@@ -31,6 +31,7 @@ pub struct ActivationSizes {
 /// A custom model: its description and the activation sizes its modules declare.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CustomModel {
+    /// The model's module tree and facts, as any other import gives them.
     pub description: ModelDescription,
     /// Module path → declared activation sizes, blocks in execution order first.
     pub activations: Vec<(String, ActivationSizes)>,
@@ -40,24 +41,16 @@ pub struct CustomModel {
 pub fn load(path: &Path, options: ImportOptions) -> Result<CustomModel, InputError> {
     let origin = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| InputError::io(path, &e))?;
-    let file: schema::ModelFile = serde_saphyr::from_str(&text).map_err(|e| yaml_error(&origin, &e))?;
+    let file: schema::ModelFile = serde_saphyr::from_str(&text).map_err(|e| {
+        InputError::yaml(
+            &origin,
+            &e,
+            "custom-model",
+            "see docs/custom-models.md for the keys and what each expects",
+        )
+    })?;
     let folder = path.parent().unwrap_or(Path::new("."));
     assemble::assemble(file, &origin, folder, options)
-}
-
-/// A YAML error, with schema errors (unknown or missing keys, wrong types) told apart from syntax errors.
-fn yaml_error(origin: &str, err: &serde_saphyr::Error) -> InputError {
-    let mut error = InputError::yaml(origin, err);
-    let message = std::mem::take(&mut error.problem);
-    let schema =
-        ["unknown field", "missing field", "unknown variant", "invalid type", "invalid value", "invalid "];
-    if schema.iter().any(|s| message.starts_with(s)) {
-        error.problem = message;
-        error.fix = Some("see docs/custom-models.md for the keys and what each expects".into());
-    } else {
-        error.problem = format!("malformed YAML: {message}");
-    }
-    error
 }
 
 /// Loads a custom-model YAML file.

@@ -38,14 +38,19 @@ use std::path::Path;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Naming {
+    /// transformers 5.x names: routed experts fused into 3-D parameters
+    /// (`mlp.experts.gate_up_proj`, `mlp.experts.down_proj`). The default.
     #[default]
     V5,
+    /// transformers 4.x names: one module per routed expert (`block_sparse_moe.experts.3.w1`), as
+    /// most published checkpoints store them.
     V4,
 }
 
 /// Options for building a description.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ImportOptions {
+    /// Which transformers version's module names to build (`--naming`).
     pub naming: Naming,
 }
 
@@ -58,18 +63,30 @@ pub enum AttentionKind {
     /// DeepSeek's multi-head latent attention: the KV cache holds the compressed latent and the
     /// rotary key, `kv_lora_rank + qk_rope_head_dim` values per token and layer.
     MultiLatent {
+        /// `q_lora_rank` from config.json: width of the compressed query (`q_a_proj`); `None`
+        /// when queries are projected directly (`q_proj`, as in DeepSeek-V2-Lite).
         q_lora_rank: Option<u64>,
+        /// `kv_lora_rank` from config.json: width of the compressed key/value latent that the KV
+        /// cache holds.
         kv_lora_rank: u64,
+        /// `qk_nope_head_dim` from config.json: the per-head query/key dimensions without rotary
+        /// embedding.
         qk_nope_head_dim: u64,
+        /// `qk_rope_head_dim` from config.json: the per-head query/key dimensions with rotary
+        /// embedding; the rotary key is cached alongside the latent.
         qk_rope_head_dim: u64,
+        /// `v_head_dim` from config.json: the per-head value dimension.
         v_head_dim: u64,
     },
 }
 
+/// The normalization layers a model uses; it decides what a norm keeps for backward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NormKind {
+    /// `nn.LayerNorm`: mean and variance, weight and usually bias (GPT-2, BERT, OPT, Falcon).
     LayerNorm,
+    /// RMSNorm (`LlamaRMSNorm`, T5's `T5LayerNorm`): root mean square only, weight only.
     RmsNorm,
 }
 
@@ -77,7 +94,9 @@ pub enum NormKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StackKind {
+    /// An encoder stack: BERT's `encoder.layer.N`, T5's `encoder.block.N`.
     Encoder,
+    /// A decoder stack: every block of a decoder-only model, T5's `decoder.block.N`.
     Decoder,
 }
 
@@ -86,6 +105,7 @@ pub enum StackKind {
 pub struct LayerFacts {
     /// The block's module path (`model.layers.3`, `encoder.block.0`).
     pub path: String,
+    /// Which stack the block belongs to (encoder or decoder).
     pub stack: StackKind,
     /// The MLP is a mixture of experts.
     pub moe: bool,
@@ -115,20 +135,41 @@ pub struct MoeFacts {
 pub struct ArchFacts {
     /// HF `model_type` (`llama`, `mixtral`, …) or `custom`.
     pub model_type: String,
+    /// `hidden_size` from config.json (`n_embd`, `d_model` in some families): the width of the
+    /// residual stream.
     pub hidden_size: u64,
+    /// `num_attention_heads` from config.json (`n_head`, `num_heads` in some families): query
+    /// heads per attention layer.
     pub num_attention_heads: u64,
+    /// Key/value heads per attention layer: `num_key_value_heads` from config.json, equal to
+    /// `num_attention_heads` for multi-head attention, 1 for multi-query attention.
     pub num_kv_heads: u64,
+    /// Dimension of one attention head: `head_dim` from config.json, else
+    /// `hidden_size / num_attention_heads`; for multi-latent attention the query/key head
+    /// (`qk_nope_head_dim + qk_rope_head_dim`).
     pub head_dim: u64,
     /// Intermediate size of the dense MLP (0 when every layer is MoE and no dense size is given).
     pub intermediate_size: u64,
+    /// `vocab_size` from config.json: rows of the token embedding (0 when a custom model has
+    /// none).
     pub vocab_size: u64,
+    /// The longest sequence the model takes, in tokens: `max_position_embeddings` from
+    /// config.json (`n_positions`, `seq_length` in some families), the trained length for
+    /// relative-position models; 0 when unknown.
     pub max_positions: u64,
+    /// How attention is computed, which sets the KV cache's size per token.
     pub attention: AttentionKind,
+    /// The kind of normalization layers the blocks use.
     pub norm: NormKind,
     /// Gated MLP (SwiGLU / GeGLU: gate, up, down) rather than two projections.
     pub gated_mlp: bool,
+    /// The MLP's activation function as config.json names it (`hidden_act`: `silu`,
+    /// `gelu_new`); `unknown` where the source does not say.
     pub activation: String,
+    /// Mixture-of-experts sizes; `None` for a dense model.
     pub moe: Option<MoeFacts>,
+    /// `tie_word_embeddings` from config.json: the output head (`lm_head.weight`) shares the
+    /// input embedding's tensor.
     pub tie_word_embeddings: bool,
     /// Every block, in execution order.
     pub layers: Vec<LayerFacts>,
@@ -143,9 +184,11 @@ pub struct ModelDescription {
     pub name: String,
     /// The top-level class (`MixtralForCausalLM`).
     pub architecture: String,
+    /// The transformers naming its module paths follow.
     pub naming: Naming,
     /// The checkpoint's (or config's `torch_dtype`) dtype of floating-point parameters.
     pub dtype: DType,
+    /// Architectural facts (sizes, heads, experts, blocks) beyond the tensors themselves.
     pub facts: ArchFacts,
     /// The module tree; its root has the empty path.
     pub root: Module,

@@ -9,35 +9,51 @@ use serde::Serialize;
 /// One module of the top levels.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModuleSummary {
+    /// The module's path (`model.embed_tokens`, `lm_head`).
     pub name: String,
+    /// Its PyTorch class (`Embedding`, `ModuleList`, `MixtralDecoderLayer`).
     pub class: String,
+    /// Logical parameters in it and below, tied tensors counted once.
     pub params: u64,
+    /// Bytes it holds in memory (parameters, quantization constants, buffers), tied tensors
+    /// counted once.
     pub bytes: u64,
 }
 
 /// Blocks of one kind (same class, same parameters): `MixtralDecoderLayer × 32`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LayerKindSummary {
+    /// The blocks' PyTorch class (`MixtralDecoderLayer`).
     pub class: String,
+    /// Whether these blocks' MLP is a mixture of experts.
     pub moe: bool,
+    /// How many blocks are of this kind.
     pub count: u32,
+    /// Logical parameters in one block.
     pub params_each: u64,
+    /// Bytes one block holds in memory.
     pub bytes_each: u64,
 }
 
 /// A module accelerate would place whole: a block, or a top-level module outside the blocks.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlacementUnit {
+    /// The module's path, as an accelerate `device_map` key (`model.layers.0`, `lm_head`).
     pub name: String,
+    /// Logical parameters it places (a parent's own tensors only, when it has children).
     pub params: u64,
+    /// Bytes it places on its device.
     pub bytes: u64,
 }
 
 /// Mixture-of-experts totals.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MoeSummary {
+    /// Routed experts per MoE layer.
     pub experts: u32,
+    /// Experts each token is routed to (`num_experts_per_tok`).
     pub top_k: u32,
+    /// Every logical parameter of the model, all experts included (tied tensors counted once).
     pub total_params: u64,
     /// Parameters one token passes through: everything but the routed experts, plus `top_k` of
     /// them in each MoE layer.
@@ -47,24 +63,40 @@ pub struct MoeSummary {
 /// The inspect report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
+    /// What the user named the model (`mixtral-8x7b`, a path).
     pub name: String,
+    /// The top-level class (`MixtralForCausalLM`).
     pub architecture: String,
+    /// The dtype of floating-point parameters (the checkpoint's, or config's `torch_dtype`).
     pub dtype: DType,
+    /// Logical parameter count, each tied group once.
     pub params: u64,
     /// Parameters, quantization constants and buffers, as held in memory.
     pub bytes: u64,
+    /// Bytes of buffers alone (rotary `inv_freq`, `position_ids`, causal masks), part of `bytes`.
     pub buffer_bytes: u64,
+    /// Number of blocks (transformer layers, every stack together).
     pub layers: u32,
+    /// The top-level modules, with a base-model container (`model`, `transformer`) opened one
+    /// level so that embeddings, the block list, norms and heads each get a line.
     pub modules: Vec<ModuleSummary>,
+    /// The blocks grouped by class, MoE or not, and parameter count, in execution order.
     pub layer_kinds: Vec<LayerKindSummary>,
+    /// The placement unit holding the most bytes: the smallest GPU share the model can be split
+    /// into. `None` when no module holds bytes.
     pub largest_unit: Option<PlacementUnit>,
+    /// Groups of tensor paths that share one storage (`lm_head.weight` tied to
+    /// `model.embed_tokens.weight`), the canonical path first.
     pub tied: Vec<Vec<String>>,
+    /// Mixture-of-experts totals; `None` for a dense model.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub moe: Option<MoeSummary>,
+    /// Disagreements found while importing (config vs checkpoint headers, unusual values).
     pub notes: Vec<String>,
 }
 
 impl Summary {
+    /// The inspect report of `model`.
     pub fn of(model: &ModelDescription) -> Summary {
         Summary {
             name: model.name.clone(),

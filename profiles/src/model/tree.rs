@@ -13,10 +13,14 @@ pub enum ModuleKind {
     Block,
     /// `nn.Linear` and its quantized forms: what bitsandbytes quantizes and LoRA targets.
     Linear,
+    /// `nn.Embedding` (token, position or token-type embeddings).
     Embedding,
+    /// A normalization layer (`LayerNorm`, `LlamaRMSNorm`, ...).
     Norm,
     /// The routed experts of one MoE layer, fused into 3-D tensors (5.x) or as children (4.x).
     Experts {
+        /// Routed experts in this layer (config.json's `num_local_experts`, `num_experts` or
+        /// `n_routed_experts`).
         count: u32,
     },
     /// An MoE router (gate).
@@ -33,11 +37,18 @@ pub enum TensorKind {
     Parameter,
     /// A quantized parameter packed into wider words (GPTQ/AWQ `qweight` int32 holds 8 4-bit
     /// values): each element holds `per_element` parameters.
-    PackedParameter { per_element: u32 },
+    PackedParameter {
+        /// Parameters packed into one stored element (8 4-bit values in an int32).
+        per_element: u32,
+    },
     /// Quantization constants (scales, zeros, absmax, `weight_scale_inv`): bytes, no parameters.
     QuantConstant,
     /// A buffer: bytes in memory, no parameters. Persistent buffers are saved in checkpoints.
-    Buffer { persistent: bool },
+    Buffer {
+        /// Saved in the state dict and checkpoints (`register_buffer(..., persistent=True)`);
+        /// non-persistent buffers (rotary `inv_freq`) are rebuilt at load.
+        persistent: bool,
+    },
 }
 
 /// One tensor.
@@ -47,7 +58,9 @@ pub struct Tensor {
     pub name: String,
     /// The stored shape.
     pub shape: Vec<u64>,
+    /// The element type it is held in (as the safetensors header gives it, for a checkpoint).
     pub dtype: DType,
+    /// Parameter, packed quantized parameter, quantization constant or buffer.
     pub kind: TensorKind,
     /// The full path of the tensor this one shares storage with (tied embeddings).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -62,6 +75,7 @@ pub struct Tensor {
 }
 
 impl Tensor {
+    /// A parameter (`nn.Parameter`) that follows the load dtype, untied.
     pub fn parameter(name: &str, shape: &[u64], dtype: DType) -> Tensor {
         Tensor {
             name: name.to_string(),
@@ -131,8 +145,11 @@ pub struct Module {
     pub path: String,
     /// The PyTorch class name (`Linear`, `LlamaDecoderLayer`).
     pub class: String,
+    /// What the module is for memory planning (block, linear, experts, ...).
     pub kind: ModuleKind,
+    /// The module's own parameters, quantization constants and buffers, not its children's.
     pub tensors: Vec<Tensor>,
+    /// Its submodules, in registration order.
     pub children: Vec<Module>,
 }
 
@@ -142,6 +159,7 @@ pub fn join(parent: &str, name: &str) -> String {
 }
 
 impl Module {
+    /// A module at `path` of PyTorch class `class`, with no tensors or children yet.
     pub fn new(path: impl Into<String>, class: impl Into<String>, kind: ModuleKind) -> Module {
         Module { path: path.into(), class: class.into(), kind, tensors: Vec::new(), children: Vec::new() }
     }
@@ -151,16 +169,19 @@ impl Module {
         self.path.rsplit('.').next().unwrap_or("")
     }
 
+    /// The same module with `tensor` added to its own tensors.
     pub fn with_tensor(mut self, tensor: Tensor) -> Module {
         self.tensors.push(tensor);
         self
     }
 
+    /// The same module with `child` added as its last submodule.
     pub fn with_child(mut self, child: Module) -> Module {
         self.children.push(child);
         self
     }
 
+    /// The same module with `children` added, in order, after its submodules.
     pub fn with_children(mut self, children: impl IntoIterator<Item = Module>) -> Module {
         self.children.extend(children);
         self

@@ -18,18 +18,37 @@ use vramplan_profiles::model::{ModelDescription, Module, ModuleKind, Tensor, Ten
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub enum GgmlType {
+    /// 32-bit float, 4 bytes a weight: what the converter writes norms, biases and routers in.
     F32,
+    /// IEEE half precision, 2 bytes a weight: the converter's default output type.
     F16,
+    /// bfloat16, 2 bytes a weight.
     BF16,
+    /// `block_q4_0`: 32 weights as 4-bit nibbles with one fp16 scale, 18 bytes (4.5 bits a weight).
     Q4_0,
+    /// `block_q4_1`: 32 4-bit weights with an fp16 scale and min, 20 bytes (5 bits a weight).
     Q4_1,
+    /// `block_q5_0`: 32 5-bit weights (nibbles plus 32 high bits) with an fp16 scale, 22 bytes
+    /// (5.5 bits a weight).
     Q5_0,
+    /// `block_q5_1`: 32 5-bit weights with an fp16 scale and min, 24 bytes (6 bits a weight).
     Q5_1,
+    /// `block_q8_0`: 32 int8 weights with an fp16 scale, 34 bytes (8.5 bits a weight).
     Q8_0,
+    /// `block_q2_K`: a 256-weight super-block of 2-bit quants, 4-bit scales and mins per 16
+    /// weights, fp16 `d` and `dmin`; 84 bytes (2.625 bits a weight).
     Q2_K,
+    /// `block_q3_K`: 256 3-bit weights (2-bit quants plus a high-bit mask), 6-bit scales per 16
+    /// weights, fp16 `d`; 110 bytes (3.4375 bits a weight).
     Q3_K,
+    /// `block_q4_K`: 256 4-bit weights in 8 sub-blocks of 32 with 6-bit scales and mins, fp16 `d`
+    /// and `dmin`; 144 bytes (4.5 bits a weight).
     Q4_K,
+    /// `block_q5_K`: 256 5-bit weights (nibbles plus high bits) in 8 sub-blocks of 32 with 6-bit
+    /// scales and mins, fp16 `d` and `dmin`; 176 bytes (5.5 bits a weight).
     Q5_K,
+    /// `block_q6_K`: 256 6-bit weights (low nibbles plus high 2 bits), an int8 scale per 16
+    /// weights, fp16 `d`; 210 bytes (6.5625 bits a weight).
     Q6_K,
 }
 
@@ -123,23 +142,47 @@ impl GgmlType {
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub enum FileType {
+    /// `LLAMA_FTYPE_ALL_F32`: every quantizable tensor in F32.
     F32,
+    /// `LLAMA_FTYPE_MOSTLY_F16`: every quantizable tensor in F16.
     F16,
+    /// `LLAMA_FTYPE_MOSTLY_BF16`: every quantizable tensor in BF16.
     BF16,
+    /// `LLAMA_FTYPE_MOSTLY_Q4_0`: Q4_0, with the output head in Q6_K.
     Q4_0,
+    /// `LLAMA_FTYPE_MOSTLY_Q4_1`: Q4_1, with the output head in Q6_K.
     Q4_1,
+    /// `LLAMA_FTYPE_MOSTLY_Q5_0`: Q5_0, with the output head in Q6_K.
     Q5_0,
+    /// `LLAMA_FTYPE_MOSTLY_Q5_1`: Q5_1, with the output head in Q6_K.
     Q5_1,
+    /// `LLAMA_FTYPE_MOSTLY_Q8_0`: Q8_0 throughout, the output head included.
     Q8_0,
+    /// `LLAMA_FTYPE_MOSTLY_Q2_K`: Q2_K, with `attn_v` in Q4_K (Q3_K below 4 query heads per KV
+    /// head) and `ffn_down` and `attn_output` in Q3_K.
     Q2_K,
+    /// `LLAMA_FTYPE_MOSTLY_Q2_K_S`: the smaller Q2_K mix: Q2_K, with `attn_v` in Q4_K at 4 or more
+    /// query heads per KV head and `ffn_down` of the first eighth of the layers in Q4_K.
     Q2_K_S,
+    /// `LLAMA_FTYPE_MOSTLY_Q3_K_S`: Q3_K nearly throughout, the output head in Q6_K.
     Q3_K_S,
+    /// `LLAMA_FTYPE_MOSTLY_Q3_K_M`: Q3_K, with the first two `attn_v` in Q5_K and the rest in Q4_K,
+    /// `ffn_down` in Q4_K (Q5_K in the first sixteenth of the layers) and `attn_output` in Q4_K.
     Q3_K_M,
+    /// `LLAMA_FTYPE_MOSTLY_Q3_K_L`: Q3_K, with `attn_v`, `ffn_down` and `attn_output` in Q5_K.
     Q3_K_L,
+    /// `LLAMA_FTYPE_MOSTLY_Q4_K_S`: Q4_K, with the first four `attn_v` and the `ffn_down` of the
+    /// first eighth of the layers in Q5_K.
     Q4_K_S,
+    /// `LLAMA_FTYPE_MOSTLY_Q4_K_M`: Q4_K, with `attn_v` and `ffn_down` in Q6_K in the layers
+    /// [`use_more_bits`] picks (about half).
     Q4_K_M,
+    /// `LLAMA_FTYPE_MOSTLY_Q5_K_S`: Q5_K nearly throughout, the output head in Q6_K.
     Q5_K_S,
+    /// `LLAMA_FTYPE_MOSTLY_Q5_K_M`: Q5_K, with `attn_v` and `ffn_down` in Q6_K in the layers
+    /// [`use_more_bits`] picks (about half).
     Q5_K_M,
+    /// `LLAMA_FTYPE_MOSTLY_Q6_K`: Q6_K throughout.
     Q6_K,
 }
 
@@ -217,17 +260,31 @@ impl FileType {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
+    /// `token_embd`: the input token embedding (an embedding with `vocab_size` rows).
     TokenEmbedding,
+    /// `output`: the LM head (`lm_head`, GPT-NeoX's `embed_out`).
     Output,
+    /// `attn_q`: the query projection (`q_proj`, `query`).
     AttnQ,
+    /// `attn_k`: the key projection (`k_proj`, `key`).
     AttnK,
+    /// `attn_v`: the value projection (`v_proj`, `value`), which most k-quant mixes give more bits.
     AttnV,
+    /// `attn_qkv`: a fused query/key/value projection (`qkv_proj`, `query_key_value`, GPT-2's
+    /// `c_attn`), treated like `attn_v`.
     AttnQkv,
     /// MLA's `kv_b_proj` (`attn_kv_b`), treated like `attn_v`.
     AttnKvB,
+    /// `attn_output`: attention's output projection (`o_proj`, `out_proj`, and `c_proj` / `dense`
+    /// under attention).
     AttnOutput,
+    /// `ffn_gate` (`ffn_gate_exps` for experts): the MLP's gate projection (`gate_proj`, `w1`, the
+    /// gate half of a fused `gate_up_proj`).
     FfnGate,
+    /// `ffn_up` (`ffn_up_exps` for experts): the MLP's up projection (`up_proj`, `w3`, `fc1`, …).
     FfnUp,
+    /// `ffn_down` (`ffn_down_exps` for experts): the MLP's down projection (`down_proj`, `w2`,
+    /// `fc2`, …), which most k-quant mixes give more bits.
     FfnDown,
     /// Quantized with the default type (MLA's `q_a_proj`, `kv_a_proj_with_mqa`, `q_b_proj`, …).
     Other,
@@ -241,12 +298,15 @@ pub struct GgufTensor {
     /// The HF tensor it comes from (`model.layers.3.self_attn.v_proj.weight`); a fused
     /// `experts.gate_up_proj` gives two GGUF tensors (gate and up) with the same path.
     pub path: String,
+    /// The llama.cpp category that decides its type.
     pub role: Role,
     /// The decoder block it belongs to, by position.
     pub layer: Option<u64>,
+    /// The type `llama-quantize` writes it in, after the fallback for rows that are not whole blocks.
     pub ggml_type: GgmlType,
     /// Elements per row (ggml's `ne[0]`, the input features of a linear).
     pub row_elements: u64,
+    /// Rows (ggml's `ne[1]` and any further dimensions, such as the experts of a fused tensor).
     pub rows: u64,
     /// Bytes in the file (`rows × row_bytes`).
     pub bytes: u64,

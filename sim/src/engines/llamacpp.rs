@@ -46,6 +46,8 @@ const F32_BYTES: u64 = 4;
 /// What llama.cpp allocates.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LlamaCppBudget {
+    /// The GGUF file type the weights are in: the workload's `quant.quant_type`, or the weights'
+    /// float type (F16 / BF16 / F32) when it has no quantization.
     pub file_type: FileType,
     /// The CUDA model buffer: every offloaded tensor, padded and aligned.
     pub model_bytes_gpu: u64,

@@ -53,6 +53,7 @@ pub const LARGE_GPU_BYTES: u64 = 70 * GIB;
 
 /// `max_num_seqs` for `vllm serve` on large GPUs (H100, H200, MI300X) and on the others.
 pub const MAX_NUM_SEQS_LARGE_GPU: u64 = 1024;
+/// `max_num_seqs` for `vllm serve` on A100s and GPUs under [`LARGE_GPU_BYTES`].
 pub const MAX_NUM_SEQS_OTHER_GPU: u64 = 256;
 
 /// Bytes of an fp32 element (the sampler's logits).
@@ -61,19 +62,30 @@ const F32: u64 = 4;
 /// One rank's budget.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct VllmBudget {
+    /// Ranks in the tensor-parallel group (vLLM's `--tensor-parallel-size`).
     pub tensor_parallel: u32,
     /// Memory CUDA reports for the device (vLLM's "total").
     pub total_bytes: u64,
     /// `gpu_memory_utilization × total`.
     pub requested_bytes: u64,
+    /// Torch memory of loading the model on this rank (`Model loading took X GiB`): the weight
+    /// shard plus the rotary `cos_sin_cache`.
     pub weights_bytes: u64,
+    /// Torch peak of `profile_run`: a forward pass over `max_num_batched_tokens` tokens, then the
+    /// sampler over `max_num_seqs` sequences.
     pub activation_peak_bytes: u64,
     /// The stage of the profiling run that sets the peak (`sampler`, `model.layers.0 mlp`).
     pub activation_peak_at: String,
+    /// Memory outside torch's allocator during profiling (cuBLAS workspaces; NCCL and custom
+    /// all-reduce buffers at TP ≥ 2): [`NON_TORCH_TP1_BYTES`] or [`NON_TORCH_TP_BYTES`].
     pub non_torch_bytes: u64,
     /// Captured after the KV cache; not part of the identity (see the module docs).
     pub cuda_graph_bytes: u64,
+    /// What is left for the paged KV cache (`Available KV cache memory`): requested − weights −
+    /// activation peak − non-torch.
     pub kv_cache_bytes: u64,
+    /// KV-cache bytes of one token on this rank, over every decoder layer, in the KV dtype
+    /// (`--kv-cache-dtype`).
     pub kv_bytes_per_token: u64,
     /// Tokens the paged cache holds (`GPU KV cache size: N tokens`).
     pub kv_capacity_tokens: u64,

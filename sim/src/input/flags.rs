@@ -3,51 +3,119 @@
 //! `--group-size`, `--gpu-memory-utilization`, `--offload-optimizer`) applies to the choice the
 //! flags or the file made, and is refused where it means nothing. Values are parsed here, so
 //! that the words a flag accepts and the message for one it does not are the same everywhere.
+//! The flags are declared here once: with the `clap` feature, [`WorkloadFlags`] is the command
+//! line's `clap::Args`, flattened into every command that simulates.
 
-use super::suggest::{closest, ticked, ticked_or};
 use crate::engines::gguf::FileType;
 use crate::workload::{
     AttentionImpl, Engine, Finetune, GradCheckpointing, Mode, Optimizer, Parallelism, Quant, Trainer,
     Workload,
 };
+use vramplan_profiles::suggest::{closest, ticked, ticked_or};
 use vramplan_profiles::{DType, InputError};
 
-/// The workload flags as the user gave them; `None` / `false` leaves the file's value.
+/// The workload flags as the user gave them; `None` / `false` leaves the file's value. Declared
+/// once: with the `clap` feature this is the command line's `clap::Args` (the doc comments are
+/// the `--help` texts). Values stay text until [`WorkloadFlags::apply`], which reads them with the
+/// aliases, case and `_`/`-` spellings people use and refuses a bad one naming the flag, the
+/// accepted words and the closest (clap's `ValueEnum` would refuse those spellings and word its
+/// own message).
 #[derive(Debug, Clone, Default, PartialEq)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
+#[cfg_attr(feature = "clap", command(next_help_heading = "Workload (overrides --workload)"))]
 pub struct WorkloadFlags {
+    /// train | inference
+    #[cfg_attr(feature = "clap", arg(long))]
     pub mode: Option<String>,
+    /// Micro-batch (training) or concurrent sequences (inference).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub batch: Option<u64>,
+    /// Tokens per sequence (inference: prompt + generated).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub seq: Option<u64>,
+    /// Inference: prompt tokens prefilled at once (default: --seq).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub prompt: Option<u64>,
+    /// Gradient-accumulation steps.
+    #[cfg_attr(feature = "clap", arg(long))]
     pub grad_accum: Option<u64>,
-    /// `--dtype`: the weight dtype.
+    /// Weight dtype: fp32 | fp16 | bf16 | fp8 … (default: the checkpoint's).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub dtype: Option<String>,
+    /// Mixed precision on fp32 weights: fp16 | bf16 | none.
+    #[cfg_attr(feature = "clap", arg(long))]
     pub autocast: Option<String>,
+    /// none | int8 | nf4 | fp4 | gptq | gptq-8bit | awq | fp8 | a GGUF type (Q4_K_M, Q8_0, …).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub quant: Option<String>,
+    /// bitsandbytes 4-bit: quantize the absmax constants too.
+    #[cfg_attr(feature = "clap", arg(long))]
     pub double_quant: bool,
+    /// GPTQ / AWQ group size (default 128), or the fp8 scale block.
+    #[cfg_attr(feature = "clap", arg(long))]
     pub group_size: Option<u32>,
-    /// Given: LoRA with this rank.
+    /// LoRA rank (given: LoRA adapters instead of a full fine-tune).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub lora_rank: Option<u64>,
+    /// LoRA alpha (default 8, PEFT's).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub lora_alpha: Option<u64>,
-    /// Comma-separated module names, or `all-linear`.
+    /// Modules LoRA wraps: q_proj,v_proj | all-linear (default: PEFT's for the architecture).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub lora_targets: Option<String>,
+    /// Activation checkpointing: off | full | selective.
+    #[cfg_attr(feature = "clap", arg(long))]
     pub grad_ckpt: Option<String>,
+    /// adamw | adamw8bit | paged-adamw8bit | paged-adamw | sgd | sgd-momentum | adafactor.
+    #[cfg_attr(feature = "clap", arg(long))]
     pub optimizer: Option<String>,
+    /// Attention: eager | sdpa | flash.
+    #[cfg_attr(feature = "clap", arg(long))]
     pub attn: Option<String>,
+    /// single | ddp | zero1 | zero2 | zero3 | fsdp | tp=N.
+    #[cfg_attr(feature = "clap", arg(long))]
     pub parallel: Option<String>,
+    /// ZeRO / FSDP: optimizer states in CPU memory.
+    #[cfg_attr(feature = "clap", arg(long))]
     pub offload_optimizer: bool,
+    /// ZeRO-3 / FSDP: parameters in CPU memory.
+    #[cfg_attr(feature = "clap", arg(long))]
     pub offload_params: bool,
+    /// transformers | vllm | llama.cpp.
+    #[cfg_attr(feature = "clap", arg(long))]
     pub engine: Option<String>,
+    /// vLLM: fraction of GPU memory it may take (default 0.9).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub gpu_memory_utilization: Option<f64>,
+    /// vLLM: tokens per forward pass (default 8192).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub max_num_batched_tokens: Option<u64>,
+    /// llama.cpp: context tokens (default: --seq).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub n_ctx: Option<u64>,
+    /// llama.cpp: physical batch (default 512).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub n_ubatch: Option<u64>,
+    /// KV-cache dtype (default: the compute dtype): fp16 | bf16 | fp8 …
+    #[cfg_attr(feature = "clap", arg(long))]
     pub kv_dtype: Option<String>,
+    /// Training framework: transformers | torchtune.
+    #[cfg_attr(feature = "clap", arg(long))]
     pub trainer: Option<String>,
+    /// Cross-entropy chunk by chunk.
+    #[cfg_attr(feature = "clap", arg(long))]
     pub chunked_ce: bool,
+    /// Step the optimizer per parameter during backward, freeing each gradient.
+    #[cfg_attr(feature = "clap", arg(long))]
     pub optimizer_in_backward: bool,
+    /// Move saved activations to CPU memory between forward and backward.
+    #[cfg_attr(feature = "clap", arg(long))]
     pub activation_offload: bool,
+    /// torch.compile (fused pointwise chains).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub compile: bool,
+    /// Keep gradients allocated between steps (zero_grad(set_to_none=False)).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub keep_gradients: bool,
 }
 
@@ -127,10 +195,10 @@ impl WorkloadFlags {
             w.grad_accum = grad_accum;
         }
         if let Some(text) = &self.dtype {
-            w.weight_dtype = Some(parse_dtype("--dtype", text)?);
+            w.weight_dtype = Some(DType::parse_input("--dtype", text)?);
         }
         if let Some(text) = &self.autocast {
-            w.autocast = pick("--autocast", text, AUTOCAST)?;
+            w.autocast = parse_autocast(text)?;
         }
         self.apply_quant(&mut w)?;
         self.apply_lora(&mut w)?;
@@ -146,7 +214,7 @@ impl WorkloadFlags {
         self.apply_parallel(&mut w)?;
         self.apply_engine(&mut w)?;
         if let Some(text) = &self.kv_dtype {
-            w.kv_dtype = Some(parse_dtype("--kv-dtype", text)?);
+            w.kv_dtype = Some(DType::parse_input("--kv-dtype", text)?);
         }
         if let Some(text) = &self.trainer {
             w.trainer = pick("--trainer", text, TRAINERS)?;
@@ -346,11 +414,6 @@ type Words<T> = &'static [(&'static [&'static str], T)];
 
 const MODES: Words<Mode> =
     &[(&["train", "training"], Mode::Train), (&["inference", "infer"], Mode::Inference)];
-const AUTOCAST: Words<Option<DType>> = &[
-    (&["fp16", "float16", "half"], Some(DType::F16)),
-    (&["bf16", "bfloat16"], Some(DType::BF16)),
-    (&["none", "off"], None),
-];
 const GRAD_CKPT: Words<GradCheckpointing> = &[
     (&["off", "none", "false", "no"], GradCheckpointing::Off),
     (&["full", "on", "true", "yes"], GradCheckpointing::Full),
@@ -401,10 +464,18 @@ fn unknown_value<'a>(
         .with_fix(format!("{hint}accepted: {}", ticked(accepted)))
 }
 
-fn parse_dtype(flag: &str, text: &str) -> Result<DType, InputError> {
-    DType::parse(text).ok_or_else(|| {
-        InputError::new(flag, format!("unknown dtype `{text}`")).with_fix(format!("use {}", DType::SPELLINGS))
-    })
+/// `fp16` or `bf16` (any spelling [`DType::parse`] reads), or `none` / `off`.
+fn parse_autocast(text: &str) -> Result<Option<DType>, InputError> {
+    if matches!(text.trim().to_ascii_lowercase().as_str(), "none" | "off") {
+        return Ok(None);
+    }
+    match DType::parse(text) {
+        Some(dtype @ (DType::F16 | DType::BF16)) => Ok(Some(dtype)),
+        _ => {
+            let accepted = ["fp16", "bf16", "none"];
+            Err(unknown_value("--autocast", text, &accepted, accepted.into_iter().chain(["off"])))
+        }
+    }
 }
 
 /// `none`, `int8`, `nf4`, `fp4`, `gptq` (4-bit; `gptq-8bit` …), `awq`, `fp8`, or a GGUF type

@@ -4,11 +4,11 @@
 //! layer but the output head. No targets means PEFT's default for the architecture
 //! (`TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING` in peft/utils/constants.py).
 
-use super::suggest::{closest, ticked, ticked_or};
 use crate::workload::{Finetune, Workload};
 use std::collections::BTreeSet;
 use vramplan_profiles::InputError;
 use vramplan_profiles::model::{ModelDescription, Module, ModuleKind};
+use vramplan_profiles::suggest::{closest, ticked, ticked_or};
 
 /// The target that means every linear layer except the output head.
 pub(crate) const ALL_LINEAR: &str = "all-linear";

@@ -140,10 +140,14 @@ impl HfConfig {
         HfConfig { origin: origin.to_string(), object }
     }
 
+    /// Where the config came from (a file path, a built-in model's name): the origin of every
+    /// error about it, and the imported model's name.
     pub fn origin(&self) -> &str {
         &self.origin
     }
 
+    /// The raw JSON object, for keys whose mere presence matters (`head_dim`,
+    /// `num_key_value_heads`: null and absent differ).
     pub fn object(&self) -> &Map<String, Value> {
         &self.object
     }
@@ -229,6 +233,8 @@ impl HfConfig {
         }
     }
 
+    /// A boolean (`tie_word_embeddings`, `attention_bias`) with a default when absent or null;
+    /// anything but `true` or `false` is refused with the key.
     pub fn bool_or(&self, keys: &[&str], default: bool) -> Result<bool, InputError> {
         match self.get(keys) {
             None => Ok(default),
@@ -237,6 +243,8 @@ impl HfConfig {
         }
     }
 
+    /// An optional number (`partial_rotary_factor`, `rotary_pct`); `None` when absent or null, refused
+    /// with the key when not a number.
     pub fn float_opt(&self, keys: &[&str]) -> Result<Option<f64>, InputError> {
         match self.get(keys) {
             None => Ok(None),
@@ -245,6 +253,8 @@ impl HfConfig {
         }
     }
 
+    /// An optional string (`hidden_act`, `torch_dtype`); `None` when absent or null, refused with
+    /// the key when not a string.
     pub fn string_opt(&self, keys: &[&str]) -> Result<Option<String>, InputError> {
         match self.get(keys) {
             None => Ok(None),

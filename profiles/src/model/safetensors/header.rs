@@ -130,10 +130,13 @@ fn parse_entry(
         Some(Value::String(s)) => s.as_str(),
         _ => return fail("missing or non-string `dtype`".into()),
     };
-    let Some(dtype) = safetensors_dtype(dtype_name) else {
-        return Err(InputError::new(origin, format!("unknown dtype `{dtype_name}`"))
-            .at_key(name)
-            .with_fix(format!("vramplan reads these safetensors dtypes: {}", KNOWN_NAMES.join(", "))));
+    let Some(dtype) = DType::from_safetensors(dtype_name) else {
+        return Err(InputError::new(origin, format!("unknown dtype `{dtype_name}`")).at_key(name).with_fix(
+            format!(
+                "vramplan reads these safetensors dtypes: {}",
+                DType::safetensors_names().collect::<Vec<_>>().join(", ")
+            ),
+        ));
     };
     let Some(shape) = integer_list(fields, "shape") else {
         return fail("`shape` must be a list of non-negative integers".into());
@@ -173,48 +176,9 @@ fn integer_list(fields: &Map<String, Value>, key: &str) -> Option<Vec<u64>> {
     }
 }
 
-/// The safetensors dtype names and what they are.
-const KNOWN: &[(&str, DType)] = &[
-    ("F64", DType::F64),
-    ("F32", DType::F32),
-    ("F16", DType::F16),
-    ("BF16", DType::BF16),
-    ("F8_E4M3", DType::F8E4M3),
-    ("F8_E5M2", DType::F8E5M2),
-    ("F8_E8M0", DType::F8E8M0),
-    ("F4", DType::F4),
-    ("I64", DType::I64),
-    ("I32", DType::I32),
-    ("I16", DType::I16),
-    ("I8", DType::I8),
-    ("U64", DType::U64),
-    ("U32", DType::U32),
-    ("U16", DType::U16),
-    ("U8", DType::U8),
-    ("BOOL", DType::Bool),
-];
-
-const KNOWN_NAMES: &[&str] = &[
-    "F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "I64", "I32", "I16", "I8", "U64",
-    "U32", "U16", "U8", "BOOL",
-];
-
-fn safetensors_dtype(name: &str) -> Option<DType> {
-    KNOWN.iter().find(|(n, _)| *n == name).map(|(_, d)| *d)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn known_names_list_matches_the_table() {
-        let names: Vec<&str> = KNOWN.iter().map(|(n, _)| *n).collect();
-        assert_eq!(names, KNOWN_NAMES);
-        for (name, dtype) in KNOWN {
-            assert_eq!(dtype.safetensors_name(), *name);
-        }
-    }
 
     #[test]
     fn offsets_must_match_dtype_times_shape() {

@@ -1,8 +1,12 @@
-//! Close names for "did you mean" fixes: edit distance over characters, and lists written the
-//! way messages print them.
+//! "Did you mean" for names a user mistyped: the edit distance between two names, the close
+//! candidates it picks, and the lists written the way messages print them.
+//!
+//! Every crate that suggests a name uses these, so that a slip is judged and worded alike for
+//! hardware, models, workload flags and device maps.
 
-/// Levenshtein distance over characters.
-pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
+/// Levenshtein distance over characters: the fewest single-character insertions, deletions and
+/// substitutions that turn `a` into `b`.
+pub fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut previous: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {
@@ -21,8 +25,8 @@ pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 /// Up to `limit` candidates close to `wanted`: those within a third of its length in edit
-/// distance (at least 1, at most 3), nearest first, ties in candidate order.
-pub(crate) fn closest<'a>(
+/// distance (at least 1, at most 3), nearest first, ties in candidate order, without repeats.
+pub fn closest<'a>(
     wanted: &str,
     candidates: impl IntoIterator<Item = &'a str>,
     limit: usize,
@@ -48,16 +52,25 @@ pub(crate) fn closest<'a>(
 }
 
 /// "`a`, `b`, `c`" (each name in backticks, comma-separated).
-pub(crate) fn ticked(names: &[&str]) -> String {
-    names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+pub fn ticked<S: AsRef<str>>(names: &[S]) -> String {
+    names.iter().map(|n| format!("`{}`", n.as_ref())).collect::<Vec<_>>().join(", ")
 }
 
-/// "`a` or `b`".
-pub(crate) fn ticked_or(names: &[&str]) -> String {
-    let ticked: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
-    match ticked.split_last() {
-        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
-        _ => ticked.join(""),
+/// "`a`, `b` or `c`" (each name in backticks).
+pub fn ticked_or<S: AsRef<str>>(names: &[S]) -> String {
+    let ticked: Vec<String> = names.iter().map(|n| format!("`{}`", n.as_ref())).collect();
+    or_list(&ticked)
+}
+
+/// "a, b or c" (the items as they are).
+pub fn or_list<S: AsRef<str>>(items: &[S]) -> String {
+    match items.split_last() {
+        Some((last, rest)) if !rest.is_empty() => {
+            let rest: Vec<&str> = rest.iter().map(AsRef::as_ref).collect();
+            format!("{} or {}", rest.join(", "), last.as_ref())
+        }
+        Some((last, _)) => last.as_ref().to_string(),
+        None => String::new(),
     }
 }
 
@@ -66,7 +79,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn distance_counts_single_character_edits() {
+    fn edit_distance_counts_single_character_edits() {
+        assert_eq!(edit_distance("t4", "t4"), 0);
+        assert_eq!(edit_distance("rtx409", "rtx4090"), 1);
+        assert_eq!(edit_distance("a100-80g", "a100-80gb"), 1);
+        assert_eq!(edit_distance("h100", "h200"), 1);
         assert_eq!(edit_distance("layer", "layers"), 1);
         assert_eq!(edit_distance("kitten", "sitting"), 3);
         assert_eq!(edit_distance("", "abc"), 3);
@@ -77,6 +94,14 @@ mod tests {
         let names = ["adamw", "adamw8bit", "sgd", "adafactor"];
         assert_eq!(closest("adamv", names, 3), vec!["adamw"]);
         assert_eq!(closest("zzzzzz", names, 3), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn lists_read_as_messages_print_them() {
+        assert_eq!(ticked(&["a", "b"]), "`a`, `b`");
         assert_eq!(ticked_or(&["a", "b", "c"]), "`a`, `b` or `c`");
+        assert_eq!(ticked_or(&["a"]), "`a`");
+        assert_eq!(or_list(&["GPU 0".to_string(), "GPU 1".to_string()]), "GPU 0 or GPU 1");
+        assert_eq!(or_list::<&str>(&[]), "");
     }
 }

@@ -1,0 +1,689 @@
+//! The step program: model + workload + placement → one ordered list of operations (a unit
+//! starts computing; a tensor is allocated on a device for a unit and a component; a tensor is
+//! freed). Everything that needs the step reads this list and nothing re-derives it: the replay
+//! (`timeline.rs`) runs it per device through the caching-allocator model, the solver's per-unit
+//! charges (`charges.rs`) are read off it, and the validator and the timeline plot are to read it
+//! too.
+//!
+//! What the list holds, in order (`docs/memory-model.md` gives every term's source):
+//! - load: each unit's weights as held (quantized, cast, ZeRO-3 shard), then each used GPU's
+//!   cuBLAS workspace;
+//! - training, two steps (the first creates the optimizer states lazily at its optimizer step,
+//!   as torch optimizers do; the second is the steady state): forward unit by unit (activations
+//!   kept for backward, or the block input under checkpointing; autocast copies; workspace),
+//!   the loss on the head's device, backward in reverse order (recompute, gradients, workspace),
+//!   the optimizer step, and `zero_grad`;
+//! - inference: the KV cache for the whole context, then prefill unit by unit and the logits of
+//!   the last prompt token.
+//!
+//! Placement changes the program in two places only: hidden states cross a device boundary
+//! (both GPUs hold a copy in flight), and in inference a unit offloaded to `cpu` or `disk` has
+//! its weights copied to the main GPU around its forward, where its KV cache also lives.
+
+use crate::model::activations::{ActivationModel, BlockActivations};
+use crate::model::precision::Precision;
+use crate::model::units::{self, Unit, UnitKind};
+use crate::placement::{Placement, Target};
+use crate::workload::{GradCheckpointing, Mode, Parallelism, Quant, Trainer, Workload};
+use vramplan_profiles::hardware::HardwareProfile;
+use vramplan_profiles::model::{AttentionKind, ModelDescription, ModuleKind, NormKind, StackKind};
+
+/// Which component an allocation belongs to (the rows of an estimate's breakdown).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Component {
+    /// Weights as held, their autocast copies, ZeRO-3 gathers and offloaded weights streamed in.
+    Weights,
+    /// Gradients of the trainable parameters.
+    Gradients,
+    /// Optimizer states and fp32 master weights.
+    Optimizer,
+    /// Activations kept for backward, recomputed ones, workspaces, hidden states in flight.
+    Activations,
+    /// The KV cache of the whole context (inference).
+    KvCache,
+    /// Logits, their fp32 upcast, the loss and their gradients.
+    Logits,
+    /// Library workspaces allocated through PyTorch (cuBLAS).
+    Workspace,
+}
+
+impl Component {
+    /// A dense index (0..7), for per-component arrays.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Whether bytes of this component go with the unit's tensors when it is offloaded
+    /// (weights, gradients and optimizer states), rather than with the GPU that runs it.
+    pub fn held_with_weights(self) -> bool {
+        matches!(self, Component::Weights | Component::Gradients | Component::Optimizer)
+    }
+}
+
+/// A unit by its index in [`StepProgram::units`].
+pub type UnitIndex = usize;
+
+/// A training step: 1 (creates the optimizer states) or 2 (the steady state).
+pub type Step = u8;
+
+/// A moment of the step, named for the peak it may be reported at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// Loading the weights, and the cuBLAS workspaces.
+    Load,
+    /// A unit's forward in a training step.
+    Forward(UnitIndex, Step),
+    /// The loss on the head's device.
+    Loss(Step),
+    /// The loss's backward.
+    LossBackward(Step),
+    /// A unit's backward.
+    Backward(UnitIndex, Step),
+    /// The optimizer step (the first creates the states).
+    OptimizerStep(Step),
+    /// Hidden states crossing to a unit on another GPU.
+    ActivationsTo(UnitIndex, Step),
+    /// Their gradient crossing back to a unit on another GPU.
+    GradientsTo(UnitIndex, Step),
+    /// A unit's prefill of the prompt (inference).
+    Prefill(UnitIndex),
+    /// The logits of the last prompt token (inference).
+    LastLogits,
+}
+
+/// An allocation's handle, unique within a program (allocations are numbered in order).
+pub type AllocId = usize;
+
+/// One operation of the step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// From here on, a unit computes. Consecutive `Compute`s of one unit are one run of it (its
+    /// forward; its backward; for the head, its forward, the loss and its backward).
+    Compute(Compute),
+    /// A tensor is allocated.
+    Alloc(Alloc),
+    /// The allocation is freed.
+    Free(AllocId),
+}
+
+/// The start of a unit's computation, or of the step's own work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compute {
+    /// The unit; `None` for work of the whole step (loading, the optimizer step).
+    pub unit: Option<UnitIndex>,
+    /// The GPU it runs on; `None` for every GPU.
+    pub device: Option<u32>,
+    /// The moment, for reports.
+    pub event: Event,
+}
+
+/// An allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Alloc {
+    /// Its handle, for the [`Op::Free`] that ends it.
+    pub id: AllocId,
+    /// The GPU.
+    pub device: u32,
+    /// The unit it is for; `None` for a device's own workspace.
+    pub unit: Option<UnitIndex>,
+    /// What it holds.
+    pub component: Component,
+    /// Bytes requested (before the allocator rounds them).
+    pub bytes: u64,
+}
+
+/// What kind of placement unit a program unit is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnitRole {
+    /// The block at this index of `facts.layers` (a decoder layer, never split).
+    Block(usize),
+    /// The token embedding (and what loads with it).
+    Embedding,
+    /// The output projection to the vocabulary; the logits and the loss are charged to it.
+    Head,
+    /// Any other module holding tensors (final norm, rotary buffers).
+    Other,
+}
+
+/// One placement unit as the program knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgramUnit {
+    /// The module path (for a parent's own tensors, the parent's).
+    pub path: String,
+    /// The `device_map` keys that place the unit: disjoint prefixes, the first finding it in a
+    /// placement.
+    pub keys: Vec<String>,
+    /// What kind of unit it is.
+    pub role: UnitRole,
+    /// The GPU it runs on (its own, or the main GPU when offloaded in inference); `None` when
+    /// it runs on the host.
+    pub device: Option<u32>,
+}
+
+/// The step as a list of operations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepProgram {
+    /// The placement units, in execution order.
+    pub units: Vec<ProgramUnit>,
+    /// The operations, in order.
+    pub ops: Vec<Op>,
+    /// Hidden states handed from one unit to the next in the forward pass (also their gradient
+    /// in backward): what a device boundary costs both sides while in flight.
+    pub handoff_bytes: u64,
+}
+
+impl StepProgram {
+    /// `event` in words, with the unit paths it names.
+    pub fn describe(&self, event: Event) -> String {
+        let path = |unit: usize| self.units.get(unit).map(|u| u.path.as_str()).unwrap_or("?");
+        match event {
+            Event::Load => "load".into(),
+            Event::Forward(unit, step) => format!("forward of {} (step {step})", path(unit)),
+            Event::Loss(step) => format!("loss (step {step})"),
+            Event::LossBackward(step) => format!("backward of the loss (step {step})"),
+            Event::Backward(unit, step) => format!("backward of {} (step {step})", path(unit)),
+            Event::OptimizerStep(step) => format!("optimizer step (step {step})"),
+            Event::ActivationsTo(unit, step) => format!("activations to {} (step {step})", path(unit)),
+            Event::GradientsTo(unit, step) => format!("gradients to {} (step {step})", path(unit)),
+            Event::Prefill(unit) => format!("prefill of {}", path(unit)),
+            Event::LastLogits => "logits of the last prompt token".into(),
+        }
+    }
+}
+
+/// cuBLAS workspace per handle and stream with the default `CUBLAS_WORKSPACE_CONFIG`
+/// (`:4096:2:16:8` = 4096 KiB × 2 + 16 KiB × 8 = 8,519,680 B; PyTorch PR #83461), allocated
+/// through the caching allocator at the first matmul; plus the cuBLASLt workspace (1 MiB, 32 MiB
+/// on Hopper; PyTorch PR #120925).
+pub fn cublas_workspace(compute_major: u32) -> u64 {
+    8_519_680 + if compute_major >= 9 { 32 << 20 } else { 1 << 20 }
+}
+
+/// The step program of `workload` for `model` placed on `hardware` by `placement`.
+pub fn step_program(
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+    workload: &Workload,
+    placement: &Placement,
+) -> StepProgram {
+    let lora_targets = crate::closed_form::lora_targets(model, workload);
+    let mut builder = Builder::new(model, hardware, workload, placement, &lora_targets);
+    builder.load(hardware);
+    match workload.mode {
+        Mode::Train => {
+            builder.train_step(1);
+            builder.train_step(2);
+        }
+        Mode::Inference => builder.inference(),
+    }
+    let tokens = match workload.mode {
+        Mode::Train => workload.seq,
+        Mode::Inference => builder.prompt(),
+    };
+    let handoff_bytes = builder.handoff_bytes(tokens);
+    let units = builder
+        .units
+        .iter()
+        .zip(&builder.devices)
+        .map(|(u, device)| ProgramUnit {
+            path: u.path.clone(),
+            keys: u.keys.clone(),
+            role: match u.kind {
+                UnitKind::Block(layer) => UnitRole::Block(layer),
+                UnitKind::Embedding => UnitRole::Embedding,
+                UnitKind::Head => UnitRole::Head,
+                UnitKind::Other => UnitRole::Other,
+            },
+            device: *device,
+        })
+        .collect();
+    StepProgram { units, ops: builder.ops, handoff_bytes }
+}
+
+/// Writes the program: the model's units and what each allocates, resolved once.
+struct Builder<'a> {
+    model: &'a ModelDescription,
+    workload: &'a Workload,
+    precision: Precision,
+    blocks: ActivationModel<'a>,
+    units: Vec<Unit>,
+    /// Each unit's activations for one training step.
+    activations: Vec<BlockActivations>,
+    /// The GPU each unit runs on: where it is placed, or for inference the main GPU when it is
+    /// offloaded to `cpu` or `disk`.
+    devices: Vec<Option<u32>>,
+    /// Units whose weights live on `cpu` or `disk` and are copied to their GPU around their
+    /// forward (accelerate's `AlignDevicesHook` with offload): their KV cache stays there.
+    offloaded: Vec<bool>,
+    shards: u64,
+    ops: Vec<Op>,
+    /// Live allocations by id: device and component.
+    live: Vec<Option<(u32, Component)>>,
+}
+
+impl<'a> Builder<'a> {
+    fn new(
+        model: &'a ModelDescription,
+        hardware: &HardwareProfile,
+        workload: &'a Workload,
+        placement: &Placement,
+        lora_targets: &[String],
+    ) -> Builder<'a> {
+        let precision = Precision::of(model, workload);
+        let units = units::units(model, workload, &precision, lora_targets);
+        let main_gpu = placement.main_gpu().filter(|_| workload.mode == Mode::Inference);
+        let mut offloaded = vec![false; units.len()];
+        let devices: Vec<Option<u32>> = units
+            .iter()
+            .zip(offloaded.iter_mut())
+            .map(|(u, offloaded)| match placement.target_of(&u.keys[0]) {
+                Some(Target::Gpu(g)) => Some(g),
+                Some(Target::Cpu | Target::Disk) if main_gpu.is_some() => {
+                    *offloaded = true;
+                    main_gpu
+                }
+                _ => None,
+            })
+            .collect();
+        let shards = match workload.parallelism {
+            Parallelism::Zero { .. } => hardware.devices.len().max(1) as u64,
+            _ => 1,
+        };
+        let mut builder = Builder {
+            model,
+            workload,
+            precision,
+            blocks: ActivationModel::new(model, workload, precision),
+            units,
+            activations: Vec::new(),
+            devices,
+            offloaded,
+            shards,
+            ops: Vec::new(),
+            live: Vec::new(),
+        };
+        builder.activations = (0..builder.units.len()).map(|i| builder.activations_of(i)).collect();
+        builder
+    }
+
+    fn compute(&mut self, unit: Option<usize>, device: Option<u32>, event: Event) {
+        self.ops.push(Op::Compute(Compute { unit, device, event }));
+    }
+
+    /// Allocates `bytes` on `device` for `unit`; nothing (and `None`) for 0 bytes.
+    fn alloc(
+        &mut self,
+        device: u32,
+        unit: Option<usize>,
+        component: Component,
+        bytes: u64,
+    ) -> Option<AllocId> {
+        if bytes == 0 {
+            return None;
+        }
+        let id = self.live.len();
+        self.live.push(Some((device, component)));
+        self.ops.push(Op::Alloc(Alloc { id, device, unit, component, bytes }));
+        Some(id)
+    }
+
+    fn free(&mut self, id: Option<AllocId>) {
+        if let Some(id) = id
+            && self.live.get_mut(id).and_then(Option::take).is_some()
+        {
+            self.ops.push(Op::Free(id));
+        }
+    }
+
+    fn prompt(&self) -> u64 {
+        self.workload.prompt.unwrap_or(self.workload.seq).min(self.workload.seq)
+    }
+
+    /// Weights of every unit on a GPU (sharded under ZeRO-3), and the cuBLAS workspaces.
+    fn load(&mut self, hardware: &HardwareProfile) {
+        self.compute(None, None, Event::Load);
+        for i in 0..self.units.len() {
+            let Some(device) = self.devices[i].filter(|_| !self.offloaded[i]) else { continue };
+            let held: Vec<u64> =
+                self.units[i].weight_tensors.iter().map(|b| self.held_tensor_bytes(*b)).collect();
+            for bytes in held {
+                self.alloc(device, Some(i), Component::Weights, bytes);
+            }
+        }
+        let mut used: Vec<u32> = self.devices.iter().flatten().copied().collect();
+        used.sort_unstable();
+        used.dedup();
+        for g in used {
+            let major = hardware.devices.get(g as usize).map(|d| d.compute_capability.major).unwrap_or(8);
+            self.alloc(g, None, Component::Workspace, cublas_workspace(major));
+        }
+    }
+
+    /// Bytes of one weight tensor this rank holds: all of it, its ZeRO-3 shard, or none when
+    /// parameters are offloaded.
+    fn held_tensor_bytes(&self, bytes: u64) -> u64 {
+        match self.workload.parallelism {
+            Parallelism::Zero { offload_params: true, .. } => 0,
+            Parallelism::Zero { stage: 3, .. } => bytes.div_ceil(self.shards),
+            _ => bytes,
+        }
+    }
+
+    /// Optimizer states (and master weights) unit `unit` holds on its device once created.
+    fn optimizer_state_held(&self, unit: usize) -> u64 {
+        let tensors = &self.units[unit].trainable_tensors;
+        if tensors.is_empty()
+            || matches!(self.workload.parallelism, Parallelism::Zero { offload_optimizer: true, .. })
+        {
+            return 0;
+        }
+        let dtype = units::trainable_dtype(self.workload, &self.precision);
+        units::optimizer_state_bytes(self.workload, tensors, dtype).div_ceil(self.shards)
+    }
+
+    /// Hidden states of `tokens` tokens per sequence as they pass between units (fp32 residual
+    /// stream under autocast).
+    fn handoff_bytes(&self, tokens: u64) -> u64 {
+        let residual = if self.precision.autocast { 4 } else { self.precision.compute_bytes() };
+        residual * self.model.facts.hidden_size * self.workload.batch * tokens.max(1)
+    }
+
+    /// Per unit, the KV cache its block holds for the whole context (0 for other units).
+    fn kv_cache_bytes(&self) -> Vec<u64> {
+        let w = self.workload;
+        let kv_dtype = w.kv_dtype.unwrap_or(self.precision.compute);
+        let f = &self.model.facts;
+        let per_token_layer = match &f.attention {
+            AttentionKind::MultiLatent { qk_nope_head_dim, qk_rope_head_dim, v_head_dim, .. } => {
+                // transformers caches the decompressed keys and values of every head.
+                f.num_attention_heads * (qk_nope_head_dim + qk_rope_head_dim + v_head_dim)
+            }
+            AttentionKind::Standard => 2 * f.num_kv_heads * f.head_dim,
+        };
+        self.units
+            .iter()
+            .map(|u| match u.kind {
+                // Encoder blocks (BERT, T5's encoder) attend once and cache nothing.
+                UnitKind::Block(layer)
+                    if f.layers.get(layer).is_some_and(|l| l.stack == StackKind::Decoder) =>
+                {
+                    let window = f.layers.get(layer).and_then(|l| l.attention_window).unwrap_or(u64::MAX);
+                    kv_dtype.bytes_for(per_token_layer * w.seq.min(window) * w.batch)
+                }
+                _ => 0,
+            })
+            .collect()
+    }
+
+    fn activations_of(&self, unit: usize) -> BlockActivations {
+        let w = self.workload;
+        match self.units[unit].kind {
+            UnitKind::Block(layer) => self.blocks.block(layer, w.batch, w.seq),
+            UnitKind::Other | UnitKind::Embedding => self.norm_unit_activations(unit),
+            UnitKind::Head => BlockActivations::default(),
+        }
+    }
+
+    /// A norm outside the blocks (final norm, embedding LayerNorm) keeps its input and output.
+    fn norm_unit_activations(&self, unit: usize) -> BlockActivations {
+        let w = self.workload;
+        let has_norm = self.model.root.find(&self.units[unit].path).is_some_and(|m| {
+            let mut found = false;
+            m.visit(&mut |x| found |= x.kind == ModuleKind::Norm);
+            found
+        });
+        if w.mode != Mode::Train || !has_norm {
+            return BlockActivations::default();
+        }
+        let tokens = w.batch * w.seq;
+        let h = self.model.facts.hidden_size;
+        let c = self.precision.compute_bytes();
+        let saved = if self.model.facts.norm == NormKind::RmsNorm {
+            vec![4 * h * tokens, self.precision.upcast_bytes() * h * tokens, c * h * tokens]
+        } else {
+            vec![self.precision.upcast_bytes() * h * tokens, c * h * tokens]
+        };
+        BlockActivations { saved, forward_transient: 0, backward_transient: 0, input: 0 }
+    }
+
+    /// When unit `to` runs on another GPU than unit `from`, the hidden states (forward) or their
+    /// gradient (backward) cross over: both GPUs hold a copy while the transfer is in flight.
+    fn cross_boundary(&mut self, to: usize, from: Option<usize>, event: Event) {
+        let (Some(from), Some(dst)) = (from, self.devices[to]) else { return };
+        let Some(src) = self.devices[from] else { return };
+        if src == dst {
+            return;
+        }
+        let bytes = self.handoff_bytes(self.workload.seq);
+        self.compute(Some(to), Some(dst), event);
+        let sent = self.alloc(src, Some(to), Component::Activations, bytes);
+        let received = self.alloc(dst, Some(to), Component::Activations, bytes);
+        self.free(received);
+        self.free(sent);
+    }
+
+    /// ZeRO-3: bytes all-gathered on each rank around unit `unit`'s compute — the parts of its
+    /// weights other ranks hold (all of them when parameters are offloaded), and the next unit's
+    /// too, which DeepSpeed prefetches while this one runs.
+    fn gathered_weights(&self, unit: usize) -> u64 {
+        let Parallelism::Zero { stage: 3, offload_params, .. } = self.workload.parallelism else { return 0 };
+        let missing = |u: &Unit| {
+            let full = u.weight_bytes();
+            if offload_params { full } else { full - full.div_ceil(self.shards) }
+        };
+        let next = self.units.get(unit + 1).map(missing).unwrap_or(0);
+        missing(&self.units[unit]) + next
+    }
+
+    fn trainable_grad_bytes(&self, unit: usize) -> u64 {
+        let dtype = units::trainable_dtype(self.workload, &self.precision);
+        dtype.bytes_for(self.units[unit].trainable_params())
+    }
+
+    /// Bytes of the dequantized weight a 4-bit linear materialises for its matmul, in the
+    /// compute dtype (`bnb_4bit_compute_dtype`, float32 unless set).
+    fn dequant_transient(&self, unit: usize) -> u64 {
+        match self.workload.quant {
+            Quant::Nf4 { .. } | Quant::Fp4 { .. } => {
+                let bytes = self.workload.autocast.map(|d| d.bits() / 8).unwrap_or(4);
+                self.units[unit].largest_quantized_linear * bytes
+            }
+            _ => 0,
+        }
+    }
+
+    fn train_step(&mut self, step: u8) {
+        let w = self.workload;
+        let first = step == 1;
+        let checkpoint = w.grad_checkpointing == GradCheckpointing::Full;
+        let offload = w.switches.activation_offload;
+        // What each unit keeps from its forward to its backward.
+        let mut kept: Vec<Vec<Option<AllocId>>> = Vec::with_capacity(self.units.len());
+        // Forward.
+        for i in 0..self.units.len() {
+            self.cross_boundary(i, i.checked_sub(1), Event::ActivationsTo(i, step));
+            let Some(device) = self.devices[i] else {
+                kept.push(Vec::new());
+                continue;
+            };
+            let acts = self.activations[i].clone();
+            let is_block = matches!(self.units[i].kind, UnitKind::Block(_));
+            let autocast = 2 * self.units[i].autocast_params;
+            let dequant = self.dequant_transient(i);
+            let gathered = self.gathered_weights(i);
+            let unit = Some(i);
+            self.compute(unit, Some(device), Event::Forward(i, step));
+            let gather = self.alloc(device, unit, Component::Weights, gathered);
+            let mut ids = Vec::new();
+            if is_block && checkpoint {
+                ids.push(self.alloc(device, unit, Component::Activations, acts.input));
+                // Nothing is kept for backward inside a checkpointed layer: each intermediate is
+                // freed once its consumer has run, so only the layer's working set is live.
+                let t = self.alloc(device, unit, Component::Activations, acts.forward_transient + dequant);
+                self.free(t);
+            } else {
+                for bytes in &acts.saved {
+                    ids.push(self.alloc(device, unit, Component::Activations, *bytes));
+                }
+                ids.push(self.alloc(device, unit, Component::Weights, autocast));
+                let t = self.alloc(device, unit, Component::Activations, acts.forward_transient + dequant);
+                self.free(t);
+            }
+            self.free(gather);
+            if offload {
+                // Saved tensors move to pinned CPU memory once the unit's forward is done.
+                ids.drain(..).for_each(|id| self.free(id));
+            }
+            kept.push(ids);
+        }
+        // Loss, on the head's device, as part of the head's run.
+        let head = self.units.iter().position(|u| u.kind == UnitKind::Head);
+        let mut logits_ids = Vec::new();
+        if let Some(h) = head
+            && let Some(device) = self.devices[h]
+        {
+            let tokens = w.batch * w.seq;
+            let vocab = self.model.facts.vocab_size;
+            let c = self.precision.compute_bytes();
+            let unit = Some(h);
+            self.compute(unit, Some(device), Event::Loss(step));
+            logits_ids.push(self.alloc(device, unit, Component::Logits, c * vocab * tokens));
+            if w.switches.chunked_cross_entropy {
+                // Chunked cross-entropy upcasts one of 8 chunks at a time; only the logits (and
+                // a per-token log-sum-exp) stay for backward, and each chunk's gradient replaces
+                // it. Compiled (`torch.compile` of the loss) the upcast is fused away and a
+                // chunk's backward makes only its model-dtype gradient.
+                let chunk = vocab * tokens / 8;
+                let per_chunk = if w.switches.compile { c } else { 4 + 4 + c };
+                self.compute(unit, Some(device), Event::LossBackward(step));
+                let grad = self.alloc(device, unit, Component::Logits, per_chunk * chunk);
+                self.free(grad);
+            } else {
+                // The loss takes log-softmax of the logits — upcast to fp32 first by
+                // transformers' `ForCausalLMLoss`, in the model dtype by torchtune — and keeps it
+                // for backward; backward makes the dense NLL gradient and the log-softmax
+                // gradient of the same size, then the logits' gradient.
+                let loss_bytes = match w.trainer {
+                    Trainer::Transformers => 4,
+                    Trainer::Torchtune => c,
+                } * vocab
+                    * tokens;
+                let log_softmax = self.alloc(device, unit, Component::Logits, loss_bytes);
+                if w.trainer == Trainer::Torchtune {
+                    // The recipe drops its reference to the logits after the loss.
+                    logits_ids.drain(..).for_each(|id| self.free(id));
+                }
+                self.compute(unit, Some(device), Event::LossBackward(step));
+                let nll_grad = self.alloc(device, unit, Component::Logits, loss_bytes);
+                let grad = self.alloc(device, unit, Component::Logits, loss_bytes);
+                self.free(nll_grad);
+                self.free(log_softmax);
+                logits_ids.push(self.alloc(device, unit, Component::Logits, c * vocab * tokens));
+                self.free(grad);
+            }
+        }
+        // Backward.
+        let zero2 = matches!(w.parallelism, Parallelism::Zero { stage: 2.., .. });
+        for i in (0..self.units.len()).rev() {
+            let from = (i + 1 < self.units.len()).then_some(i + 1);
+            self.cross_boundary(i, from, Event::GradientsTo(i, step));
+            let Some(device) = self.devices[i] else { continue };
+            let acts = self.activations[i].clone();
+            let is_block = matches!(self.units[i].kind, UnitKind::Block(_));
+            let grads = self.trainable_grad_bytes(i);
+            // Gradients zeroed in place stay allocated from the first backward on.
+            let grads_new = if w.switches.keep_gradients && !first { 0 } else { grads };
+            let gathered = self.gathered_weights(i);
+            let unit = Some(i);
+            self.compute(unit, Some(device), Event::Backward(i, step));
+            let gather = self.alloc(device, unit, Component::Weights, gathered);
+            let mut recomputed = None;
+            if (is_block && checkpoint) || offload {
+                // Recomputed (or reloaded) together and freed together: one block.
+                recomputed = self.alloc(device, unit, Component::Activations, acts.saved.iter().sum());
+            }
+            let grad = self.alloc(device, unit, Component::Gradients, grads_new);
+            let t = self.alloc(device, unit, Component::Activations, acts.backward_transient);
+            self.free(t);
+            self.free(recomputed);
+            std::mem::take(&mut kept[i]).into_iter().for_each(|id| self.free(id));
+            self.free(gather);
+            if Some(i) == head {
+                logits_ids.drain(..).for_each(|id| self.free(id));
+            }
+            if w.switches.optimizer_in_backward && !first {
+                self.free(grad);
+            } else if zero2 {
+                // Reduce-scatter keeps this rank's shard of the gradients.
+                self.free(grad);
+                self.alloc(device, unit, Component::Gradients, grads_new.div_ceil(self.shards));
+            }
+        }
+        // Optimizer step: the first creates the states (and master weights) it keeps.
+        self.compute(None, None, Event::OptimizerStep(step));
+        if first {
+            for i in 0..self.units.len() {
+                let held = self.optimizer_state_held(i);
+                if let Some(device) = self.devices[i] {
+                    self.alloc(device, Some(i), Component::Optimizer, held);
+                }
+            }
+        }
+        if !w.switches.keep_gradients {
+            // zero_grad(set_to_none=True): gradients are freed between steps.
+            let grads: Vec<AllocId> = (0..self.live.len())
+                .filter(|id| matches!(self.live[*id], Some((_, Component::Gradients))))
+                .collect();
+            grads.into_iter().for_each(|id| self.free(Some(id)));
+        }
+    }
+
+    /// Inference: the KV cache for the whole context, then prefill one unit at a time.
+    fn inference(&mut self) {
+        let w = self.workload;
+        let prompt = self.prompt();
+        for (i, bytes) in self.kv_cache_bytes().into_iter().enumerate() {
+            if let Some(device) = self.devices[i] {
+                self.alloc(device, Some(i), Component::KvCache, bytes);
+            }
+        }
+        let vocab = self.model.facts.vocab_size;
+        let c = self.precision.compute_bytes();
+        for i in 0..self.units.len() {
+            let Some(device) = self.devices[i] else { continue };
+            let kind = self.units[i].kind;
+            let unit = Some(i);
+            match kind {
+                UnitKind::Block(_) => self.compute(unit, Some(device), Event::Prefill(i)),
+                UnitKind::Head => self.compute(unit, Some(device), Event::LastLogits),
+                UnitKind::Embedding | UnitKind::Other => {}
+            }
+            let streamed: Vec<u64> = if self.offloaded[i] {
+                self.units[i].weight_tensors.iter().map(|b| self.held_tensor_bytes(*b)).collect()
+            } else {
+                Vec::new()
+            };
+            let copies: Vec<Option<AllocId>> = streamed
+                .into_iter()
+                .map(|bytes| self.alloc(device, unit, Component::Weights, bytes))
+                .collect();
+            match kind {
+                UnitKind::Block(layer) => {
+                    let acts = self.blocks.block(layer, w.batch, prompt).forward_transient;
+                    let t =
+                        self.alloc(device, unit, Component::Activations, acts + self.dequant_transient(i));
+                    self.free(t);
+                }
+                UnitKind::Head => {
+                    let half = self.alloc(device, unit, Component::Logits, c * vocab * w.batch);
+                    let upcast = self.alloc(device, unit, Component::Logits, 4 * vocab * w.batch);
+                    self.free(upcast);
+                    self.free(half);
+                }
+                UnitKind::Embedding | UnitKind::Other => {}
+            }
+            copies.into_iter().for_each(|id| self.free(id));
+        }
+    }
+}
