@@ -43,6 +43,8 @@ struct Segment {
 pub(crate) struct CachingAllocator {
     /// The most it may reserve before it returns free segments (the device's usable memory).
     capacity: u64,
+    /// Segments that are one free block, which release would return.
+    idle: BTreeSet<usize>,
     segments: Vec<Segment>,
     /// Free blocks per pool, ordered by size for best fit.
     free: [BTreeSet<Block>; 2],
@@ -67,6 +69,7 @@ impl CachingAllocator {
     pub(crate) fn with_capacity(capacity: u64) -> CachingAllocator {
         CachingAllocator {
             capacity,
+            idle: BTreeSet::new(),
             segments: Vec::new(),
             free: [BTreeSet::new(), BTreeSet::new()],
             live: Vec::new(),
@@ -77,10 +80,9 @@ impl CachingAllocator {
 
     /// Returns every wholly free segment to the driver.
     fn release_cached_segments(&mut self) {
-        for (index, segment) in self.segments.iter_mut().enumerate() {
-            if let Some((&0, &(size, true))) = segment.blocks.iter().next()
-                && segment.blocks.len() == 1
-            {
+        for index in std::mem::take(&mut self.idle) {
+            let segment = &mut self.segments[index];
+            if let Some((&0, &(size, true))) = segment.blocks.iter().next() {
                 self.free[usize::from(segment.small)].remove(&Block { size, segment: index, offset: 0 });
                 segment.blocks.clear();
                 self.reserved -= size;
@@ -118,6 +120,7 @@ impl CachingAllocator {
             }
         };
         self.free[pool].remove(&block);
+        self.idle.remove(&block.segment);
         let remaining = block.size - size;
         let split = if small { remaining >= ROUND } else { remaining > SMALL_REQUEST };
         let blocks = &mut self.segments[block.segment].blocks;
@@ -167,6 +170,9 @@ impl CachingAllocator {
             length += prev_size;
         }
         blocks.insert(start, (length, true));
+        if blocks.len() == 1 {
+            self.idle.insert(segment);
+        }
         self.free[pool].insert(Block { size: length, segment, offset: start });
         size
     }
