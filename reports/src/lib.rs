@@ -8,7 +8,7 @@ mod table;
 
 pub use check::check_table;
 pub use estimate::estimate_table;
-pub use plan::{accelerate_loading, plan_table};
+pub use plan::{accelerate_loading, change_flags, change_words, plan_table};
 pub use table::{Table, group_digits};
 
 use vramplan_profiles::hardware::HardwareProfile;

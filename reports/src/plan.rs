@@ -10,8 +10,8 @@
 use crate::table::Table;
 use vramplan_profiles::units::format_bytes;
 use vramplan_solver::Target;
-use vramplan_solver::explain::{Explanation, describe_shortfall};
-use vramplan_solver::plan::{Plan, PlanDevice, SolverKind, Verdict};
+use vramplan_solver::explain::{Bitsandbytes, Change, Explanation, Quantization, SEQ_STEP, Shortfall};
+use vramplan_solver::plan::{Plan, PlanDevice, SolverKind, Unanswered, Verdict};
 
 /// The human report of a plan.
 pub fn plan_table(
@@ -29,8 +29,21 @@ pub fn plan_table(
             overruns(plan)
         )
     } else {
-        plan.verdict.describe().to_string()
+        match (plan.verdict, plan.unanswered) {
+            (Verdict::Fits, _) => "fits".to_string(),
+            (Verdict::DoesNotFit, _) => "does not fit".to_string(),
+            (Verdict::Unknown, Some(Unanswered::Refinement)) => {
+                "no answer: the replay kept a device over its limit after refining the plan".to_string()
+            }
+            (Verdict::Unknown, Some(Unanswered::NotProven)) => {
+                "no answer: no placement fits the solver's charges, which over-count the step, and none is \
+                 proven impossible"
+                    .to_string()
+            }
+            (Verdict::Unknown, _) => "no answer within the time limit".to_string(),
+        }
     };
+    let more_time = plan.unanswered == Some(Unanswered::TimeLimit);
     let mut text = format!(
         "plan for {}: {}  (solver {:?}: {}, {:.1} ms, objective {:.3}, bound {:.3}, gap {:.2}%)\n\n",
         plan.target.name(),
@@ -59,12 +72,15 @@ pub fn plan_table(
         Verdict::Unknown if placed => {
             text += "the best placement found so far (not within every limit; nothing is proven):\n";
             text += &devices_table(&plan.devices);
-            text += "give it more time (a larger --time-limit) for an answer\n";
+            if more_time {
+                text += "give it more time (a larger --time-limit) for an answer\n";
+            }
         }
-        Verdict::Unknown => {
+        Verdict::Unknown if more_time => {
             text += "no placement was found and none was proven impossible within the time limit; \
                      give it more time (a larger --time-limit) for an answer\n";
         }
+        Verdict::Unknown => {}
         Verdict::DoesNotFit if greedy_over => text += &devices_table(&plan.devices),
         Verdict::DoesNotFit => {}
     }
@@ -94,13 +110,17 @@ pub fn plan_table(
             text += "  none verified within the time limit\n";
         }
         for r in &e.remedies {
-            text +=
-                &format!("  - {}: {}  (largest GPU at {:.0}%)\n", r.change, r.flags, 100.0 * r.utilisation);
+            text += &format!(
+                "  - {}: {}  (largest GPU at {:.0}%)\n",
+                change_words(&r.change),
+                change_flags(&r.change).unwrap_or_default(),
+                100.0 * r.utilisation
+            );
         }
         if !e.undecided.is_empty() {
-            text += "\nnot decided within the time limit (may or may not fit):\n";
+            text += "\nnot decided (may or may not fit):\n";
             for u in &e.undecided {
-                text += &format!("  - {u}\n");
+                text += &format!("  - {}\n", change_words(u));
             }
         }
     }
@@ -111,6 +131,94 @@ pub fn plan_table(
         }
     }
     text
+}
+
+/// One line per shortfall, in words: `GPU 0 (Tesla T4) is short by 502.35 GiB at backward of
+/// model.layers.0 (step 2)`.
+fn describe_shortfall(s: &Shortfall) -> String {
+    format!("{} ({}) is short by {} at {}", s.device, s.name, format_bytes(s.short_bytes), s.at)
+}
+
+/// A change in words: `gradient checkpointing (per decoder layer)`, `8 × Tesla T4 (7 more)`;
+/// what its probes did not find reads as the kind of change (`a smaller batch`, `more × Tesla
+/// T4`).
+pub fn change_words(change: &Change) -> String {
+    match change {
+        Change::Batch { batch: Some(b), larger_undecided } => {
+            let which = if *larger_undecided {
+                "fits; larger ones were not decided in time"
+            } else {
+                "the largest that fits"
+            };
+            format!("batch {b} ({which})")
+        }
+        Change::Batch { batch: None, .. } => "a smaller batch".into(),
+        Change::Sequence { seq: Some(seq), longer_undecided } => {
+            let which = if *longer_undecided {
+                "fits; longer ones were not decided in time".to_string()
+            } else {
+                format!("the longest multiple of {SEQ_STEP} that fits")
+            };
+            format!("sequence length {seq} ({which})")
+        }
+        Change::Sequence { seq: None, .. } => "a shorter sequence".into(),
+        Change::GradCheckpointing => "gradient checkpointing (per decoder layer)".into(),
+        Change::Lora { rank } => format!("LoRA (rank {rank}) instead of a full fine-tune"),
+        Change::Quantize(q) => quantization_words(q),
+        Change::Offload { modules: Some(on_cpu) } => {
+            format!("{on_cpu} modules offloaded to the CPU (slower: weights cross PCIe every step)")
+        }
+        Change::Offload { modules: None } => "modules offloaded to the CPU".into(),
+        Change::MoreGpus { gpus, added, kind, quantize, .. } => {
+            let count = gpus.map_or_else(|| "more".to_string(), |k| k.to_string());
+            match (quantize, added) {
+                (None, Some(added)) if gpus.is_some() => format!("{count} × {kind} ({added} more)"),
+                (None, _) => format!("{count} × {kind}"),
+                (Some(q), _) => format!("{} on {count} × {kind}", quantization_words(q)),
+            }
+        }
+    }
+}
+
+/// The flags that apply a change (`--grad-ckpt full`, `--quant int8 --hardware 8xt4`); `None`
+/// for what its probes did not find (no batch, no count of GPUs).
+pub fn change_flags(change: &Change) -> Option<String> {
+    match change {
+        Change::Batch { batch, .. } => batch.map(|b| format!("--batch {b}")),
+        Change::Sequence { seq, .. } => seq.map(|seq| format!("--seq {seq}")),
+        Change::GradCheckpointing => Some("--grad-ckpt full".into()),
+        Change::Lora { rank } => Some(format!("--lora-rank {rank}")),
+        Change::Quantize(q) => Some(quantization_flags(q)),
+        Change::Offload { .. } => Some("leave out --no-offload".into()),
+        Change::MoreGpus { hardware, quantize, .. } => {
+            let hardware = format!("--hardware {}", hardware.as_ref()?);
+            Some(match quantize {
+                Some(q) => format!("{} {hardware}", quantization_flags(q)),
+                None => hardware,
+            })
+        }
+    }
+}
+
+/// `8-bit weights (bitsandbytes LLM.int8) with LoRA`.
+fn quantization_words(q: &Quantization) -> String {
+    let name = match q.quant {
+        Bitsandbytes::Int8 => "8-bit weights (bitsandbytes LLM.int8)",
+        Bitsandbytes::Nf4DoubleQuant => "4-bit NF4 weights (bitsandbytes, double quantization)",
+    };
+    if q.lora_rank.is_some() { format!("{name} with LoRA") } else { name.to_string() }
+}
+
+/// `--quant nf4 --double-quant --lora-rank 16`.
+fn quantization_flags(q: &Quantization) -> String {
+    let flag = match q.quant {
+        Bitsandbytes::Int8 => "--quant int8",
+        Bitsandbytes::Nf4DoubleQuant => "--quant nf4 --double-quant",
+    };
+    match q.lora_rank {
+        Some(rank) => format!("{flag} --lora-rank {rank}"),
+        None => flag.to_string(),
+    }
 }
 
 /// How a plan's GPUs pass their limits: "runs out of memory on GPU 1" where the simulated peak
@@ -289,6 +397,103 @@ mod tests {
                 .map(|s| s.to_string())
                 .collect();
         assert_eq!(summarise_units(&units), "model.embed_tokens, model.layers.0-2, model.norm");
+    }
+
+    #[test]
+    fn changes_read_as_words_and_flags() {
+        use super::{change_flags, change_words};
+        use vramplan_solver::explain::{Bitsandbytes, Change, Quantization};
+        let nf4_lora = Quantization { quant: Bitsandbytes::Nf4DoubleQuant, lora_rank: Some(16) };
+        let int8 = Quantization { quant: Bitsandbytes::Int8, lora_rank: None };
+        let t4 = "Tesla T4".to_string();
+        let cases = [
+            (
+                Change::Batch { batch: Some(4), larger_undecided: false },
+                "batch 4 (the largest that fits)",
+                Some("--batch 4"),
+            ),
+            (
+                Change::Batch { batch: Some(4), larger_undecided: true },
+                "batch 4 (fits; larger ones were not decided in time)",
+                Some("--batch 4"),
+            ),
+            (Change::Batch { batch: None, larger_undecided: false }, "a smaller batch", None),
+            (
+                Change::Sequence { seq: Some(512), longer_undecided: false },
+                "sequence length 512 (the longest multiple of 128 that fits)",
+                Some("--seq 512"),
+            ),
+            (
+                Change::Sequence { seq: Some(512), longer_undecided: true },
+                "sequence length 512 (fits; longer ones were not decided in time)",
+                Some("--seq 512"),
+            ),
+            (Change::Sequence { seq: None, longer_undecided: false }, "a shorter sequence", None),
+            (
+                Change::GradCheckpointing,
+                "gradient checkpointing (per decoder layer)",
+                Some("--grad-ckpt full"),
+            ),
+            (Change::Lora { rank: 16 }, "LoRA (rank 16) instead of a full fine-tune", Some("--lora-rank 16")),
+            (Change::Quantize(int8), "8-bit weights (bitsandbytes LLM.int8)", Some("--quant int8")),
+            (
+                Change::Quantize(nf4_lora),
+                "4-bit NF4 weights (bitsandbytes, double quantization) with LoRA",
+                Some("--quant nf4 --double-quant --lora-rank 16"),
+            ),
+            (
+                Change::Offload { modules: Some(32) },
+                "32 modules offloaded to the CPU (slower: weights cross PCIe every step)",
+                Some("leave out --no-offload"),
+            ),
+            (
+                Change::Offload { modules: None },
+                "modules offloaded to the CPU",
+                Some("leave out --no-offload"),
+            ),
+            (
+                Change::MoreGpus {
+                    gpus: Some(8),
+                    added: Some(7),
+                    kind: t4.clone(),
+                    hardware: Some("8xt4".into()),
+                    quantize: None,
+                },
+                "8 × Tesla T4 (7 more)",
+                Some("--hardware 8xt4"),
+            ),
+            (
+                Change::MoreGpus {
+                    gpus: Some(20),
+                    added: Some(19),
+                    kind: t4.clone(),
+                    hardware: Some("20xt4".into()),
+                    quantize: Some(nf4_lora),
+                },
+                "4-bit NF4 weights (bitsandbytes, double quantization) with LoRA on 20 × Tesla T4",
+                Some("--quant nf4 --double-quant --lora-rank 16 --hardware 20xt4"),
+            ),
+            (
+                Change::MoreGpus {
+                    gpus: None,
+                    added: None,
+                    kind: t4.clone(),
+                    hardware: None,
+                    quantize: None,
+                },
+                "more × Tesla T4",
+                None,
+            ),
+            (
+                Change::MoreGpus { gpus: None, added: None, kind: t4, hardware: None, quantize: Some(int8) },
+                "8-bit weights (bitsandbytes LLM.int8) on more × Tesla T4",
+                None,
+            ),
+        ];
+        for (change, words, flags) in cases {
+            assert_eq!(change_words(&change), words);
+            assert_eq!(change_flags(&change).as_deref(), flags, "{words}");
+        }
     }
 
     #[test]

@@ -13,14 +13,16 @@
 //! transient charge what `L` reaches beyond `P` during its own runs (its forward; its backward;
 //! for the head, its forward, the loss and its backward, one run). Runs do not overlap, so at any
 //! moment a device holds at most Σ resident + Σ `P` of its units plus the transient charge of
-//! the one unit running: the solver's capacity row bounds the replay's allocated bytes, and is
-//! tight where units take turns (in a full fine-tune, layer `i` holds its activations until its
+//! the one unit running: on one GPU the solver's capacity row bounds the replay's allocated
+//! bytes (`tests/invariants.rs`, every built-in), and is tight where units take turns (in a full fine-tune, layer `i` holds its activations until its
 //! backward and its gradients after; `P` is the larger, and the moment both are live is
 //! transient). Each allocation counts what the allocator charges it in the replay of the same
 //! program on one GPU (its size rounded to 512 B, or the whole block when the remainder is too
-//! small to split off). What the sum cannot see is the allocator's slack (reserved beyond
-//! allocated) and hidden states crossing a boundary, which the solver charges per crossing
-//! ([`Charges::handoff_bytes`]).
+//! small to split off). What the sum cannot see: the allocator's slack (reserved beyond
+//! allocated); on several GPUs, blocks the allocator leaves unsplit differently (at most 1 MiB
+//! per allocation); and hidden states crossing a boundary ([`Charges::handoff_bytes`]), which the
+//! solver weighs as link traffic, not as memory. The replay judges the plan, and a device it
+//! finds over its limit is refined (`vramplan-solver`'s `plan`).
 
 use crate::placement::Placement;
 use crate::program::{Alloc, Component, Compute, Op};
@@ -54,6 +56,11 @@ pub struct UnitCharge {
     /// and kept activations are both live, and for the head the logits and the loss with their
     /// gradients.
     pub transient_bytes: u64,
+    /// What the unit surely holds at one moment of the step, the same moment for every unit:
+    /// its live bytes (each allocation rounded to 512 B only) when the step on one GPU reaches
+    /// its peak. Summed over any set of units it is a lower bound of that set's device at that
+    /// moment, so a placement whose floors exceed a device's limit cannot fit.
+    pub floor_bytes: u64,
 }
 
 /// Every unit's charges, in execution order, and what a device boundary costs.
@@ -139,6 +146,7 @@ pub fn unit_charges(model: &ModelDescription, hardware: &HardwareProfile, worklo
         let most = if running == Some(unit) { &mut inside } else { &mut outside };
         most[unit] = most[unit].max(live[unit]);
     }
+    let floors = floors_at_the_peak(&program.ops, n);
     let units = program
         .units
         .into_iter()
@@ -151,9 +159,52 @@ pub fn unit_charges(model: &ModelDescription, hardware: &HardwareProfile, worklo
             weight_bytes: weights[i],
             peak_bytes: outside[i],
             transient_bytes: inside[i].saturating_sub(outside[i]),
+            floor_bytes: floors[i],
         })
         .collect();
     Charges { units, handoff_bytes: program.handoff_bytes }
+}
+
+/// Each unit's live bytes, each allocation rounded to 512 B (the least the allocator charges),
+/// at the moment the whole program's live bytes peak.
+fn floors_at_the_peak(ops: &[Op], units: usize) -> Vec<u64> {
+    let least = |bytes: u64| bytes.div_ceil(512).saturating_mul(512);
+    let mut sizes: Vec<(Option<usize>, u64)> = Vec::new();
+    let (mut live, mut most, mut at) = (0u64, 0u64, 0usize);
+    for (index, op) in ops.iter().enumerate() {
+        match *op {
+            Op::Alloc(Alloc { id, unit, bytes, .. }) => {
+                if sizes.len() <= id {
+                    sizes.resize(id + 1, (None, 0));
+                }
+                sizes[id] = (unit, least(bytes));
+                live += least(bytes);
+                if live > most {
+                    (most, at) = (live, index);
+                }
+            }
+            Op::Free(id) => live -= sizes.get(id).map_or(0, |s| s.1),
+            Op::Compute(_) => {}
+        }
+    }
+    let mut floors = vec![0u64; units];
+    for op in &ops[..=at.min(ops.len().saturating_sub(1))] {
+        match *op {
+            Op::Alloc(Alloc { id, unit: Some(unit), bytes, .. }) if unit < units => {
+                floors[unit] += least(bytes);
+                let _ = id;
+            }
+            Op::Free(id) => {
+                if let Some(&(Some(unit), bytes)) = sizes.get(id)
+                    && unit < units
+                {
+                    floors[unit] -= bytes;
+                }
+            }
+            _ => {}
+        }
+    }
+    floors
 }
 
 /// Bytes of library workspace each used GPU of compute capability `major` holds (cuBLAS and

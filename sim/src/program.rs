@@ -16,9 +16,10 @@
 //! - inference: the KV cache for the whole context, then prefill unit by unit and the logits of
 //!   the last prompt token.
 //!
-//! Placement changes the program in two places only: hidden states cross a device boundary
-//! (both GPUs hold a copy in flight), and in inference a unit offloaded to `cpu` or `disk` has
-//! its weights copied to the main GPU around its forward, where its KV cache also lives.
+//! Placement changes the program in two places only: in training, hidden states cross a device
+//! boundary (both GPUs hold a copy in flight; prefill's crossings are not modelled), and in
+//! inference a unit offloaded to `cpu` or `disk` has its weights copied to the main GPU around
+//! its forward, where its KV cache also lives.
 
 use crate::model::activations::{ActivationModel, BlockActivations};
 use crate::model::precision::Precision;
@@ -456,6 +457,7 @@ impl<'a> Builder<'a> {
             return;
         }
         let bytes = self.handoff_bytes(self.workload.seq);
+        self.compute(Some(to), Some(src), event);
         self.compute(Some(to), Some(dst), event);
         let sent = self.alloc(src, Some(to), Component::Activations, bytes);
         let received = self.alloc(dst, Some(to), Component::Activations, bytes);
@@ -654,11 +656,8 @@ impl<'a> Builder<'a> {
             let Some(device) = self.devices[i] else { continue };
             let kind = self.units[i].kind;
             let unit = Some(i);
-            match kind {
-                UnitKind::Block(_) => self.compute(unit, Some(device), Event::Prefill(i)),
-                UnitKind::Head => self.compute(unit, Some(device), Event::LastLogits),
-                UnitKind::Embedding | UnitKind::Other => {}
-            }
+            let event = if kind == UnitKind::Head { Event::LastLogits } else { Event::Prefill(i) };
+            self.compute(unit, Some(device), event);
             let streamed: Vec<u64> = if self.offloaded[i] {
                 self.units[i].weight_tensors.iter().map(|b| self.held_tensor_bytes(*b)).collect()
             } else {

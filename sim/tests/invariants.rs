@@ -64,8 +64,9 @@ fn allocated_within_reserved_within_device_used_for_every_built_in() {
 
 /// The solver's charges are read off the step program the replay runs: on one GPU, the replay's
 /// peak of live tensors never exceeds what the charges add up to (every unit's resident and peak
-/// bytes, the largest transient, the cuBLAS workspace). The sum is looser where units reach
-/// their peaks at different moments (printed).
+/// bytes, the largest transient, the cuBLAS workspace), and never falls below what the floors
+/// add up to (with the workspace). The sum is looser where units reach their peaks at different
+/// moments (printed).
 #[test]
 fn charges_bound_the_replay_on_one_gpu_for_every_built_in() {
     use vramplan_sim::charges::{unit_charges, workspace_bytes};
@@ -94,9 +95,15 @@ fn charges_bound_the_replay_on_one_gpu_for_every_built_in() {
             let transient = charges.units.iter().map(|u| u.transient_bytes).max().unwrap_or(0);
             let bound = held + transient + workspace_bytes(major);
             let allocated = replayed.devices[0].peak_allocated_bytes;
+            let floor: u64 =
+                charges.units.iter().map(|u| u.floor_bytes).sum::<u64>() + workspace_bytes(major);
             checked += 1;
             if allocated > bound {
                 failures.push(format!("{name} {label}: replay {allocated} B above the charges' {bound} B"));
+            }
+            if floor > allocated {
+                failures
+                    .push(format!("{name} {label}: the floors' {floor} B above the replay's {allocated} B"));
             }
             let ratio = bound as f64 / allocated.max(1) as f64;
             ratios.push(ratio);

@@ -15,6 +15,7 @@ fn unit(name: String, resident_bytes: u64) -> Unit {
         count: 1,
         resident_bytes,
         weight_bytes: resident_bytes,
+        floor_bytes: resident_bytes,
         peak_bytes: 0,
         transient_bytes: 0,
         order: None,

@@ -5,10 +5,14 @@
 //! a full fine-tune, more GPUs of the profile's kind, layers offloaded to the CPU — and each is
 //! verified by solving again with the change; only changes that fit are offered.
 //!
+//! Shortfalls and remedies are data (a device as a [`Target`] and its name, a change as a
+//! [`Change`]); `vramplan-reports` puts them in words and flags.
+//!
 //! Explanations follow a proven infeasibility only. `Settings::time_limit_s` is what is left of
 //! the command's time: all the probes share it (each also capped at [`PROBE_SECONDS`]), and a
 //! change whose probes ran out of time is listed as undecided, never as one that does not fit.
 
+use crate::Target;
 use crate::build::Request;
 use crate::plan::{Plan, Settings, Verdict, deadline_after, plan, seconds_left};
 use crate::runtime::Runtime;
@@ -18,7 +22,6 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 use vramplan_profiles::hardware::{self, HardwareProfile};
 use vramplan_profiles::model::ModelDescription;
-use vramplan_profiles::units::format_bytes;
 use vramplan_sim::placement::Placement;
 use vramplan_sim::workload::{Finetune, GradCheckpointing, Mode, Quant, Workload};
 
@@ -28,24 +31,115 @@ const MAX_GPUS: u32 = 64;
 /// The longest one remedy's re-solve may take, in seconds.
 const PROBE_SECONDS: f64 = 5.0;
 
+/// The LoRA rank a remedy proposes in place of a full fine-tune (alpha 32, the default targets).
+pub const LORA_RANK: u64 = 16;
+
+/// The sequence lengths a "shorter sequence" remedy tries: multiples of this.
+pub const SEQ_STEP: u64 = 128;
+
 /// A device that runs out, in the even split.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Shortfall {
-    /// The device (`GPU 0 (Tesla T4)`).
-    pub device: String,
+    /// The device (`GPU 0`).
+    pub device: Target,
+    /// Its name in the hardware profile (`Tesla T4`).
+    pub name: String,
     /// Bytes beyond the limit (usable × (1 − headroom)).
     pub short_bytes: u64,
     /// The moment of the step the peak happens (`backward of model.layers.0 (step 2)`).
     pub at: String,
 }
 
+/// The bitsandbytes quantizations a remedy proposes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Bitsandbytes {
+    /// LLM.int8 weights (`--quant int8`).
+    Int8,
+    /// 4-bit NF4 weights with double quantization (`--quant nf4 --double-quant`).
+    Nf4DoubleQuant,
+}
+
+impl Bitsandbytes {
+    /// The workload's quantization.
+    pub fn quant(self) -> Quant {
+        match self {
+            Bitsandbytes::Int8 => Quant::Int8,
+            Bitsandbytes::Nf4DoubleQuant => Quant::Nf4 { double_quant: true },
+        }
+    }
+}
+
+/// bitsandbytes weights, as one remedy or as part of one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Quantization {
+    /// The quantization.
+    pub quant: Bitsandbytes,
+    /// The LoRA rank that replaces a full fine-tune (bitsandbytes weights cannot be fully
+    /// fine-tuned: quantized training is QLoRA); `None` when the workload's fine-tuning stays.
+    pub lora_rank: Option<u64>,
+}
+
+/// One change to the user's input, as data. In a [`Remedy`] it was verified to fit; in
+/// [`Explanation::undecided`] its probes ran out of time, and what they were looking for and
+/// did not find (the largest batch, the number of GPUs) is `None`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "change", rename_all = "snake_case")]
+pub enum Change {
+    /// A smaller batch (`--batch`).
+    Batch {
+        /// The largest batch found to fit; `None` when none was found.
+        batch: Option<u64>,
+        /// Larger batches were left undecided by the time limit: `batch` fits, but need not be
+        /// the largest that does. False when `batch` is `None`.
+        larger_undecided: bool,
+    },
+    /// A shorter sequence, a multiple of [`SEQ_STEP`] (`--seq`; a prompt longer than it is
+    /// shortened to it).
+    Sequence {
+        /// The longest sequence found to fit; `None` when none was found.
+        seq: Option<u64>,
+        /// Longer sequences were left undecided by the time limit: `seq` fits, but need not be
+        /// the longest that does. False when `seq` is `None`.
+        longer_undecided: bool,
+    },
+    /// Gradient checkpointing per decoder layer (`--grad-ckpt full`).
+    GradCheckpointing,
+    /// LoRA instead of a full fine-tune (`--lora-rank`).
+    Lora {
+        /// The rank ([`LORA_RANK`]).
+        rank: u64,
+    },
+    /// bitsandbytes weights (`--quant`), with LoRA where the workload was a full fine-tune.
+    Quantize(Quantization),
+    /// Modules offloaded to the CPU, for inference under accelerate (leaving out
+    /// `--no-offload`); slower, since their weights cross PCIe every step.
+    Offload {
+        /// How many `device_map` entries the plan found puts off the GPUs; `None` when no plan
+        /// was found.
+        modules: Option<usize>,
+    },
+    /// More GPUs of the profile's first GPU's kind (`--hardware`), alone or with bitsandbytes
+    /// weights.
+    MoreGpus {
+        /// The fewest GPUs found to fit; `None` when no count was found.
+        gpus: Option<u32>,
+        /// How many more than the profile has (`gpus` less the profile's count).
+        added: Option<u32>,
+        /// The GPU's name (`Tesla T4`).
+        kind: String,
+        /// The hardware short form that gives them (`8xt4`, for `--hardware`).
+        hardware: Option<String>,
+        /// The quantization it goes with, if any.
+        quantize: Option<Quantization>,
+    },
+}
+
 /// A change that makes the plan fit, verified by re-solving.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Remedy {
-    /// In words: `gradient checkpointing (per decoder layer)`.
-    pub change: String,
-    /// The flags that apply it (`--grad-ckpt full`, `--hardware 4xt4`).
-    pub flags: String,
+    /// The change.
+    pub change: Change,
     /// The re-solved plan's largest GPU utilisation (peak reserved / usable).
     pub utilisation: f64,
 }
@@ -58,9 +152,9 @@ pub struct Explanation {
     pub shortfalls: Vec<Shortfall>,
     /// Changes that fit, each verified by solving again.
     pub remedies: Vec<Remedy>,
-    /// Changes (in words) whose checks ran out of time: they may or may not fit.
+    /// Changes whose checks ran out of time: they may or may not fit.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub undecided: Vec<String>,
+    pub undecided: Vec<Change>,
 }
 
 /// Explains an infeasible request.
@@ -95,7 +189,8 @@ fn shortfalls(
         .filter_map(|d| {
             let limit = vramplan_sim::estimate::limit_bytes(d.usable_bytes, request.headroom);
             (d.peak_reserved_bytes > limit).then(|| Shortfall {
-                device: format!("GPU {} ({})", d.id, d.name),
+                device: Target::Gpu(d.id),
+                name: d.name.clone(),
                 short_bytes: d.peak_reserved_bytes - limit,
                 at: d.peak_at.clone(),
             })
@@ -231,15 +326,15 @@ fn remedies(
     workload: &Workload,
     request: &Request,
     probes: &Probes,
-) -> (Vec<Remedy>, Vec<String>) {
+) -> (Vec<Remedy>, Vec<Change>) {
     let mut out = Vec::new();
     let mut undecided = Vec::new();
     // Offers the change when it fits; lists it as undecided when a probe behind it ran out of
     // time and nothing was offered.
-    let mut offer = |out: &mut Vec<Remedy>, change: String, flags: String, utilisation: Option<f64>| {
+    let mut offer = |out: &mut Vec<Remedy>, change: Change, utilisation: Option<f64>| {
         let timed_out = probes.take_undecided();
         match utilisation {
-            Some(utilisation) => out.push(Remedy { change, flags, utilisation }),
+            Some(utilisation) => out.push(Remedy { change, utilisation }),
             None if timed_out => undecided.push(change),
             None => {}
         }
@@ -255,25 +350,15 @@ fn remedies(
             fit.is_some()
         });
         let partial = *probes.undecided.borrow();
-        match best {
-            Some(b) => {
-                let which = if partial {
-                    "fits; larger ones were not decided in time"
-                } else {
-                    "the largest that fits"
-                };
-                offer(
-                    &mut out,
-                    format!("batch {b} ({which})"),
-                    format!("--batch {b}"),
-                    seen.get(&b).copied(),
-                );
-            }
-            None => offer(&mut out, "a smaller batch".into(), String::new(), None),
-        }
+        let utilisation = best.and_then(|b| seen.get(&b).copied());
+        offer(
+            &mut out,
+            Change::Batch { batch: best, larger_undecided: partial && best.is_some() },
+            utilisation,
+        );
     }
-    if workload.seq > 128 {
-        let step = 128;
+    if workload.seq > SEQ_STEP {
+        let step = SEQ_STEP;
         let shorter = |k: u64| Workload {
             seq: k * step,
             prompt: workload.prompt.map(|p| p.min(k * step)),
@@ -286,62 +371,34 @@ fn remedies(
             fit.is_some()
         });
         let partial = *probes.undecided.borrow();
-        match best {
-            Some(k) => {
-                let seq = k * step;
-                let which = if partial {
-                    "fits; longer ones were not decided in time"
-                } else {
-                    "the longest multiple of 128 that fits"
-                };
-                offer(
-                    &mut out,
-                    format!("sequence length {seq} ({which})"),
-                    format!("--seq {seq}"),
-                    seen.get(&k).copied(),
-                );
-            }
-            None => offer(&mut out, "a shorter sequence".into(), String::new(), None),
-        }
+        let utilisation = best.and_then(|k| seen.get(&k).copied());
+        offer(
+            &mut out,
+            Change::Sequence { seq: best.map(|k| k * step), longer_undecided: partial && best.is_some() },
+            utilisation,
+        );
     }
     let training = workload.mode == Mode::Train;
     let full = matches!(workload.finetune, Finetune::Full);
     if training && workload.grad_checkpointing == GradCheckpointing::Off {
         let w = Workload { grad_checkpointing: GradCheckpointing::Full, ..workload.clone() };
-        offer(
-            &mut out,
-            "gradient checkpointing (per decoder layer)".into(),
-            "--grad-ckpt full".into(),
-            try_workload(&w),
-        );
+        offer(&mut out, Change::GradCheckpointing, try_workload(&w));
     }
-    let lora = Finetune::Lora { rank: 16, alpha: 32, targets: Vec::new() };
+    let lora = Finetune::Lora { rank: LORA_RANK, alpha: 32, targets: Vec::new() };
     if training && full {
         let w = Workload { finetune: lora.clone(), ..workload.clone() };
-        offer(
-            &mut out,
-            "LoRA (rank 16) instead of a full fine-tune".into(),
-            "--lora-rank 16".into(),
-            try_workload(&w),
-        );
+        offer(&mut out, Change::Lora { rank: LORA_RANK }, try_workload(&w));
     }
     let mut quantized = Vec::new();
     if workload.quant == Quant::None {
         // bitsandbytes weights cannot be fully fine-tuned: quantized training is (Q)LoRA.
         let finetune = if training { lora.clone() } else { workload.finetune.clone() };
-        let extra = if training && full { " --lora-rank 16" } else { "" };
-        for (quant, name, flag) in [
-            (Quant::Int8, "8-bit weights (bitsandbytes LLM.int8)", "--quant int8"),
-            (
-                Quant::Nf4 { double_quant: true },
-                "4-bit NF4 weights (bitsandbytes, double quantization)",
-                "--quant nf4 --double-quant",
-            ),
-        ] {
-            let w = Workload { quant: quant.clone(), finetune: finetune.clone(), ..workload.clone() };
-            let label = if training && full { format!("{name} with LoRA") } else { name.to_string() };
-            quantized.push((w.clone(), label.clone(), format!("{flag}{extra}")));
-            offer(&mut out, label, format!("{flag}{extra}"), try_workload(&w));
+        let lora_rank = (training && full).then_some(LORA_RANK);
+        for quant in [Bitsandbytes::Int8, Bitsandbytes::Nf4DoubleQuant] {
+            let w = Workload { quant: quant.quant(), finetune: finetune.clone(), ..workload.clone() };
+            let quantization = Quantization { quant, lora_rank };
+            quantized.push((w.clone(), Some(quantization)));
+            offer(&mut out, Change::Quantize(quantization), try_workload(&w));
         }
     }
     // CPU offload of layers (inference under accelerate).
@@ -349,23 +406,19 @@ fn remedies(
     {
         let r = Request { offload: true, ..request.clone() };
         let (probe, found) = probes.plan(model, hardware, workload, &r);
+        let utilisation = probe.utilisation();
         let on_cpu = found
             .as_ref()
-            .map_or(0, |p| p.device_map.iter().filter(|(_, t)| !matches!(t, crate::Target::Gpu(_))).count());
-        let utilisation = probe.utilisation();
-        let change = if utilisation.is_some() {
-            format!("{on_cpu} modules offloaded to the CPU (slower: weights cross PCIe every step)")
-        } else {
-            "modules offloaded to the CPU".into()
-        };
-        offer(&mut out, change, "leave out --no-offload".into(), utilisation);
+            .map_or(0, |p| p.device_map.iter().filter(|(_, t)| !matches!(t, Target::Gpu(_))).count());
+        let modules = utilisation.is_some().then_some(on_cpu);
+        offer(&mut out, Change::Offload { modules }, utilisation);
     }
     // More GPUs of the profile's kind: the original workload, and the quantized ones.
     let n = hardware.devices.len() as u32;
-    let mut candidates = vec![(workload.clone(), String::new(), String::new())];
+    let mut candidates = vec![(workload.clone(), None)];
     candidates.extend(quantized);
     let kind = hardware.devices.first().map_or_else(String::new, |d| d.name.clone());
-    for (w, label, flags) in candidates {
+    for (w, quantize) in candidates {
         // Each count that fits, with its profile and spelling, so the answer is not loaded again.
         let mut seen = BTreeMap::new();
         let found = fewest(n + 1, MAX_GPUS, |k| {
@@ -376,26 +429,24 @@ fn remedies(
         });
         match found.and_then(|k| seen.remove(&k).map(|(u, h, spec)| (k, u, h, spec))) {
             Some((k, utilisation, h, spec)) => {
-                let kind = h.devices[0].name.clone();
-                let change = if label.is_empty() {
-                    format!("{k} × {kind} ({} more)", k - n)
-                } else {
-                    format!("{label} on {k} × {kind}")
+                let change = Change::MoreGpus {
+                    gpus: Some(k),
+                    added: Some(k - n),
+                    kind: h.devices[0].name.clone(),
+                    hardware: Some(spec),
+                    quantize,
                 };
-                let flags = if flags.is_empty() {
-                    format!("--hardware {spec}")
-                } else {
-                    format!("{flags} --hardware {spec}")
-                };
-                offer(&mut out, change, flags, Some(utilisation));
+                offer(&mut out, change, Some(utilisation));
             }
             None => {
-                let change = if label.is_empty() {
-                    format!("more × {kind}")
-                } else {
-                    format!("{label} on more × {kind}")
+                let change = Change::MoreGpus {
+                    gpus: None,
+                    added: None,
+                    kind: kind.clone(),
+                    hardware: None,
+                    quantize,
                 };
-                offer(&mut out, change, String::new(), None);
+                offer(&mut out, change, None);
             }
         }
         if out.len() >= 6 {
@@ -403,9 +454,4 @@ fn remedies(
         }
     }
     (out, undecided)
-}
-
-/// One line per shortfall, in words.
-pub fn describe_shortfall(s: &Shortfall) -> String {
-    format!("{} is short by {} at {}", s.device, format_bytes(s.short_bytes), s.at)
 }

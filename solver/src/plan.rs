@@ -6,13 +6,20 @@
 //! offload's weight streaming makes large), that device's capacity shrinks by the excess and the
 //! ILP solves again, a few rounds at most. The figures reported are the replay's.
 //!
+//! The charges are an upper bound of the step (they add each unit's own peak, and units peak at
+//! different moments), so an ILP with no placement within them proves nothing by itself. Then
+//! accelerate's own map is replayed (where the target is accelerate and nothing is pinned) and
+//! taken when it fits; and the same problem with lower-bound charges (what each unit surely
+//! holds at one moment shared by all: the step's peak on one GPU) is solved: infeasible there
+//! is the proof that nothing fits.
+//!
 //! llama.cpp and expert-parallel plans place parts of layers the step simulator does not split,
 //! so their per-device figures are the solver's charges.
 //!
 //! Every plan carries a [`Verdict`]: it fits (a plan within every limit, optimal or the best
-//! found before the time limit, with its gap), it does not fit (proven: the ILP is infeasible,
-//! or accelerate's greedy map runs out), or there is no answer (the time limit came before any
-//! plan within the limits, or the refinement against the simulation did not converge).
+//! found before the time limit, with its gap), it does not fit (proven for every placement by
+//! the lower-bound problem; with `--solver greedy`, proven for accelerate's map only), or there
+//! is no answer, for the [`Unanswered`] reason it carries.
 //! `Settings::time_limit_s` bounds the whole of [`plan`]: every solve and refinement round
 //! shares one deadline.
 
@@ -59,15 +66,18 @@ pub enum Verdict {
     Unknown,
 }
 
-impl Verdict {
-    /// In words, for reports.
-    pub fn describe(self) -> &'static str {
-        match self {
-            Verdict::Fits => "fits",
-            Verdict::DoesNotFit => "does not fit",
-            Verdict::Unknown => "no answer within the time limit",
-        }
-    }
+/// Why a plan has no answer ([`Verdict::Unknown`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unanswered {
+    /// The time limit came before a plan within the limits was found.
+    TimeLimit,
+    /// The replay found a device over its limit, and refining the capacities (a few rounds)
+    /// did not give a plan within them.
+    Refinement,
+    /// No placement fits the solver's charges, which over-approximate the step, while the
+    /// lower-bound problem has one: neither answer is proven.
+    NotProven,
 }
 
 /// The instant `seconds` from now; `None` for no limit (or one too large to represent).
@@ -143,6 +153,9 @@ pub struct Plan {
     pub experts: BTreeMap<String, Vec<u32>>,
     /// The largest device-used figure.
     pub peak_bytes: u64,
+    /// Why there is no answer, when the verdict is `unknown`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unanswered: Option<Unanswered>,
     /// Bytes on the CPU and disk tiers.
     pub offloaded_bytes: u64,
 }
@@ -218,24 +231,32 @@ fn solve_ilp(
             rounds,
         };
         let Some(assignment) = solution.assignment else {
-            // Only the solver's own proof on the problem as built is a "does not fit": after a
-            // refinement the capacities were shrunk by an estimate of the allocator's slack,
-            // and a time-out or a solver error before any plan proves nothing.
-            let verdict = match solution.status {
-                Status::Infeasible if rounds == 1 => Verdict::DoesNotFit,
-                _ => Verdict::Unknown,
+            return match solution.status {
+                Status::Infeasible if rounds == 1 => {
+                    no_placement_within_charges(model, hardware, workload, request, built, report, deadline)
+                }
+                // After a refinement the capacities were shrunk by an estimate of the
+                // allocator's slack: infeasible there proves nothing.
+                Status::Infeasible | Status::GaveUp => {
+                    let report = SolverReport { status: "gave_up".into(), ..report };
+                    Ok(plan_less(request, report, built, Some(Unanswered::Refinement)))
+                }
+                Status::Optimal | Status::TimeLimit => {
+                    Ok(plan_less(request, report, built, Some(Unanswered::TimeLimit)))
+                }
             };
-            return Ok(plan_less(request, report, built, verdict));
         };
         let mut plan = assemble(model, hardware, workload, request, built, &assignment, report, simulated)?;
         if plan.feasible {
             return Ok(plan);
         }
-        // Over a limit in the simulation: refine, unless the rounds or the time are used up,
-        // in which case this plan is the best found and nothing is proven.
+        // Over a limit in the replay: refine, unless the rounds or the time are used up, in
+        // which case this plan is the best found and nothing is proven. (The same placement may
+        // come back once: the shrinking adds up, so the next round differs.)
         let out_of_time = seconds_left(deadline).is_some_and(|s| s <= 0.0);
         if !simulated || rounds as usize >= REFINE_ROUNDS || out_of_time {
             plan.verdict = Verdict::Unknown;
+            plan.unanswered = Some(if out_of_time { Unanswered::TimeLimit } else { Unanswered::Refinement });
             return Ok(plan);
         }
         // Shrink each device the simulation finds over its limit by the excess, and solve again.
@@ -252,9 +273,47 @@ fn solve_ilp(
         }
         if !over {
             plan.verdict = Verdict::Unknown;
+            plan.unanswered = Some(Unanswered::Refinement);
             return Ok(plan);
         }
     }
+}
+
+/// No placement fits the charges (round 1). They over-approximate the step, so: accelerate's
+/// own map, replayed, when it fits; "does not fit" when even the lower-bound problem has no
+/// placement; otherwise no answer.
+fn no_placement_within_charges(
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+    workload: &Workload,
+    request: &Request,
+    built: &Built,
+    report: SolverReport,
+    deadline: Option<Instant>,
+) -> Result<Plan, InputError> {
+    if matches!(request.runtime, Runtime::Accelerate | Runtime::AccelerateV4) && request.pins.is_empty() {
+        let baseline = solve_greedy(model, hardware, workload, request, built)?;
+        // A map with nothing on a GPU runs on the CPU: not an answer to a GPU plan.
+        let on_a_gpu = baseline.device_map.iter().any(|(_, t)| matches!(t, Target::Gpu(_)));
+        if baseline.feasible && on_a_gpu {
+            return Ok(baseline);
+        }
+    }
+    let mut lower = built.problem.clone();
+    for unit in &mut lower.units {
+        // What every unit surely holds at one shared moment of the step.
+        unit.resident_bytes = unit.floor_bytes;
+        unit.peak_bytes = 0;
+        unit.transient_bytes = 0;
+    }
+    let options = SolveOptions { time_limit_s: seconds_left(deadline), ..SolveOptions::default() };
+    let bound = ilp::solve(&lower, &options);
+    let report = SolverReport { seconds: report.seconds + bound.seconds, ..report };
+    Ok(match bound.status {
+        Status::Infeasible => plan_less(request, report, built, None),
+        Status::TimeLimit => plan_less(request, report, built, Some(Unanswered::TimeLimit)),
+        Status::Optimal | Status::GaveUp => plan_less(request, report, built, Some(Unanswered::NotProven)),
+    })
 }
 
 fn status_name(status: Status) -> &'static str {
@@ -266,8 +325,9 @@ fn status_name(status: Status) -> &'static str {
     }
 }
 
-/// A plan without a placement: proven infeasible, or no plan found in time.
-fn plan_less(request: &Request, solver: SolverReport, built: &Built, verdict: Verdict) -> Plan {
+/// A plan without a placement: proven infeasible (`unanswered` is `None`), or no answer.
+fn plan_less(request: &Request, solver: SolverReport, built: &Built, unanswered: Option<Unanswered>) -> Plan {
+    let verdict = if unanswered.is_some() { Verdict::Unknown } else { Verdict::DoesNotFit };
     let devices = built
         .problem
         .devices
@@ -291,6 +351,7 @@ fn plan_less(request: &Request, solver: SolverReport, built: &Built, verdict: Ve
         max_memory: Vec::new(),
         experts: BTreeMap::new(),
         peak_bytes: 0,
+        unanswered: if verdict == Verdict::Unknown { unanswered } else { None },
         offloaded_bytes: 0,
     }
 }
@@ -455,6 +516,7 @@ fn assemble(
         max_memory,
         experts,
         peak_bytes: peak,
+        unanswered: None,
         offloaded_bytes: offloaded,
     })
 }

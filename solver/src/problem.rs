@@ -39,6 +39,9 @@ pub struct Unit {
     pub resident_bytes: u64,
     /// Of `resident_bytes`, the weights (the rest is gradients and optimizer states).
     pub weight_bytes: u64,
+    /// What each copy surely holds at one moment of the step shared by all units (a lower
+    /// bound: the floors of a device's units exceeding its limit prove it cannot hold them).
+    pub floor_bytes: u64,
     /// Bytes each copy adds at the step's peak: activations kept for backward, KV cache.
     pub peak_bytes: u64,
     /// Workspace while the unit runs. A device needs only its largest unit's workspace, once.

@@ -29,6 +29,7 @@ fn unit(name: &str, bytes: u64) -> Unit {
         count: 1,
         resident_bytes: bytes,
         weight_bytes: bytes,
+        floor_bytes: bytes,
         peak_bytes: 0,
         transient_bytes: 0,
         order: None,

@@ -353,7 +353,9 @@ fn workloads(dir: &Path, rng: &mut Rng) {
     }
 }
 
-/// Cases run by the property test, and the time one may take before it counts as a hang.
+/// Cases run by the property test (`VRAMPLAN_PROPERTY_CASES` for a longer run, with
+/// `VRAMPLAN_PROPERTY_SEED` to draw other cases), and the time one may take before it counts as
+/// a hang.
 const CASES: usize = 2000;
 const CASE_LIMIT: Duration = Duration::from_secs(60);
 /// Cases slower than this are listed (a debug build; release is some 10 times faster).
@@ -361,8 +363,10 @@ const SLOW: Duration = Duration::from_secs(10);
 
 #[test]
 fn random_flags_and_configs_never_panic_hang_or_wrap() {
+    let setting = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    let cases = setting("VRAMPLAN_PROPERTY_CASES").map_or(CASES, |n| n as usize);
     let dir = tempfile::tempdir().unwrap();
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut rng = Rng(setting("VRAMPLAN_PROPERTY_SEED").filter(|s| *s != 0).unwrap_or(0x9E37_79B9_7F4A_7C15));
     let models = models(dir.path(), &mut rng);
     workloads(dir.path(), &mut rng);
     let map = dir.path().join("map.json");
@@ -380,7 +384,7 @@ fn random_flags_and_configs_never_panic_hang_or_wrap() {
         ([0usize; 4], Vec::new(), Vec::new(), Vec::new(), Duration::ZERO);
     let mut other_codes = Vec::new();
     let mut commands = std::collections::BTreeMap::<String, usize>::new();
-    for _ in 0..CASES {
+    for _ in 0..cases {
         let args = random_args(&mut rng, &models, &map, dir.path());
         *commands.entry(args[0].clone()).or_default() += 1;
         let (send, receive) = mpsc::channel();
@@ -406,7 +410,7 @@ fn random_flags_and_configs_never_panic_hang_or_wrap() {
     }
     std::panic::set_hook(hook);
     println!(
-        "bounded input: {CASES} cases ({commands:?}) in {:.1} s, slowest {:.2} s; exit 0: {}, 1: {}, 2: {}, \
+        "bounded input: {cases} cases ({commands:?}) in {:.1} s, slowest {:.2} s; exit 0: {}, 1: {}, 2: {}, \
          4 (time limit): {}; panics: {}, hangs: {}",
         start.elapsed().as_secs_f64(),
         slowest.as_secs_f64(),
@@ -423,8 +427,8 @@ fn random_flags_and_configs_never_panic_hang_or_wrap() {
     assert!(other_codes.is_empty(), "exit codes other than 0, 1, 2 (4 for plan):\n{other_codes:#?}");
     // The draw must reach the simulator as well as the refusals: a bug that refused (or
     // accepted) everything would otherwise pass.
-    assert!(codes[0] >= CASES / 20, "only {} of {CASES} cases were answered", codes[0]);
-    assert!(codes[2] >= CASES / 20, "only {} of {CASES} cases were refused", codes[2]);
+    assert!(codes[0] >= cases / 20, "only {} of {cases} cases were answered", codes[0]);
+    assert!(codes[2] >= cases / 20, "only {} of {cases} cases were refused", codes[2]);
     assert!(
         panics.is_empty(),
         "{} cases panicked, the first ones:\n{:#?}",

@@ -28,6 +28,40 @@ fn with_flags(base: &[&str], flags: &str) -> Vec<String> {
     args
 }
 
+/// The flags that apply a remedy of `plan --json` (its `change`, typed data), as a user writes
+/// them from the data: `--quant nf4 --double-quant --lora-rank 16 --hardware 20xt4`.
+fn remedy_flags(change: &serde_json::Value) -> String {
+    let quantization = |q: &serde_json::Value| {
+        let quant = match q["quant"].as_str().expect("quant") {
+            "int8" => "--quant int8",
+            "nf4_double_quant" => "--quant nf4 --double-quant",
+            other => panic!("unexpected quantization {other}"),
+        };
+        match q["lora_rank"].as_u64() {
+            Some(rank) => format!("{quant} --lora-rank {rank}"),
+            None => quant.to_string(),
+        }
+    };
+    let number = |key: &str| change[key].as_u64().unwrap_or_else(|| panic!("{key}: {change}"));
+    match change["change"].as_str().expect("change") {
+        "batch" => format!("--batch {}", number("batch")),
+        "sequence" => format!("--seq {}", number("seq")),
+        "grad_checkpointing" => "--grad-ckpt full".into(),
+        "lora" => format!("--lora-rank {}", number("rank")),
+        "quantize" => quantization(change),
+        // Offload is the default: the base arguments without `--no-offload`.
+        "offload" => String::new(),
+        "more_gpus" => {
+            let hardware = format!("--hardware {}", change["hardware"].as_str().expect("hardware"));
+            match change.get("quantize").filter(|q| !q.is_null()) {
+                Some(q) => format!("{} {hardware}", quantization(q)),
+                None => hardware,
+            }
+        }
+        other => panic!("unexpected change {other}"),
+    }
+}
+
 /// Every GPU of a plan's `--json` within usable memory less 10 % headroom.
 fn assert_within_headroom(out: &Output) {
     let json = out.json();
@@ -58,8 +92,8 @@ fn llama_2_70b_training_on_one_t4_is_explained_with_remedies_that_fit() {
     let remedies = json["explanation"]["remedies"].as_array().expect("remedies");
     assert!(remedies.len() >= 2, "{remedies:#?}");
     for remedy in remedies {
-        let flags = remedy["flags"].as_str().expect("flags");
-        let mut args = with_flags(&base, flags);
+        let flags = remedy_flags(&remedy["change"]);
+        let mut args = with_flags(&base, &flags);
         args.push("--json".into());
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let applied = vramplan(&argv);
