@@ -11,7 +11,8 @@
 //!   its memory, the allocator first returns every wholly free segment to the driver and
 //!   retries (`release_cached_blocks` in `DeviceCachingAllocator::malloc`), so fragmentation
 //!   raises the reserve only where memory allows it. A request that still does not fit is an
-//!   out-of-memory error; the model goes on and the reserve shows by how much.
+//!   out-of-memory error; the model goes on, without further releases, and the reserve shows by
+//!   how much.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -43,8 +44,14 @@ struct Segment {
 pub(crate) struct CachingAllocator {
     /// The most it may reserve before it returns free segments (the device's usable memory).
     capacity: u64,
-    /// Segments that are one free block, which release would return.
-    idle: BTreeSet<usize>,
+    /// Segments that may be one free block, which release would return (`idle` says which
+    /// entries still are).
+    idle_list: Vec<usize>,
+    /// Per segment: it is one free block.
+    idle: Vec<bool>,
+    /// A request did not fit even after a release: PyTorch's out-of-memory error. The replay
+    /// goes on to show by how much, with no further releases.
+    out_of_memory: bool,
     segments: Vec<Segment>,
     /// Free blocks per pool, ordered by size for best fit.
     free: [BTreeSet<Block>; 2],
@@ -69,7 +76,9 @@ impl CachingAllocator {
     pub(crate) fn with_capacity(capacity: u64) -> CachingAllocator {
         CachingAllocator {
             capacity,
-            idle: BTreeSet::new(),
+            idle_list: Vec::new(),
+            idle: Vec::new(),
+            out_of_memory: false,
             segments: Vec::new(),
             free: [BTreeSet::new(), BTreeSet::new()],
             live: Vec::new(),
@@ -80,7 +89,10 @@ impl CachingAllocator {
 
     /// Returns every wholly free segment to the driver.
     fn release_cached_segments(&mut self) {
-        for index in std::mem::take(&mut self.idle) {
+        for index in std::mem::take(&mut self.idle_list) {
+            if !std::mem::take(&mut self.idle[index]) {
+                continue;
+            }
             let segment = &mut self.segments[index];
             if let Some((&0, &(size, true))) = segment.blocks.iter().next() {
                 self.free[usize::from(segment.small)].remove(&Block { size, segment: index, offset: 0 });
@@ -106,13 +118,15 @@ impl CachingAllocator {
                 } else {
                     size.div_ceil(ROUND_LARGE) * ROUND_LARGE
                 };
-                if self.reserved.saturating_add(segment_size) > self.capacity {
+                if !self.out_of_memory && self.reserved.saturating_add(segment_size) > self.capacity {
                     self.release_cached_segments();
+                    self.out_of_memory = self.reserved.saturating_add(segment_size) > self.capacity;
                 }
                 let segment = self.segments.len();
                 let mut blocks = BTreeMap::new();
                 blocks.insert(0, (segment_size, true));
                 self.segments.push(Segment { small, blocks });
+                self.idle.push(false);
                 self.reserved += segment_size;
                 let block = Block { size: segment_size, segment, offset: 0 };
                 self.free[pool].insert(block);
@@ -120,7 +134,9 @@ impl CachingAllocator {
             }
         };
         self.free[pool].remove(&block);
-        self.idle.remove(&block.segment);
+        if let Some(idle) = self.idle.get_mut(block.segment) {
+            *idle = false;
+        }
         let remaining = block.size - size;
         let split = if small { remaining >= ROUND } else { remaining > SMALL_REQUEST };
         let blocks = &mut self.segments[block.segment].blocks;
@@ -170,8 +186,9 @@ impl CachingAllocator {
             length += prev_size;
         }
         blocks.insert(start, (length, true));
-        if blocks.len() == 1 {
-            self.idle.insert(segment);
+        if blocks.len() == 1 && !self.idle[segment] {
+            self.idle[segment] = true;
+            self.idle_list.push(segment);
         }
         self.free[pool].insert(Block { size: length, segment, offset: start });
         size

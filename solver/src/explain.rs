@@ -166,7 +166,9 @@ pub fn explain(
     settings: &Settings,
 ) -> Explanation {
     let deadline = deadline_after(settings.time_limit_s);
-    let shortfalls = shortfalls(model, hardware, workload, request);
+    // The even split's replay is skipped, like every probe, once the time is up.
+    let out_of_time = seconds_left(deadline).is_some_and(|s| s <= 0.0);
+    let shortfalls = if out_of_time { Vec::new() } else { shortfalls(model, hardware, workload, request) };
     let probes = Probes { settings: *settings, deadline, undecided: RefCell::new(false) };
     let (remedies, undecided) = remedies(model, hardware, workload, request, &probes);
     Explanation { shortfalls, remedies, undecided }
@@ -180,7 +182,9 @@ fn shortfalls(
 ) -> Vec<Shortfall> {
     let gpus = hardware.devices.len() as u32;
     let placement = if gpus > 1 { Placement::even_layers(model, gpus) } else { Placement::single(0) };
-    let Ok(estimate) = vramplan_sim::estimate(model, hardware, workload, &placement) else {
+    let replayed =
+        vramplan_sim::estimate::estimate_within(model, hardware, workload, &placement, request.headroom);
+    let Ok(estimate) = replayed else {
         return Vec::new();
     };
     estimate

@@ -291,7 +291,11 @@ fn no_placement_within_charges(
     report: SolverReport,
     deadline: Option<Instant>,
 ) -> Result<Plan, InputError> {
-    if matches!(request.runtime, Runtime::Accelerate | Runtime::AccelerateV4) && request.pins.is_empty() {
+    let in_time = seconds_left(deadline).is_none_or(|s| s > 0.0);
+    if in_time
+        && matches!(request.runtime, Runtime::Accelerate | Runtime::AccelerateV4)
+        && request.pins.is_empty()
+    {
         let baseline = solve_greedy(model, hardware, workload, request, built)?;
         // A map with nothing on a GPU runs on the CPU: not an answer to a GPU plan.
         let on_a_gpu = baseline.device_map.iter().any(|(_, t)| matches!(t, Target::Gpu(_)));
@@ -306,8 +310,10 @@ fn no_placement_within_charges(
         unit.peak_bytes = 0;
         unit.transient_bytes = 0;
     }
-    let options = SolveOptions { time_limit_s: seconds_left(deadline), ..SolveOptions::default() };
-    let bound = ilp::solve(&lower, &options);
+    // The lower-bound problem is small work next to the one already solved: it gets a moment
+    // even when the time is up, so that a proof is not lost to the limit.
+    let time_limit_s = seconds_left(deadline).map(|s| s.max(0.2));
+    let bound = ilp::solve(&lower, &SolveOptions { time_limit_s, ..SolveOptions::default() });
     let report = SolverReport { seconds: report.seconds + bound.seconds, ..report };
     Ok(match bound.status {
         Status::Infeasible => plan_less(request, report, built, None),
