@@ -3,7 +3,8 @@
 //!
 //! Exit codes (the contract in DESIGN.md): 0 success; 1 the question has a negative answer,
 //! proven; 2 bad input (the message says what and where); 3 no usable device for `validate`;
-//! 4 no answer within `--time-limit` (the best found so far is still printed, with its gap).
+//! 4 no answer: nothing within `--time-limit`, or nothing either found or proven (the best found
+//! so far is still printed, with its gap).
 
 mod check;
 mod estimate;

@@ -396,7 +396,7 @@ fn remedies(
     let mut quantized = Vec::new();
     if workload.quant == Quant::None {
         // bitsandbytes weights cannot be fully fine-tuned: quantized training is (Q)LoRA.
-        let finetune = if training { lora.clone() } else { workload.finetune.clone() };
+        let finetune = if training && full { lora.clone() } else { workload.finetune.clone() };
         let lora_rank = (training && full).then_some(LORA_RANK);
         for quant in [Bitsandbytes::Int8, Bitsandbytes::Nf4DoubleQuant] {
             let w = Workload { quant: quant.quant(), finetune: finetune.clone(), ..workload.clone() };

@@ -1,10 +1,13 @@
 //! Planning end to end: build the problem for the target runtime, solve it (the ILP, or
 //! accelerate's greedy algorithm as the baseline), and check the answer against the replay of
 //! the step program on devices of the plan's limits. The ILP's charges are read off the same
-//! program (`vramplan_sim::charges`) and bound the replay's live bytes, so a plan holds in one
-//! round; where the replay still finds a device over its limit (the allocator's slack, which
-//! offload's weight streaming makes large), that device's capacity shrinks by the excess and the
-//! ILP solves again, a few rounds at most. The figures reported are the replay's.
+//! program (`vramplan_sim::charges`) and bound the replay's live bytes on one GPU, so a plan
+//! without offload usually holds in one round; where the replay still finds a device over its
+//! limit (the allocator's slack, which offload's weight streaming makes large; hidden states in
+//! flight between GPUs), that device's capacity shrinks by the excess and the ILP solves again,
+//! a few rounds at most. The replay runs on devices of the plan's limit (usable × (1 −
+//! headroom)): a plan fits when the step would run on a GPU of that size. The figures reported
+//! are the replay's.
 //!
 //! The charges are an upper bound of the step (they add each unit's own peak, and units peak at
 //! different moments), so an ILP with no placement within them proves nothing by itself. Then
