@@ -108,8 +108,11 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
     }
     let settings = Settings { solver, time_limit_s: left() };
     let result = plan(&model, &hardware, &workload, &request, &settings)?;
-    // The baseline (no ILP, but a simulation) only while time is left.
-    let baseline = if solver == SolverKind::Ilp
+    // The baseline (no ILP, but a simulation) only while time is left; when the plan already
+    // is accelerate's map (the ILP found nothing within its charges), that map.
+    let baseline = if solver == SolverKind::Ilp && result.solver.kind == SolverKind::Greedy {
+        Some(result.clone())
+    } else if solver == SolverKind::Ilp
         && matches!(runtime, Runtime::Accelerate | Runtime::AccelerateV4)
         && left().is_none_or(|s| s > 0.0)
     {

@@ -190,10 +190,7 @@ fn floors_at_the_peak(ops: &[Op], units: usize) -> Vec<u64> {
     let mut floors = vec![0u64; units];
     for op in &ops[..=at.min(ops.len().saturating_sub(1))] {
         match *op {
-            Op::Alloc(Alloc { id, unit: Some(unit), bytes, .. }) if unit < units => {
-                floors[unit] += least(bytes);
-                let _ = id;
-            }
+            Op::Alloc(Alloc { id, unit: Some(unit), .. }) if unit < units => floors[unit] += sizes[id].1,
             Op::Free(id) => {
                 if let Some(&(Some(unit), bytes)) = sizes.get(id)
                     && unit < units
