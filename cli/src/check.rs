@@ -3,8 +3,12 @@
 //! mismatches the target runtime would hit with it, simulates each device's memory under it
 //! when every tensor has a device, and prints the table or the JSON. Exit 0 when the map is
 //! clean and fits, 1 when it has a mismatch or a device runs out of memory, 2 for bad input.
+//!
+//! Under DDP and ZeRO-1/2 (`--parallel ddp`) the map is one rank's (`{"": 0}`: each process
+//! loads the model whole on its own GPU): it must hold one entry, and every GPU of the profile
+//! is checked as a rank with the replica on it, against its own memory.
 
-use crate::estimate::{Inputs, Loaded, device_map_needs_one_copy, merge_warnings};
+use crate::estimate::{Inputs, Loaded, data_parallel_heading, device_map_needs_one_copy, merge_warnings};
 use clap::Args;
 use serde::Serialize;
 use std::io::Write;
@@ -12,11 +16,11 @@ use std::path::PathBuf;
 use vramplan_profiles::InputError;
 use vramplan_profiles::hardware;
 use vramplan_profiles::model::{self, ImportOptions, ModelDescription, Naming};
-use vramplan_sim::estimate::DeviceEstimate;
-use vramplan_sim::workload::Parallelism;
+use vramplan_sim::estimate::{DeviceEstimate, is_data_parallel, keeps_replica_whole};
+use vramplan_sim::workload::{Parallelism, Workload};
 use vramplan_sim::{Placement, device_map};
 use vramplan_solver::Runtime;
-use vramplan_solver::check::{Finding, Rule, check_device_map};
+use vramplan_solver::check::{Finding, Rule, check_device_map, data_parallel_map, offloaded_in_training};
 
 #[derive(Args, Debug)]
 pub(crate) struct CheckArgs {
@@ -56,25 +60,32 @@ struct CheckOutput<'a> {
 pub(crate) fn run(args: &CheckArgs, out: &mut dyn Write) -> Result<i32, InputError> {
     let runtime = Runtime::parse(&args.target)?;
     let Loaded { model, hardware, workload, mut warnings } = args.inputs.load(runtime.naming(), None)?;
-    if workload.parallelism != Parallelism::Single {
-        return Err(device_map_needs_one_copy(
-            "--parallel",
-            "leave out --parallel, or use `--parallel single`",
-        ));
-    }
+    let data_parallel = is_data_parallel(&workload);
+    refuse_parallelism(args, &workload, runtime)?;
     let entries = device_map::read_device_map(&args.device_map, &model, &hardware)
         .map_err(|e| with_naming_hint(e, args, runtime, &hardware))?;
-    let findings = check_device_map(&model, &entries, runtime);
+    let mut findings = check_device_map(&model, &entries, runtime);
+    if data_parallel {
+        findings.extend(data_parallel_map(&entries, hardware.devices.len()));
+    }
+    findings.extend(offloaded_in_training(&model, &entries, runtime, &workload));
+    let placement = Placement::from_entries(entries);
     let memory_skipped = findings.iter().find(|f| f.rule == Rule::Uncovered).map(|f| {
         format!(
             "the map leaves {} on no device, so it does not load (see `uncovered` below)",
             ticked_short(&f.modules)
         )
     });
+    let memory_skipped = memory_skipped.or_else(|| {
+        (data_parallel && !keeps_replica_whole(&placement)).then(|| {
+            "every rank would load its copy onto the map's devices, and a data-parallel replica is simulated \
+             whole on each rank's own GPU (see `data-parallel-map` below)"
+                .to_string()
+        })
+    });
     let estimate = match memory_skipped {
         Some(_) => None,
         None => {
-            let placement = Placement::from_entries(entries);
             let mut estimate = vramplan_sim::estimate(&model, &hardware, &workload, &placement)?;
             merge_warnings(&mut warnings, std::mem::take(&mut estimate.warnings));
             estimate.warnings = warnings.clone();
@@ -95,10 +106,52 @@ pub(crate) fn run(args: &CheckArgs, out: &mut dyn Write) -> Result<i32, InputErr
             warnings: &warnings,
         })
     } else {
-        vramplan_reports::check_table(runtime, estimate.as_ref(), memory_skipped.as_deref(), &findings)
+        let heading =
+            if estimate.is_some() { data_parallel_heading(&workload, &hardware) } else { String::new() };
+        heading
+            + &vramplan_reports::check_table(runtime, estimate.as_ref(), memory_skipped.as_deref(), &findings)
     };
     crate::print(out, &text)?;
     Ok(if ok { 0 } else { crate::EXIT_NEGATIVE })
+}
+
+/// Refuses the parallelisms a device map does not describe: tensor parallelism (and any under
+/// vLLM or llama.cpp, which place the model themselves), ZeRO-3 / FSDP (they shard the weights
+/// as they load them, and transformers refuses a map under DeepSpeed ZeRO-3:
+/// `check_and_set_device_map`, "DeepSpeed Zero-3 is not compatible with passing a
+/// `device_map`"), and a target that splits the model under DDP or ZeRO-1/2. DDP and ZeRO-1/2
+/// take a map of one rank's replica: each rank is checked with the model on its own GPU.
+fn refuse_parallelism(args: &CheckArgs, workload: &Workload, runtime: Runtime) -> Result<(), InputError> {
+    let flag = vramplan_solver::plan::parallel_flag(workload.parallelism);
+    match workload.parallelism {
+        Parallelism::Single => Ok(()),
+        Parallelism::Zero { stage: 3, .. } if is_data_parallel(workload) => Err(InputError::new(
+            "--parallel",
+            format!(
+                "--parallel {flag} (ZeRO-3, FSDP full shard) shards the weights as they load, with no device map: \
+                 transformers refuses one under DeepSpeed ZeRO-3 (`DeepSpeed Zero-3 is not compatible with \
+                 passing a device_map`)"
+            ),
+        )
+        .with_fix(format!(
+            "estimate each rank without a map: `vramplan estimate {} --hardware {} --parallel {flag}` with the \
+             same workload flags",
+            args.inputs.model, args.inputs.hardware
+        ))),
+        _ if is_data_parallel(workload) => match runtime {
+            Runtime::Accelerate | Runtime::AccelerateV4 => Ok(()),
+            other => Err(InputError::new(
+                "--target",
+                format!(
+                    "--target {} splits the model over GPUs, and under --parallel {flag} every rank loads it \
+                     whole on its own GPU",
+                    other.name()
+                ),
+            )
+            .with_fix(format!("check the map with `--target accelerate`, or use `--parallel single` for a {} map", other.name()))),
+        },
+        _ => Err(device_map_needs_one_copy("--parallel", "leave out --parallel, or use `--parallel single`")),
+    }
 }
 
 /// A map that does not read under the target's module naming but reads under the other one

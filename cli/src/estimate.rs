@@ -1,7 +1,8 @@
 //! `vramplan estimate MODEL --hardware HW [--workload FILE] [flags] [--device-map FILE] [--json]`:
 //! reads the inputs, merges the workload flags over the file, checks the workload, places the
-//! model (a device map, or everything on GPU 0), asks the simulator, and prints the table or the
-//! JSON. Exit 0 when it fits, 1 when it does not.
+//! model (a device map; without one, everything on GPU 0, or one copy split evenly over the
+//! GPUs; under data parallelism, a replica on every GPU, one section per rank), asks the
+//! simulator, and prints the table or the JSON. Exit 0 when it fits, 1 when it does not.
 
 use crate::NamingArg;
 use clap::Args;
@@ -80,7 +81,8 @@ impl Inputs {
             (None, None) => Workload::default(),
         };
         let workload = self.flags.apply(base)?;
-        let warnings = input::validate(&workload, &model, &hardware)?;
+        let mut warnings = input::validate(&workload, &model, &hardware)?;
+        let model = held_by_runtime(model, &hardware, &workload, &mut warnings)?;
         Ok(Loaded { model, hardware, workload, warnings })
     }
 }
@@ -96,6 +98,32 @@ pub(crate) fn device_map_needs_one_copy(key: &str, fix: &str) -> InputError {
     .with_fix(fix)
 }
 
+/// What the runtime holds of a pre-quantized checkpoint on these GPUs (the oldest one
+/// decides: every GPU loads the same weights): the stored layout where it has the kernels, the
+/// dequantized model where it falls back (with a warning), or a refusal where it stops.
+/// llama.cpp reads GGUF files, not the checkpoint's layout.
+fn held_by_runtime(
+    model: vramplan_profiles::model::ModelDescription,
+    hardware: &hardware::HardwareProfile,
+    workload: &Workload,
+    warnings: &mut Vec<String>,
+) -> Result<vramplan_profiles::model::ModelDescription, InputError> {
+    use vramplan_profiles::model::quantization::held::{Loader, held_on};
+    let loader = match workload.engine {
+        Engine::Transformers => Loader::Transformers,
+        Engine::Vllm { .. } => Loader::Vllm,
+        Engine::LlamaCpp { .. } => return Ok(model),
+    };
+    let Some(capability) = hardware.devices.iter().map(|d| d.compute_capability).min() else {
+        return Ok(model);
+    };
+    let held = held_on(&model, loader, capability, workload.weight_dtype.unwrap_or(model.dtype))?;
+    if let Some(warning) = held.warning(&model, loader, capability) {
+        warnings.push(warning);
+    }
+    Ok(held.model)
+}
+
 /// Adds the warnings of `from` that `into` does not have yet, in order.
 pub(crate) fn merge_warnings(into: &mut Vec<String>, from: Vec<String>) {
     for warning in from {
@@ -108,7 +136,8 @@ pub(crate) fn merge_warnings(into: &mut Vec<String>, from: Vec<String>) {
 /// Without a device map: everything on GPU 0, except that one copy of the model on a profile
 /// with several GPUs (no DDP, ZeRO or tensor parallelism) is spread the way people run it there,
 /// an even split of the layers in order, under transformers (vLLM and llama.cpp place the
-/// model themselves).
+/// model themselves). Under DDP and ZeRO the simulator puts a replica on every GPU of the
+/// profile, each on its own (`vramplan_sim::estimate::data_parallel_estimate`).
 fn default_placement(
     model: &model::ModelDescription,
     hardware: &hardware::HardwareProfile,
@@ -164,10 +193,22 @@ pub(crate) fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<i32, Input
     }
     merge_warnings(&mut all_warnings, std::mem::take(&mut estimate.warnings));
     estimate.warnings = all_warnings;
-    let text =
-        if args.json { crate::json_text(&estimate) } else { vramplan_reports::estimate_table(&estimate) };
+    let text = if args.json {
+        crate::json_text(&estimate)
+    } else {
+        data_parallel_heading(&workload, &hardware) + &vramplan_reports::estimate_table(&estimate)
+    };
     crate::print(out, &text)?;
     Ok(if estimate.fits { 0 } else { crate::EXIT_NEGATIVE })
+}
+
+/// The line that says what each rank holds, under data parallelism (one section per rank
+/// follows); empty otherwise.
+pub(crate) fn data_parallel_heading(workload: &Workload, hardware: &hardware::HardwareProfile) -> String {
+    if !vramplan_sim::estimate::is_data_parallel(workload) {
+        return String::new();
+    }
+    vramplan_reports::data_parallel_line(&workload.parallelism, hardware.devices.len()).unwrap_or_default()
 }
 
 /// Refuses a plan file written for another model than `given`: the same spelling, or a spec

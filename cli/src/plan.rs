@@ -4,7 +4,10 @@
 //! writes the export atomically. Exit 0 with a plan that fits (optimal, or the best found
 //! within `--time-limit`, with its gap), 1 when nothing fits, proven (with the remedies), 4 when
 //! `--time-limit` ran out before either. `--time-limit` bounds the whole command: the ILP and
-//! its refinement rounds, the greedy baseline and the remedy probes share one deadline.
+//! its refinement rounds, the greedy baseline and the remedy probes share one deadline. Under
+//! data parallelism (`--parallel ddp`, `zero1`–`zero3`, `fsdp`) nothing is placed: each GPU is
+//! a rank judged on its own memory, no baseline or remedies are run, and no device map is
+//! written (`-o` takes only the YAML plan).
 
 use crate::estimate::{Inputs, Loaded};
 use clap::Args;
@@ -91,6 +94,10 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
         }
     };
     let Loaded { model, hardware, workload, warnings } = args.inputs.load(runtime.naming(), None)?;
+    let data_parallel = vramplan_sim::estimate::is_data_parallel(&workload);
+    if data_parallel {
+        refuse_map_export(args, &workload)?;
+    }
     let mut request = Request::new(runtime);
     request.headroom = parse_headroom(&args.headroom)?;
     request.offload = !args.no_offload;
@@ -110,7 +117,9 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
     let result = plan(&model, &hardware, &workload, &request, &settings)?;
     // The baseline (no ILP, but a simulation) only while time is left; when the plan already
     // is accelerate's map (the ILP found nothing within its charges), that map.
-    let baseline = if solver == SolverKind::Ilp && result.solver.kind == SolverKind::Greedy {
+    let baseline = if data_parallel {
+        None
+    } else if solver == SolverKind::Ilp && result.solver.kind == SolverKind::Greedy {
         Some(result.clone())
     } else if solver == SolverKind::Ilp
         && matches!(runtime, Runtime::Accelerate | Runtime::AccelerateV4)
@@ -123,9 +132,10 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
     };
     // Why, and what would fit, only after a proof that nothing does: the ILP's. The greedy
     // baseline's map running out proves nothing about other maps.
-    let explanation = (result.verdict == Verdict::DoesNotFit && solver == SolverKind::Ilp).then(|| {
-        explain(&model, &hardware, &workload, &request, &Settings { time_limit_s: left(), ..settings })
-    });
+    let explanation = (result.verdict == Verdict::DoesNotFit && solver == SolverKind::Ilp && !data_parallel)
+        .then(|| {
+            explain(&model, &hardware, &workload, &request, &Settings { time_limit_s: left(), ..settings })
+        });
     let mut written_map = None;
     if let Some(path) = &args.output
         && result.verdict == Verdict::Fits
@@ -161,6 +171,34 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
         Verdict::DoesNotFit => crate::EXIT_NEGATIVE,
         Verdict::Unknown => crate::EXIT_NO_ANSWER,
     })
+}
+
+/// Under data parallelism there is no device map to write: every rank loads the whole model on
+/// its own GPU (`device_map={"": local_rank}`, a different map per rank, so no one file serves
+/// them), and DeepSpeed ZeRO-3 and FSDP take none at all. `-o` writes only vramplan's YAML plan
+/// (which `estimate --plan` reads back); any other format is refused before solving.
+fn refuse_map_export(args: &PlanArgs, workload: &vramplan_sim::workload::Workload) -> Result<(), InputError> {
+    let Some(path) = &args.output else { return Ok(()) };
+    let name = path.display().to_string();
+    let (format, key) = match &args.format {
+        Some(f) => (Format::parse(f)?, "--format"),
+        None if name.ends_with(".yaml") || name.ends_with(".yml") => (Format::Yaml, "-o"),
+        None => (Format::Accelerate, "-o"),
+    };
+    if format == Format::Yaml {
+        return Ok(());
+    }
+    let flag = vramplan_solver::plan::parallel_flag(workload.parallelism);
+    let why = match workload.parallelism {
+        vramplan_sim::workload::Parallelism::Zero { stage: 3, .. } => {
+            "DeepSpeed ZeRO-3 and FSDP shard the weights as they load them and take no device map".to_string()
+        }
+        _ => "every rank loads the whole model on its own GPU (`device_map={\"\": local_rank}`), so there is no \
+              layer split to write"
+            .to_string(),
+    };
+    Err(InputError::new(key, format!("--parallel {flag} needs no device map: {why}"))
+        .with_fix("write the plan as YAML (`-o plan.yaml`), or use `--parallel single` for a map that splits one copy of the model"))
 }
 
 /// `10%` (an explicit percentage) or `0.1` (a share below 1) → 0.1. A bare number of 1 or more

@@ -677,13 +677,18 @@ fn gpt_oss_20b_is_20_9b_with_3_6b_active() {
 
     let sinks = model.root.tensor("model.layers.0.self_attn.sinks").expect("attention sinks");
     assert_eq!(sinks.shape, [64]);
-    let gate_up = model.root.tensor("model.layers.0.mlp.experts.gate_up_proj").expect("experts");
+    // The config's MXFP4 experts are held as transformers' `Mxfp4GptOssExperts` holds them;
+    // without the quantization they are the fused `GptOssExperts` parameters.
+    let blocks = model.root.tensor("model.layers.0.mlp.experts.gate_up_proj_blocks").expect("MXFP4 experts");
+    assert_eq!(blocks.shape, [32, 2 * h, h / 32, 16]);
+    let unquantized = model.dequantized(vramplan_profiles::DType::BF16);
+    let gate_up = unquantized.root.tensor("model.layers.0.mlp.experts.gate_up_proj").expect("experts");
     assert_eq!(gate_up.shape, [32, h, 2 * h]);
     assert!(model.root.tensor("model.layers.0.mlp.experts.down_proj_bias").is_some());
     assert!(model.root.tensor("model.layers.0.mlp.router.bias").is_some());
     let windows: Vec<Option<u64>> = model.facts.layers.iter().map(|l| l.attention_window).collect();
     assert_eq!(&windows[..3], [Some(128), None, Some(128)]);
-    assert!(model.notes.iter().any(|n| n.contains("mxfp4")), "{:?}", model.notes);
+    assert!(model.notes.iter().any(|n| n.contains("MXFP4")), "{:?}", model.notes);
 }
 
 #[test]

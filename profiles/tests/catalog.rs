@@ -751,7 +751,9 @@ const NOTES: &[(&str, &str)] = &[
     (
         "deepseek-v3",
         "the embedded file is DeepSeek-R1's `config.json` (copied unchanged from `fixtures/published/models`): the same \
-         `DeepseekV3ForCausalLM` shapes, R1's `transformers_version`, the fp8 `quantization_config`. The \
+         `DeepseekV3ForCausalLM` shapes, R1's `transformers_version`, the fp8 `quantization_config`: fp8 weights with \
+         128×128 fp32 block scales, 626.92 GiB held where the runtime keeps fp8 (transformers from compute \
+         capability 8.9, vLLM from 8.0), 1.22 TiB dequantized to bf16 (transformers 5.x below 8.9). The \
          multi-token-prediction layer (`num_nextn_predict_layers`, 14B) is not built, as in transformers.",
     ),
     (
@@ -780,12 +782,16 @@ const NOTES: &[(&str, &str)] = &[
     (
         "gpt-oss-20b",
         "the config has no `torch_dtype`: the routed experts are stored MXFP4 (`quantization_config`), \
-         everything else bf16.",
+         everything else bf16 (the MXFP4 quantizer's default). Described as held where the runtime keeps \
+         MXFP4 (transformers from compute capability 7.5, vLLM from 8.0): 12.82 GiB, the checkpoint \
+         index's `total_size` 13,761,264,768 B plus 256 B of rotary buffers (docs/memory-model.md, \
+         \"Pre-quantized checkpoints\").",
     ),
     (
         "gpt-oss-120b",
         "the config has no `torch_dtype`: the routed experts are stored MXFP4 (`quantization_config`), \
-         everything else bf16.",
+         everything else bf16 (the MXFP4 quantizer's default); 60.77 GiB held where the runtime keeps \
+         MXFP4.",
     ),
     (
         "bloom-560m",

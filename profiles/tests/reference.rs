@@ -4,8 +4,8 @@
 //! `scripts/reference/models.py` with transformers 5.x and 4.57 (versions in each file): the
 //! class built on the meta device as `from_pretrained(..., dtype=torch.bfloat16)` builds it
 //! before reading weights, `quantization_config` stripped. For each one, the built-in is imported
-//! in the matching naming (`--naming v5` / `v4`), loaded in the fixture's dtype
-//! (`ModelDescription::cast`), and compared exactly:
+//! in the matching naming (`--naming v5` / `v4`), dequantized and loaded in the fixture's dtype
+//! (`ModelDescription::dequantized`), and compared exactly:
 //! - `named_parameters()` (which yields each tied group once, under the first name): the names,
 //!   their order, shapes and dtypes, and their total (`parameter_count`);
 //! - the tied groups (accelerate's `find_tied_parameters`);
@@ -261,7 +261,8 @@ fn check(fixture: &Value, naming: Naming, applied: &RefCell<BTreeSet<usize>>) ->
     let class = fixture["class"].as_str().unwrap_or_default();
     let load_dtype = fixture["load_dtype"].as_str().and_then(DType::parse).unwrap_or(DType::BF16);
     let model = match model::load(name, ImportOptions { naming }) {
-        Ok(model) => model.cast(load_dtype),
+        // The fixture is built with `quantization_config` stripped: the same model dequantized.
+        Ok(model) => model.dequantized(load_dtype),
         Err(e) => return vec![format!("import failed: {e}")],
     };
     if model.architecture != class {

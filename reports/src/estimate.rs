@@ -6,6 +6,48 @@
 use crate::table::{Table, group_digits};
 use vramplan_profiles::units::format_bytes;
 use vramplan_sim::estimate::{DeviceEstimate, Estimate};
+use vramplan_sim::workload::Parallelism;
+
+/// What one rank holds under data parallelism, as the line that heads an estimate (or a check)
+/// with one section per rank; `None` for one copy of the model. `ranks` is the profile's GPUs.
+pub fn data_parallel_line(parallelism: &Parallelism, ranks: usize) -> Option<String> {
+    let over = format!("over {ranks} GPU{}", if ranks == 1 { "" } else { "s" });
+    let holds = match *parallelism {
+        Parallelism::Ddp => format!(
+            "DDP {over}: each rank holds a full replica, its gradients and optimizer states, and DDP's gradient \
+             buckets (a second copy of the gradients: `gradient_as_bucket_view=False`, the default)"
+        ),
+        Parallelism::Zero { stage, offload_optimizer, offload_params } => {
+            let shard = format!("1/{ranks}");
+            let mut text = match stage {
+                1 => format!(
+                    "ZeRO-1 {over}: each rank holds the whole model and its gradients, and {shard} of the optimizer \
+                     states and fp32 master weights"
+                ),
+                2 => format!(
+                    "ZeRO-2 {over}: each rank holds the whole model, and {shard} of the gradients, optimizer \
+                     states and fp32 master weights"
+                ),
+                _ => format!(
+                    "ZeRO-3 / FSDP full shard {over}: each rank holds {shard} of the weights, gradients, optimizer \
+                     states and fp32 master weights, and gathers each layer's weights around its compute"
+                ),
+            };
+            if offload_optimizer {
+                text += "; optimizer states in CPU memory";
+            }
+            if offload_params {
+                text += "; parameters in CPU memory";
+            }
+            text
+        }
+        Parallelism::Single | Parallelism::Tensor { .. } => return None,
+    };
+    Some(format!(
+        "data parallel, {holds}.\none section per rank, each against its own GPU's memory; --batch is each rank's \
+         micro-batch\n\n"
+    ))
+}
 
 /// The human report of an estimate.
 pub fn estimate_table(estimate: &Estimate) -> String {

@@ -7,7 +7,7 @@ mod plan;
 mod table;
 
 pub use check::check_table;
-pub use estimate::estimate_table;
+pub use estimate::{data_parallel_line, estimate_table};
 pub use plan::{accelerate_loading, change_flags, change_words, plan_table};
 pub use table::{Table, group_digits};
 

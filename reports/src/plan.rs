@@ -1,7 +1,9 @@
 //! `vramplan plan`'s report: the solver's verdict and numbers, then per device the units it
 //! holds and its memory by component; accelerate's greedy map beside it for comparison; when
 //! nothing fits (proven), where it runs out and the verified remedies; and when the time limit
-//! came before an answer, the best placement found so far, if any, and no verdict.
+//! came before an answer, the best placement found so far, if any, and no verdict. A
+//! data-parallel plan (DDP, ZeRO, FSDP) reads as each rank against its own GPU, and why it
+//! needs no device map.
 //!
 //! A greedy map over its limit is said as what it is: a GPU whose simulated peak passes its
 //! usable memory "runs out of memory"; one past the headroom but within its memory is "past the
@@ -9,9 +11,10 @@
 
 use crate::table::Table;
 use vramplan_profiles::units::format_bytes;
+use vramplan_sim::workload::Parallelism;
 use vramplan_solver::Target;
 use vramplan_solver::explain::{Bitsandbytes, Change, Explanation, Quantization, SEQ_STEP, Shortfall};
-use vramplan_solver::plan::{Plan, PlanDevice, SolverKind, Unanswered, Verdict};
+use vramplan_solver::plan::{Plan, PlanDevice, SolverKind, Unanswered, Verdict, parallel_flag};
 
 /// The human report of a plan.
 pub fn plan_table(
@@ -20,6 +23,9 @@ pub fn plan_table(
     explanation: Option<&Explanation>,
     warnings: &[String],
 ) -> String {
+    if let Some(parallelism) = &plan.data_parallel {
+        return data_parallel_table(plan, parallelism, warnings);
+    }
     let s = &plan.solver;
     // The greedy baseline's map over its limit proves nothing about other maps.
     let greedy_over = s.kind == SolverKind::Greedy && plan.verdict == Verdict::DoesNotFit;
@@ -124,6 +130,43 @@ pub fn plan_table(
             }
         }
     }
+    if !warnings.is_empty() {
+        text += "\nwarnings:\n";
+        for w in warnings {
+            text += &format!("  - {w}\n");
+        }
+    }
+    text
+}
+
+/// A data-parallel plan: nothing was placed, every GPU is a rank; its verdict, what a rank
+/// holds, each rank against its own limit, and why no device map is written.
+fn data_parallel_table(plan: &Plan, parallelism: &Parallelism, warnings: &[String]) -> String {
+    let flag = parallel_flag(*parallelism);
+    let verdict = match plan.verdict {
+        Verdict::Fits => "fits".to_string(),
+        _ => format!("does not fit: the step {}", overruns(plan)),
+    };
+    let mut text = format!(
+        "plan for --parallel {flag}: {verdict}  (nothing to place, every GPU is a rank; {:.1} ms)\n\n",
+        plan.solver.seconds * 1e3
+    );
+    text += &crate::data_parallel_line(parallelism, plan.devices.len()).unwrap_or_default();
+    text += &devices_table(&plan.devices);
+    let loads = match parallelism {
+        Parallelism::Zero { stage: 3, .. } => {
+            "DeepSpeed ZeRO-3 and FSDP shard the weights as they load them, and transformers refuses a device_map \
+             under ZeRO-3"
+        }
+        _ => {
+            "each rank loads the whole model on its own GPU: `from_pretrained(..., device_map={\"\": local_rank})`, \
+             or `model.to(local_rank)` before wrapping it; a map that splits the model would put every rank's \
+             copy on the same GPUs"
+        }
+    };
+    text += &format!(
+        "\nno device map: {loads}. `-o plan.yaml` keeps this plan (read back by `vramplan estimate --plan`).\n"
+    );
     if !warnings.is_empty() {
         text += "\nwarnings:\n";
         for w in warnings {

@@ -35,7 +35,7 @@ TAG = "v5" if TF_MAJOR >= 5 else "v4"
 def versions():
     out = {"python": platform.python_version(), "torch": torch.__version__,
            "transformers": transformers.__version__}
-    for mod in ("accelerate", "bitsandbytes", "safetensors"):
+    for mod in ("accelerate", "bitsandbytes", "peft", "safetensors"):
         try:
             m = __import__(mod)
             out[mod] = getattr(m, "__version__", "?")

@@ -1,91 +1,390 @@
-"""A first reference tracer of the real runtime (issue 11): runs the real transformers training
-step on the CPU under PyTorch's FakeTensorMode (tensors without data, so full scale costs no
-memory) and records its memory with PyTorch's own MemTracker
-(torch.distributed._tools.mem_tracker), which follows every storage from creation to death and
-sorts it into parameters, buffers, gradients, activations, temporaries and optimizer states.
+"""The reference tracer of the real runtime (issue 11): runs the real transformers (+ PEFT,
++ bitsandbytes) training step or inference prefill on the CPU under PyTorch's FakeTensorMode
+(tensors without data, so full scale costs no memory) and records its memory with PyTorch's own
+MemTracker (torch.distributed._tools.mem_tracker), which follows every storage from creation to
+death, rounds each to the CUDA caching allocator's 512 bytes and sorts it into parameters,
+buffers, gradients, activations, temporaries and optimizer states.
 
-A start, not yet a fixture generator: no LoRA or bitsandbytes, one optimizer (AdamW), and only
-the step's peak. The optimizer runs with CUDA's default implementation (`foreach=True`), not
-the CPU's (`foreach=False`): the two allocate different temporaries at the step.
+What runs, per configuration (CONFIGS below):
+- the model is built from vramplan's built-in config (profiles/catalog/models), in the given
+  dtype, with transformers' default attention (SDPA, or eager where the class does not support
+  it: Gemma 2) and experts implementation;
+- `full`: every parameter trains, `torch.optim.AdamW(fused=True)`, the HF Trainer's default
+  optimizer with torch >= 2.8 (`TrainingArguments.optim = "adamw_torch_fused"`);
+- `lora`: PEFT `get_peft_model` with `LoraConfig(r, target_modules)` (adapters in fp32, PEFT's
+  `autocast_adapter_dtype=True`), the same optimizer over the adapters;
+- `qlora`: every `nn.Linear` but the head replaced by a bitsandbytes `Linear4bit` (nf4, blocks
+  of 64, double quantization, `compute_dtype` = the model dtype) holding packed weights, then
+  PEFT's `prepare_model_for_kbit_training` (non-quantized parameters cast to fp32) and LoRA, as
+  the HF Trainer / TRL path does;
+- checkpointing: `gradient_checkpointing_enable(use_reentrant=False)`;
+- training runs two steps (forward with labels, backward, optimizer step, `zero_grad`), so the
+  second step sees the optimizer states; inference runs the prefill of a `generate` call
+  (`use_cache=True`, a DynamicCache, `logits_to_keep=1`) under `torch.no_grad`.
+
+Where CPU and CUDA kernels keep different tensors, the tracer runs the CPU kernel that keeps
+what the CUDA one does: SDPA with attention dropout (CUDA's fused kernels apply it inside, the
+CPU falls back to the math path) runs the CPU's fused kernel without dropout; dropout keeps a
+boolean mask, as CUDA's kernel does (the CPU's keeps one in the input's dtype).
+The causal-mask decision of transformers reads position values, which fake tensors do not
+have: the tracer lets it decide as a real run without padding does (no mask, `is_causal`).
+
+Recorded per configuration: the peak of live bytes, the bytes by kind at that moment, the phase
+and the innermost module and op running then, and the bytes held once the step is over.
+
+CPU kernels are not CUDA kernels; where they allocate differently, the comparison in
+`tests/tests/tracer_reference.rs` says so (it never copies these figures into the model).
 
 Usage (from the repository root, with the venv `scripts/reference/run` builds):
-    scripts/reference/.venv5/bin/python scripts/reference/trace.py llama-3.2-1b --batch 1 --seq 512
-prints one JSON object: the library versions, the configuration and the peak in bytes by kind.
+    scripts/reference/run trace                      # all configurations -> fixtures/reference/trace/v5.json
+    scripts/reference/.venv5/bin/python scripts/reference/trace.py --only llama-3.2-1b
 """
 
 import argparse
 import json
 import sys
 import time
+import traceback
 
-import common  # noqa: F401  (offline settings, config loading)
+import common
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed._tools.mem_tracker import MemTracker
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
+# transformers materialises the causal mask (and with it repeats K and V for grouped-query
+# attention, `use_gqa_in_sdpa`) when it cannot read a position tensor's values, which is what
+# `is_tracing` reports for a fake tensor. A real run reads them and passes `is_causal` with no
+# mask instead (`_ignore_causal_mask_sdpa`); so does the tracer.
+import transformers.masking_utils  # noqa: E402
 
-def trace(name, batch, seq, dtype, steps=2):
-    """The peak of `steps` full fine-tuning steps (forward, loss, backward, AdamW, zero_grad
-    with set_to_none) of built-in model `name`, in bytes by kind."""
-    raw = common.load_raw_config(name)
-    config, _ = common.make_config(raw)
-    config._attn_implementation = "sdpa"
+transformers.masking_utils.is_tracing = lambda tensor=None: False
+# The same reading of position values looks for packed sequences; a batch without them has none.
+transformers.masking_utils.find_packed_sequence_indices = lambda position_ids: None
+
+# CUDA's flash and memory-efficient SDPA kernels apply attention dropout inside the kernel and
+# keep only its random state for backward; the CPU has no such kernel and falls back to the
+# math path, which keeps the full fp32 attention matrix. The tracer runs the CPU's fused kernel
+# without dropout instead, which keeps what the CUDA kernels keep.
+_sdpa = torch.nn.functional.scaled_dot_product_attention
+
+
+def _sdpa_as_cuda(*args, dropout_p=0.0, **kwargs):
+    return _sdpa(*args, dropout_p=0.0, **kwargs)
+
+
+torch.nn.functional.scaled_dot_product_attention = _sdpa_as_cuda
+
+
+# CUDA's dropout kernel (`native_dropout`) keeps a 1-byte boolean mask; the CPU's keeps a mask
+# in the input's dtype. The tracer's dropout keeps a boolean mask, as CUDA's does.
+class _DropoutAsCuda(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, p):
+        mask = torch.empty_like(x, dtype=torch.bool).bernoulli_(1.0 - p)
+        ctx.save_for_backward(mask)
+        ctx.scale = 1.0 / (1.0 - p)
+        return x * mask * ctx.scale
+
+    @staticmethod
+    def backward(ctx, grad):
+        (mask,) = ctx.saved_tensors
+        return grad * mask * ctx.scale, None
+
+
+_dropout = torch.nn.functional.dropout
+
+
+def _dropout_as_cuda(input, p=0.5, training=True, inplace=False):
+    if not training or p == 0.0:
+        return input
+    return _DropoutAsCuda.apply(input, p)
+
+
+torch.nn.functional.dropout = _dropout_as_cuda
+
+# Families: Llama, Qwen2, Gemma 2, Phi, GPT-2, GPT-NeoX and an MoE (OLMoE).
+FAMILIES = [
+    ("llama-3.2-1b", ["q_proj", "v_proj"]),
+    ("qwen2.5-0.5b", ["q_proj", "k_proj", "v_proj", "o_proj"]),
+    ("gemma-2-2b", ["q_proj", "v_proj"]),
+    ("phi-2", ["q_proj", "v_proj"]),
+    ("gpt2", ["c_attn"]),
+    ("pythia-410m", ["query_key_value"]),
+    ("olmoe-1b-7b", ["q_proj", "v_proj"]),
+]
+
+
+def configurations():
+    """The matrix: per family, full / LoRA / QLoRA with checkpointing off and on over three
+    batch x sequence shapes, and inference prefill at two shapes."""
+    out = []
+    for model, targets in FAMILIES:
+        def cfg(mode, finetune, ckpt, batch, seq):
+            c = {"model": model, "mode": mode, "finetune": finetune, "ckpt": ckpt,
+                 "batch": batch, "seq": seq, "dtype": "bf16"}
+            if finetune in ("lora", "qlora"):
+                c["lora_rank"] = 16
+                c["lora_targets"] = targets
+            return c
+        out += [
+            cfg("train", "full", False, 1, 512),
+            cfg("train", "full", True, 2, 1024),
+            cfg("train", "lora", False, 1, 512),
+            cfg("train", "lora", True, 4, 256),
+            cfg("train", "lora", False, 2, 1024),
+            cfg("train", "qlora", True, 1, 512),
+            cfg("train", "qlora", False, 4, 256),
+            cfg("inference", "none", False, 1, 512),
+            cfg("inference", "none", False, 4, 1024),
+        ]
+    return out
+
+
+def _linear4bit_like(linear, compute_dtype):
+    """A bitsandbytes Linear4bit in place of `linear`, its weight packed as bitsandbytes stores
+    it: uint8 [(out*in+1)//2, 1], absmax quantized to uint8 per 64-block with an fp32 absmax per
+    256 blocks (double quantization). Built on the meta device (Params4bit cannot wrap a fake
+    tensor), then given fake tensors."""
+    import bitsandbytes as bnb
+    from bitsandbytes.functional import QuantState
+
+    out_f, in_f = linear.out_features, linear.in_features
+    has_bias = linear.bias is not None
+    with torch._subclasses.fake_tensor.unset_fake_temporarily():
+        q = bnb.nn.Linear4bit(in_f, out_f, bias=False, compute_dtype=compute_dtype,
+                              quant_type="nf4", device="meta")
+    n = out_f * in_f
+    blocks = (n + 63) // 64
+    state2 = QuantState(absmax=torch.empty((blocks + 255) // 256, dtype=torch.float32),
+                        code=torch.empty(256, dtype=torch.float32), blocksize=256,
+                        quant_type="nf4", dtype=torch.float32)
+    qs = QuantState(absmax=torch.empty(blocks, dtype=torch.uint8), shape=torch.Size([out_f, in_f]),
+                    code=torch.empty(16, dtype=torch.float32), blocksize=64, quant_type="nf4",
+                    dtype=compute_dtype, offset=torch.empty((), dtype=torch.float32), state2=state2)
+    w = torch.nn.Parameter(torch.empty((n + 1) // 2, 1, dtype=torch.uint8), requires_grad=False)
+    w.quant_state = qs
+    w.bnb_quantized = True
+    # What PEFT's `dispatch_bnb_4bit` reads off a Params4bit.
+    w.compress_statistics, w.quant_type, w.quant_storage, w.blocksize = True, "nf4", torch.uint8, 64
+    q._parameters["weight"] = w
+    if has_bias:
+        q._parameters["bias"] = torch.nn.Parameter(torch.empty(out_f, dtype=linear.bias.dtype))
+    q.compute_type_is_set = True
+    return q
+
+
+def _quantize_linears(model, compute_dtype):
+    """Every nn.Linear and GPT-2 Conv1D but the output head becomes a 4-bit Linear4bit, as
+    transformers' `replace_with_bnb_linear` does (`llm_int8_skip_modules` defaults to the output
+    embeddings; a Conv1D's [in, out] weight is quantized as the [out, in] linear it is)."""
+    from transformers.pytorch_utils import Conv1D
+
+    head = model.get_output_embeddings()
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            if child is head:
+                continue
+            if isinstance(child, torch.nn.Linear):
+                setattr(module, child_name, _linear4bit_like(child, compute_dtype))
+            elif isinstance(child, Conv1D):
+                in_f, out_f = child.weight.shape
+                linear = torch.nn.Linear(in_f, out_f, bias=child.bias is not None, device="meta")
+                linear.bias = child.bias
+                setattr(module, child_name, _linear4bit_like(linear, compute_dtype))
+
+
+def _peft(model, config):
+    import peft
+    from peft.tuners import tuners_utils
+
+    # PEFT moves new modules to the base layer's device with `.to(device)`, which swaps tensors
+    # and fails on fake parameters; everything is on the CPU already, so device-only moves are
+    # skipped (dtype changes still run).
+    tuners_utils.BaseTunerLayer._move_adapter_to_device_of_base_layer = lambda self, *a, **k: None
+    original_to = torch.nn.Module.to
+
+    def to(self, *args, **kwargs):
+        if not kwargs and len(args) == 1 and isinstance(args[0], (torch.device, str)):
+            return self
+        return original_to(self, *args, **kwargs)
+
+    lora = peft.LoraConfig(r=config["lora_rank"], lora_alpha=2 * config["lora_rank"],
+                           target_modules=config["lora_targets"], lora_dropout=0.0,
+                           task_type="CAUSAL_LM")
+    torch.nn.Module.to = to
+    try:
+        return peft.get_peft_model(model, lora)
+    finally:
+        torch.nn.Module.to = original_to
+
+
+class PeakTracker(MemTracker):
+    """MemTracker that also notes what ran when the peak was reached."""
+
+    def __init__(self, debug=False):
+        super().__init__()
+        self.peak_total = 0
+        self.peak_where = {}
+        self.debug = debug
+        self.origin = {}  # id of a storage's weak-ref info -> (op, module, phase) that made it
+        self.peak_live = []
+
+    def __enter__(self):
+        # MemTracker hooks every parameter's gradient; frozen ones (LoRA's base) take no hook.
+        class _NoHook:
+            def remove(self):
+                pass
+
+        def guard(original):
+            def hook(tensor, fn):
+                return original(tensor, fn) if tensor.requires_grad else _NoHook()
+            return hook
+
+        self._hooks = (torch.Tensor.register_hook, torch.Tensor.register_post_accumulate_grad_hook)
+        torch.Tensor.register_hook = guard(self._hooks[0])
+        torch.Tensor.register_post_accumulate_grad_hook = guard(self._hooks[1])
+        return super().__enter__()
+
+    def __exit__(self, *args):
+        try:
+            return super().__exit__(*args)
+        finally:
+            torch.Tensor.register_hook, torch.Tensor.register_post_accumulate_grad_hook = self._hooks
+
+    def _update_peak_stats(self, peak_state):
+        # Only the step's peak: MemTracker's per-module peaks walk every tracked module after
+        # every op, which makes a PEFT model with hundreds of modules take minutes.
+        for dev, snap in self._curr_mem_snap.items():
+            if self._peak_mem.get(dev, 0) < snap["Total"]:
+                self._peak_mem[dev] = snap["Total"]
+                self._peak_mem_snap[dev] = dict(snap)
+
+    def _where(self, func):
+        parents = [p for p in self._mod_tracker.parents if p != "Global"]
+        phase = "optimizer" if self._in_opt else ("backward" if self._mod_tracker.is_bw else "forward")
+        return {"phase": phase, "module": parents[-1] if parents else "", "op": str(func)}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        res = super().__torch_dispatch__(func, types, args, kwargs)
+        total = sum(s.get("Total", 0) for s in self._curr_mem_snap.values())
+        if self.debug:
+            where = None
+            for winfo, _ in list(self._WINFO.values()):
+                if id(winfo) not in self.origin:
+                    where = where or self._where(func)
+                    self.origin[id(winfo)] = where
+        if total > self.peak_total:
+            self.peak_total = total
+            self.peak_where = self._where(func)
+            if self.debug:
+                groups = {}
+                for winfo, _ in list(self._WINFO.values()):
+                    o = self.origin.get(id(winfo), {})
+                    key = (winfo.reftype.value, o.get("phase"), o.get("module", "")[-40:], o.get("op"))
+                    groups[key] = groups.get(key, 0) + winfo.mem_consumed
+                self.peak_live = sorted(groups.items(), key=lambda kv: -kv[1])[:25]
+        return res
+
+
+def _by_kind(snapshot):
+    out = {}
+    for stats in snapshot.values():
+        for kind, value in stats.items():
+            label = kind if isinstance(kind, str) else kind.value
+            out[label] = out.get(label, 0) + int(value)
+    return out
+
+
+def trace(config):
+    """Runs one configuration and returns what it recorded."""
+    raw = common.load_raw_config(config["model"])
+    hf_config, _ = common.make_config(raw)
+    hf_config.use_cache = config["mode"] == "inference"
     cls = common.model_class(raw)
+    dtype = DTYPES[config["dtype"]]
+    train = config["mode"] == "train"
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
         with FakeTensorMode(allow_non_fake_inputs=True):
-            model = cls(config)
-            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
-            tracker = MemTracker()
-            tracker.track_external(model, optimizer)
+            model = cls(hf_config)
+            if config["finetune"] == "qlora":
+                import peft
+                _quantize_linears(model, dtype)
+                model.is_loaded_in_4bit = True
+                model = peft.prepare_model_for_kbit_training(
+                    model, use_gradient_checkpointing=config["ckpt"],
+                    gradient_checkpointing_kwargs={"use_reentrant": False})
+            elif config["ckpt"]:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if config["finetune"] in ("lora", "qlora"):
+                model = _peft(model, config)
+            model.train(train)
+            trainable = [p for p in model.parameters() if p.requires_grad]
+            optimizer = torch.optim.AdamW(trainable, lr=1e-4, fused=True) if train else None
+            tracker = PeakTracker()
+            tracker.track_external(*[x for x in (model, optimizer) if x is not None])
+            vocab = hf_config.get_text_config().vocab_size
             with tracker:
-                for step in range(steps):
-                    ids = torch.randint(0, config.vocab_size, (batch, seq))
-                    model(input_ids=ids, labels=ids).loss.backward()
-                    optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
-                    if step + 1 < steps:
-                        # MemTracker keeps per-module statistics of one iteration only.
-                        tracker.reset_mod_stats()
-            peak = tracker.get_tracker_snapshot("peak")
+                if train:
+                    for step in range(2):
+                        ids = torch.randint(0, vocab, (config["batch"], config["seq"]))
+                        model(input_ids=ids, labels=ids).loss.backward()
+                        optimizer.step()
+                        optimizer.zero_grad(set_to_none=True)
+                        if step == 0:
+                            tracker.reset_mod_stats()
+                else:
+                    ids = torch.randint(0, vocab, (config["batch"], config["seq"]))
+                    with torch.no_grad():
+                        out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+                    del out
+                steady = _by_kind(tracker.get_tracker_snapshot("current"))
+            peak = _by_kind(tracker.get_tracker_snapshot("peak"))
+            where = tracker.peak_where
     finally:
         torch.set_default_dtype(previous)
-    by_kind = {}
-    for stats in peak.values():
-        for kind, value in stats.items():
-            label = kind if isinstance(kind, str) else kind.value
-            by_kind[label] = by_kind.get(label, 0) + int(value)
-    return by_kind
+    return {"peak_bytes": peak["Total"], "peak_by_kind": peak, "peak_where": where,
+            "end_bytes": steady["Total"]}
+
+
+def _config_key(record):
+    """What identifies a configuration in a record."""
+    keys = ("model", "mode", "finetune", "ckpt", "batch", "seq", "dtype", "lora_rank", "lora_targets")
+    return json.dumps({k: record[k] for k in keys if k in record}, sort_keys=True)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", help="a vramplan built-in model name")
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--seq", type=int, default=512)
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
+    parser.add_argument("--only", help="trace only this built-in model's configurations")
+    parser.add_argument("--print", action="store_true", help="print records, write nothing")
     args = parser.parse_args()
-    start = time.time()
-    peak = trace(args.model, args.batch, args.seq, DTYPES[args.dtype])
-    json.dump(
-        {
-            "versions": common.versions(),
-            "model": args.model,
-            "mode": "train",
-            "finetune": "full",
-            "optimizer": "adamw (foreach)",
-            "batch": args.batch,
-            "seq": args.seq,
-            "dtype": args.dtype,
-            "peak_bytes": peak,
-            "seconds": round(time.time() - start, 1),
-        },
-        sys.stdout,
-    )
-    print()
+    records = []
+    for config in configurations():
+        if args.only and config["model"] != args.only:
+            continue
+        start = time.time()
+        try:
+            record = {**config, **trace(config)}
+        except Exception as e:  # noqa: BLE001
+            traceback.print_exc(limit=3)
+            record = {**config, "error": common.err_str(e)}
+        record["seconds"] = round(time.time() - start, 1)
+        print(json.dumps(record), file=sys.stderr, flush=True)
+        records.append(record)
+    if args.print:
+        return
+    out = common.FIXTURES / "trace" / f"{common.TAG}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if args.only and out.exists():
+        # Re-tracing one model replaces its records and keeps the others, in matrix order.
+        kept = [r for r in json.loads(out.read_text())["records"] if r["model"] != args.only]
+        order = [_config_key(c) for c in configurations()]
+        records = sorted(kept + records, key=lambda r: order.index(_config_key(r)))
+    common.write_json(out, {"versions": common.versions(), "records": records}, compact_lists=["records"])
+    print(f"wrote {out} ({len(records)} records)", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,12 @@
 //! The result of simulating one step: per device, the three peak figures people measure, the
 //! event where the peak happens, and the bytes by component at that moment.
+//!
+//! Under data parallelism (DDP, ZeRO, FSDP) every GPU of the profile is a rank running its own
+//! step: each holds a replica (DDP) or its shard (ZeRO), so the estimate has one device per GPU
+//! of the profile, each replayed on its own GPU and judged against that GPU's memory
+//! ([`data_parallel_estimate`]).
 
-use crate::engines::{llamacpp, vllm};
-use crate::placement::Placement;
+use crate::placement::{Placement, Target};
 use crate::workload::{Engine, Parallelism, Workload};
 use serde::Serialize;
 use vramplan_profiles::InputError;
@@ -105,9 +109,14 @@ pub fn estimate_within(
     headroom: f64,
 ) -> Result<Estimate, InputError> {
     match workload.engine {
-        Engine::Vllm { .. } => return vllm_estimate(model, hardware, workload),
-        Engine::LlamaCpp { .. } => return llamacpp_estimate(model, hardware, workload),
+        Engine::Vllm { .. } => return crate::engines::estimate::vllm_estimate(model, hardware, workload),
+        Engine::LlamaCpp { .. } => {
+            return crate::engines::estimate::llamacpp_estimate(model, hardware, workload, placement);
+        }
         Engine::Transformers => {}
+    }
+    if is_data_parallel(workload) {
+        return data_parallel_estimate(model, hardware, workload, placement, headroom);
     }
     let program = crate::program::step_program(model, hardware, workload, placement);
     let capacity = |gpu: u32| {
@@ -123,117 +132,120 @@ pub fn estimate_within(
             )
             .with_fix(format!("the profile has GPUs 0 to {}", hardware.devices.len().saturating_sub(1))));
         };
-        // nvidia-smi counts the allocator's segments plus the CUDA context and the kernels it
-        // loads, which PyTorch does not see.
-        let outside_torch = device.context_reserve_bytes;
-        let device_used = run.peak_reserved + outside_torch;
-        let mut components = run.components;
-        // Overhead: everything device-used holds beyond the live tensors at the peak (workspaces
-        // allocated through PyTorch are already in `components.overhead`).
-        components.overhead = device_used - components.tensors().min(device_used);
-        let usable = device.usable_bytes();
-        devices.push(DeviceEstimate {
-            id: gpu,
-            name: device.name.clone(),
-            capacity_bytes: device.memory_bytes,
-            usable_bytes: usable,
-            peak_allocated_bytes: run.peak_allocated,
-            peak_reserved_bytes: run.peak_reserved,
-            device_used_bytes: device_used,
-            peak_at: run.peak_at,
-            steady_bytes: run.steady,
-            components,
-            fits: run.peak_reserved <= usable,
-        });
+        devices.push(device_estimate(gpu, device, run));
     }
     Ok(finish(devices, None))
 }
 
-fn first_device(hardware: &HardwareProfile) -> Result<&vramplan_profiles::hardware::Device, InputError> {
-    hardware.devices.first().ok_or_else(|| InputError::new(&hardware.name, "the profile has no GPU"))
-}
-
-/// vLLM: every rank of the tensor-parallel group holds the same budget.
-fn vllm_estimate(
-    model: &ModelDescription,
-    hardware: &HardwareProfile,
-    workload: &Workload,
-) -> Result<Estimate, InputError> {
-    let tp = match workload.parallelism {
-        Parallelism::Tensor { size } => size.max(1),
-        _ => 1,
-    };
-    if tp as usize > hardware.devices.len() {
-        return Err(InputError::new(
-            "--parallel",
-            format!(
-                "tensor parallelism over {tp} GPUs, but `{}` has {}",
-                hardware.name,
-                hardware.devices.len()
-            ),
-        )
-        .with_fix("use a profile with enough GPUs (e.g. `4xa100-80gb`) or a smaller tp"));
-    }
-    let mut devices = Vec::new();
-    let mut capacity = u64::MAX;
-    for device in hardware.devices.iter().take(tp as usize) {
-        let b = vllm::budget(model, device, workload, tp)?;
-        capacity = capacity.min(b.kv_capacity_tokens);
-        let allocated = b.weights_bytes + b.activation_peak_bytes + b.kv_cache_bytes;
-        let components = Components {
-            weights: b.weights_bytes,
-            activations: b.activation_peak_bytes,
-            kv_cache: b.kv_cache_bytes,
-            overhead: b.non_torch_bytes + b.cuda_graph_bytes,
-            ..Components::default()
-        };
-        devices.push(DeviceEstimate {
-            id: device.index,
-            name: device.name.clone(),
-            capacity_bytes: device.memory_bytes,
-            usable_bytes: device.usable_bytes(),
-            peak_allocated_bytes: allocated,
-            peak_reserved_bytes: allocated,
-            // vLLM takes `gpu_memory_utilization` of the total, plus its context and graphs.
-            device_used_bytes: b.requested_bytes.max(allocated + components.overhead),
-            peak_at: b.activation_peak_at.clone(),
-            steady_bytes: b.weights_bytes + b.kv_cache_bytes,
-            components,
-            fits: b.fits,
-        });
-    }
-    Ok(finish(devices, Some(capacity)))
-}
-
-/// llama.cpp: its CUDA buffers (model, KV cache, compute) on the first GPU.
-fn llamacpp_estimate(
-    model: &ModelDescription,
-    hardware: &HardwareProfile,
-    workload: &Workload,
-) -> Result<Estimate, InputError> {
-    let device = first_device(hardware)?;
-    let b = llamacpp::budget(model, device, workload)?;
-    let allocated = b.gpu_bytes();
-    let components = Components {
-        weights: b.model_bytes_gpu,
-        activations: b.compute_bytes,
-        kv_cache: b.kv_bytes,
-        overhead: device.context_reserve_bytes,
-        ..Components::default()
-    };
-    let devices = vec![DeviceEstimate {
-        id: device.index,
+/// One GPU's figures from its replay.
+fn device_estimate(
+    gpu: u32,
+    device: &vramplan_profiles::hardware::Device,
+    run: crate::timeline::DeviceRun,
+) -> DeviceEstimate {
+    // nvidia-smi counts the allocator's segments plus the CUDA context and the kernels it
+    // loads, which PyTorch does not see, and managed memory (paged optimizer states) as far as
+    // it is resident: the driver pages it out rather than fail, so it fills what is left.
+    let outside_torch = device.context_reserve_bytes;
+    let device_used = run.peak_reserved + outside_torch;
+    let resident_managed = run.managed.min(device.memory_bytes.saturating_sub(device_used));
+    let device_used = device_used + resident_managed;
+    let mut components = run.components;
+    components.optimizer += resident_managed;
+    // Overhead: everything device-used holds beyond the live tensors at the peak (workspaces
+    // allocated through PyTorch are already in `components.overhead`).
+    components.overhead = device_used - components.tensors().min(device_used);
+    let usable = device.usable_bytes();
+    DeviceEstimate {
+        id: gpu,
         name: device.name.clone(),
         capacity_bytes: device.memory_bytes,
-        usable_bytes: device.usable_bytes(),
-        peak_allocated_bytes: allocated,
-        peak_reserved_bytes: allocated,
-        device_used_bytes: allocated + device.context_reserve_bytes,
-        peak_at: b.compute_peak_at.clone(),
-        steady_bytes: b.model_bytes_gpu + b.kv_bytes,
+        usable_bytes: usable,
+        peak_allocated_bytes: run.peak_allocated,
+        peak_reserved_bytes: run.peak_reserved,
+        device_used_bytes: device_used,
+        peak_at: run.peak_at,
+        steady_bytes: run.steady,
         components,
-        fits: b.fits,
-    }];
+        fits: run.peak_reserved <= usable,
+    }
+}
+
+/// Whether `workload` is data parallel under transformers: DDP, or ZeRO / FSDP, one rank per
+/// GPU of the profile, each running the whole step on its own batch. (vLLM and llama.cpp place
+/// the model themselves; tensor parallelism splits layers, not batches.)
+pub fn is_data_parallel(workload: &Workload) -> bool {
+    matches!(workload.engine, Engine::Transformers)
+        && matches!(workload.parallelism, Parallelism::Ddp | Parallelism::Zero { .. })
+}
+
+/// Whether `placement` keeps a data-parallel replica whole: every entry names one and the same
+/// GPU (each process loads the model whole on its own GPU, so a map for one rank is
+/// `{"": rank}`), or there is no entry at all (a plan that needs no map). A placement that
+/// spreads the model over several devices, or offloads part of it, does not.
+pub fn keeps_replica_whole(placement: &Placement) -> bool {
+    let mut targets = placement.entries().iter().map(|(_, t)| *t);
+    match targets.next() {
+        None => true,
+        Some(first @ Target::Gpu(_)) => targets.all(|t| t == first),
+        Some(_) => false,
+    }
+}
+
+/// Data parallelism: every GPU of the profile is a rank that holds the model whole (DDP; its
+/// ZeRO shard) on its own GPU and runs the step on its own micro-batch (`batch` is per rank, as
+/// each process's DataLoader gives it). Each rank is replayed with the model on its GPU, under
+/// that GPU's limit (`usable` × (1 − `headroom`)), and judged against its own memory: on a
+/// profile of mixed GPUs the ranks hold the same tensors (ZeRO shards evenly, whatever each
+/// GPU's size) and the smallest GPU decides. `placement` must keep the replica whole on one GPU
+/// ([`keeps_replica_whole`]); which one does not matter, since each rank uses its own.
+pub fn data_parallel_estimate(
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+    workload: &Workload,
+    placement: &Placement,
+    headroom: f64,
+) -> Result<Estimate, InputError> {
+    if !keeps_replica_whole(placement) {
+        return Err(InputError::new(
+            "device map",
+            "under data parallelism each process loads the whole model on its own GPU, and this \
+             placement spreads it over several devices",
+        )
+        .with_fix("place the whole model on one GPU (`{\"\": 0}`), or leave the device map out"));
+    }
+    if hardware.devices.is_empty() {
+        return Err(InputError::new(&hardware.name, "the profile has no GPU")
+            .with_fix("give a profile with the GPUs the ranks run on (e.g. `--hardware 4xa10g`)"));
+    }
+    // Ranks on GPUs of the same kind and limit replay the same program: run each kind once.
+    let mut runs: Vec<((u32, u64), crate::timeline::DeviceRun)> = Vec::new();
+    let mut devices = Vec::new();
+    for (rank, device) in hardware.devices.iter().enumerate() {
+        let gpu = u32::try_from(rank).unwrap_or(u32::MAX);
+        let limit = limit_bytes(device.usable_bytes(), headroom);
+        let key = (device.compute_capability.major, limit);
+        let run = match runs.iter().find(|(k, _)| *k == key) {
+            Some((_, run)) => run.clone(),
+            None => {
+                let program =
+                    crate::program::step_program(model, hardware, workload, &Placement::single(gpu));
+                let run = crate::timeline::replay(&program, |_| limit).devices.remove(&gpu);
+                // A model with nothing to place replays nothing: an empty run.
+                let run = run.unwrap_or_else(|| crate::timeline::DeviceRun {
+                    peak_allocated: 0,
+                    peak_reserved: 0,
+                    peak_at: "load".into(),
+                    components: Components::default(),
+                    steady: 0,
+                    managed: 0,
+                });
+                runs.push((key, run.clone()));
+                run
+            }
+        };
+        devices.push(device_estimate(gpu, device, run));
+    }
     Ok(finish(devices, None))
 }
 

@@ -22,10 +22,12 @@
 //! its forward, where its KV cache also lives.
 
 use crate::model::activations::{ActivationModel, BlockActivations};
+use crate::model::declared;
 use crate::model::precision::Precision;
 use crate::model::units::{self, Unit, UnitKind};
-use crate::placement::{Placement, Target};
-use crate::workload::{GradCheckpointing, Mode, Parallelism, Quant, Trainer, Workload};
+use crate::placement::{Placement, Target, covers};
+use crate::workload::{Finetune, GradCheckpointing, Mode, Parallelism, Quant, Trainer, Workload};
+use std::collections::BTreeMap;
 use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::{AttentionKind, ModelDescription, ModuleKind, NormKind, StackKind};
 
@@ -172,6 +174,10 @@ pub struct StepProgram {
     /// Hidden states handed from one unit to the next in the forward pass (also their gradient
     /// in backward): what a device boundary costs both sides while in flight.
     pub handoff_bytes: u64,
+    /// Bytes per GPU outside PyTorch's caching allocator, in CUDA managed memory: the states of
+    /// a paged optimizer. `max_memory_allocated` and `_reserved` do not see them; `nvidia-smi`
+    /// does, while they are resident (the driver pages them to host memory under pressure).
+    pub managed_bytes: BTreeMap<u32, u64>,
 }
 
 impl StepProgram {
@@ -200,6 +206,10 @@ impl StepProgram {
 pub fn cublas_workspace(compute_major: u32) -> u64 {
     8_519_680 + if compute_major >= 9 { 32 << 20 } else { 1 << 20 }
 }
+
+/// The most fp32 logits Unsloth's fused loss makes at once (`get_chunk_size`: the smaller of
+/// half the free memory and 4 GiB; free memory is taken as ample).
+const UNSLOTH_CE_TARGET: u64 = 4 << 30;
 
 /// The step program of `workload` for `model` placed on `hardware` by `placement`.
 pub fn step_program(
@@ -239,7 +249,7 @@ pub fn step_program(
             device: *device,
         })
         .collect();
-    StepProgram { units, ops: builder.ops, handoff_bytes }
+    StepProgram { units, ops: builder.ops, handoff_bytes, managed_bytes: builder.managed }
 }
 
 /// Writes the program: the model's units and what each allocates, resolved once.
@@ -261,6 +271,10 @@ struct Builder<'a> {
     ops: Vec<Op>,
     /// Live allocations by id: device and component.
     live: Vec<Option<(u32, Component)>>,
+    /// Bytes per GPU in CUDA managed memory (paged optimizer states).
+    managed: BTreeMap<u32, u64>,
+    /// GPUs holding Unsloth's buffers for offloaded checkpoints.
+    offload_buffers: Vec<u32>,
 }
 
 impl<'a> Builder<'a> {
@@ -303,6 +317,8 @@ impl<'a> Builder<'a> {
             shards,
             ops: Vec::new(),
             live: Vec::new(),
+            managed: BTreeMap::new(),
+            offload_buffers: Vec::new(),
         };
         builder.activations = (0..builder.units.len()).map(|i| builder.activations_of(i)).collect();
         builder
@@ -341,7 +357,8 @@ impl<'a> Builder<'a> {
         self.workload.prompt.unwrap_or(self.workload.seq).min(self.workload.seq)
     }
 
-    /// Weights of every unit on a GPU (sharded under ZeRO-3), and the cuBLAS workspaces.
+    /// Weights of every unit on a GPU (sharded under ZeRO-3), DDP's gradient buckets, and the
+    /// cuBLAS workspaces.
     fn load(&mut self, hardware: &HardwareProfile) {
         self.compute(None, None, Event::Load);
         for i in 0..self.units.len() {
@@ -352,6 +369,11 @@ impl<'a> Builder<'a> {
                 self.alloc(device, Some(i), Component::Weights, bytes);
             }
         }
+        // `DistributedDataParallel(model)` wraps the model once its weights are on the GPU; the
+        // workspaces come with the first matmul.
+        for (device, bytes) in self.ddp_bucket_bytes() {
+            self.alloc_held(device, Component::Gradients, bytes);
+        }
         let mut used: Vec<u32> = self.devices.iter().flatten().copied().collect();
         used.sort_unstable();
         used.dedup();
@@ -359,6 +381,54 @@ impl<'a> Builder<'a> {
             let major = hardware.devices.get(g as usize).map(|d| d.compute_capability.major).unwrap_or(8);
             self.alloc(g, None, Component::Workspace, cublas_workspace(major));
         }
+    }
+
+    /// DDP's gradient buckets, per GPU: the bytes of the flat `gradients` tensor PyTorch's
+    /// `Reducer` allocates for them when the model is wrapped. What sizes them
+    /// (torch/nn/parallel/distributed.py and torch/csrc/distributed/c10d/reducer.cpp):
+    /// - `_build_params_for_reducer` takes the parameters with `requires_grad`, each shared one
+    ///   once, so the buckets hold exactly the trainable parameters (LoRA: the adapters);
+    /// - `_ddp_init_helper`, with the defaults (`find_unused_parameters=False`, no static
+    ///   graph), calls `_compute_bucket_assignment_by_size` with the limit `sys.maxsize`: one
+    ///   bucket per (dtype, device), all of them in it (`bucket_cap_mb=25` and the 1 MiB
+    ///   `_DEFAULT_FIRST_BUCKET_BYTES` apply from `rebuild_buckets` on, before the second
+    ///   forward, which frees these and allocates the same bytes again in 25 MiB pieces);
+    /// - `Reducer::initialize_buckets` allocates each bucket as `at::empty({numel})` in the
+    ///   parameters' dtype, the dtype of their gradients;
+    /// - with `gradient_as_bucket_view=False` (the default) `mark_variable_ready_dense` copies
+    ///   each gradient into its bucket view and `.grad` stays a tensor of its own: the buckets
+    ///   are a second copy of the gradients, held from the wrap to the end of training, through
+    ///   `zero_grad`.
+    ///
+    /// Every trainable tensor has one dtype here ([`units::trainable_dtype`]), so a GPU has one
+    /// bucket. Nothing outside DDP training (inference has no `Reducer`).
+    fn ddp_bucket_bytes(&self) -> Vec<(u32, u64)> {
+        if self.workload.parallelism != Parallelism::Ddp || self.workload.mode != Mode::Train {
+            return Vec::new();
+        }
+        let mut buckets: Vec<(u32, u64)> = Vec::new();
+        for i in 0..self.units.len() {
+            let Some(device) = self.devices[i] else { continue };
+            let bytes = self.trainable_grad_bytes(i);
+            match buckets.iter_mut().find(|(d, _)| *d == device) {
+                Some((_, total)) => *total += bytes,
+                None => buckets.push((device, bytes)),
+            }
+        }
+        buckets.retain(|(_, bytes)| *bytes > 0);
+        buckets
+    }
+
+    /// Allocates `bytes` on `device` for no unit and for the whole run: no free of the step
+    /// ends it (the step frees every live gradient at `zero_grad`; DDP's buckets stay).
+    fn alloc_held(&mut self, device: u32, component: Component, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        let id = self.live.len();
+        // Not tracked as live, so that the step's frees by component pass it over.
+        self.live.push(None);
+        self.ops.push(Op::Alloc(Alloc { id, device, unit: None, component, bytes }));
     }
 
     /// Bytes of one weight tensor this rank holds: all of it, its ZeRO-3 shard, or none when
@@ -371,16 +441,29 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Optimizer states (and master weights) unit `unit` holds on its device once created.
-    fn optimizer_state_held(&self, unit: usize) -> u64 {
+    /// Optimizer states (and master weights) unit `unit` holds on its device once created:
+    /// the bytes in PyTorch's allocator, and those a paged optimizer keeps in CUDA managed
+    /// memory.
+    fn optimizer_state_held(&self, unit: usize) -> (u64, u64) {
         let tensors = &self.units[unit].trainable_tensors;
         if tensors.is_empty()
             || matches!(self.workload.parallelism, Parallelism::Zero { offload_optimizer: true, .. })
         {
-            return 0;
+            return (0, 0);
         }
         let dtype = units::trainable_dtype(self.workload, &self.precision);
-        units::optimizer_state_bytes(self.workload, tensors, dtype).div_ceil(self.shards)
+        let all = units::optimizer_state_bytes(self.workload, tensors, dtype);
+        let paged = units::paged_state_bytes(self.workload.optimizer, tensors).min(all);
+        ((all - paged).div_ceil(self.shards), paged.div_ceil(self.shards))
+    }
+
+    /// Creates unit `unit`'s optimizer states on `device` (the optimizer's first step of it).
+    fn create_optimizer_states(&mut self, unit: usize, device: u32) {
+        let (in_torch, paged) = self.optimizer_state_held(unit);
+        self.alloc(device, Some(unit), Component::Optimizer, in_torch);
+        if paged > 0 {
+            *self.managed.entry(device).or_default() += paged;
+        }
     }
 
     /// Hidden states of `tokens` tokens per sequence as they pass between units (fp32 residual
@@ -417,35 +500,61 @@ impl<'a> Builder<'a> {
             .collect()
     }
 
+    /// Unit `unit`'s activations for one training step: a block's from the activation model, a
+    /// norm's outside the blocks, and a custom model's declared sizes (`model/declared.rs`),
+    /// including those of a container above the unit that holds no unit of its own, charged to
+    /// the first unit under it.
     fn activations_of(&self, unit: usize) -> BlockActivations {
         let w = self.workload;
-        match self.units[unit].kind {
+        let mut acts = match self.units[unit].kind {
             UnitKind::Block(layer) => self.blocks.block(layer, w.batch, w.seq),
             UnitKind::Other | UnitKind::Embedding => self.norm_unit_activations(unit),
-            UnitKind::Head => BlockActivations::default(),
+            UnitKind::Head => self
+                .declared_outside_blocks(unit)
+                .map_or_else(BlockActivations::default, |d| d.or_formula(BlockActivations::default)),
+        };
+        let (p, model, units) = (&self.precision, self.model, &self.units);
+        if let Some(above) = declared::above(model, units, unit, w, p, w.batch, w.seq) {
+            acts.saved.extend(above.saved);
+            acts.working_set += above.working_set;
+        }
+        acts
+    }
+
+    /// A unit outside the blocks: what a custom model declares for it (`model/declared.rs`), in
+    /// place of or added to the rest; otherwise a norm outside the blocks (final norm, embedding
+    /// LayerNorm) keeps its input and output.
+    fn norm_unit_activations(&self, unit: usize) -> BlockActivations {
+        let w = self.workload;
+        let norm = || {
+            let has_norm = self.model.root.find(&self.units[unit].path).is_some_and(|m| {
+                let mut found = false;
+                m.visit(&mut |x| found |= x.kind == ModuleKind::Norm);
+                found
+            });
+            if w.mode != Mode::Train || !has_norm {
+                return BlockActivations::default();
+            }
+            let tokens = w.batch * w.seq;
+            let h = self.model.facts.hidden_size;
+            let c = self.precision.compute_bytes();
+            let saved = if self.model.facts.norm == NormKind::RmsNorm {
+                vec![4 * h * tokens, self.precision.upcast_bytes() * h * tokens, c * h * tokens]
+            } else {
+                vec![self.precision.upcast_bytes() * h * tokens, c * h * tokens]
+            };
+            BlockActivations { saved, forward_transient: 0, working_set: 0, backward_transient: 0, input: 0 }
+        };
+        match self.declared_outside_blocks(unit) {
+            Some(declared) => declared.or_formula(norm),
+            None => norm(),
         }
     }
 
-    /// A norm outside the blocks (final norm, embedding LayerNorm) keeps its input and output.
-    fn norm_unit_activations(&self, unit: usize) -> BlockActivations {
+    /// What a custom model declares for unit `unit` outside the blocks (`model/declared.rs`).
+    fn declared_outside_blocks(&self, unit: usize) -> Option<declared::Declared> {
         let w = self.workload;
-        let has_norm = self.model.root.find(&self.units[unit].path).is_some_and(|m| {
-            let mut found = false;
-            m.visit(&mut |x| found |= x.kind == ModuleKind::Norm);
-            found
-        });
-        if w.mode != Mode::Train || !has_norm {
-            return BlockActivations::default();
-        }
-        let tokens = w.batch * w.seq;
-        let h = self.model.facts.hidden_size;
-        let c = self.precision.compute_bytes();
-        let saved = if self.model.facts.norm == NormKind::RmsNorm {
-            vec![4 * h * tokens, self.precision.upcast_bytes() * h * tokens, c * h * tokens]
-        } else {
-            vec![self.precision.upcast_bytes() * h * tokens, c * h * tokens]
-        };
-        BlockActivations { saved, forward_transient: 0, backward_transient: 0, input: 0 }
+        declared::outside_blocks(self.model, &self.units, unit, w, &self.precision, w.batch, w.seq)
     }
 
     /// When unit `to` runs on another GPU than unit `from`, the hidden states (forward) or their
@@ -478,6 +587,32 @@ impl<'a> Builder<'a> {
         missing(&self.units[unit]) + next
     }
 
+    /// A full fine-tune of a model whose head shares its weight with a unit before it (tied
+    /// input and output embeddings): that unit, and the bytes of one gradient of the shared
+    /// weight. The head's backward makes one gradient of it, which autograd holds in the shared
+    /// weight's input buffer until the embedding's backward makes the other; the two are then
+    /// summed out of place (the head's is a transposed view, which `InputBuffer::accumulate`
+    /// does not add into in place) and the sum becomes `.grad`.
+    fn tied_head_gradient(&self) -> Option<(usize, u64)> {
+        if self.workload.mode != Mode::Train || !matches!(self.workload.finetune, Finetune::Full) {
+            return None;
+        }
+        let head = self.units.iter().position(|u| u.kind == UnitKind::Head)?;
+        let module = self.model.root.find(&self.units[head].path)?;
+        let mut tied = None;
+        module.visit(&mut |m| {
+            for t in &m.tensors {
+                if let (None, Some(target)) = (&tied, &t.tied_to) {
+                    tied = Some((target.clone(), t.numel()));
+                }
+            }
+        });
+        let (target, numel) = tied?;
+        let owner = self.units.iter().position(|u| covers(&u.keys[0], &target))?;
+        let dtype = units::trainable_dtype(self.workload, &self.precision);
+        (owner != head).then(|| (owner, dtype.bytes_for(numel)))
+    }
+
     fn trainable_grad_bytes(&self, unit: usize) -> u64 {
         let dtype = units::trainable_dtype(self.workload, &self.precision);
         dtype.bytes_for(self.units[unit].trainable_params())
@@ -488,7 +623,11 @@ impl<'a> Builder<'a> {
     fn dequant_transient(&self, unit: usize) -> u64 {
         match self.workload.quant {
             Quant::Nf4 { .. } | Quant::Fp4 { .. } => {
-                let bytes = self.workload.autocast.map(|d| d.bits() / 8).unwrap_or(4);
+                // Unsloth sets every Linear4bit's compute dtype to the model's.
+                let bytes = match self.workload.trainer {
+                    Trainer::Unsloth => self.precision.compute_bytes(),
+                    _ => self.workload.autocast.map(|d| d.bits() / 8).unwrap_or(4),
+                };
                 self.units[unit].largest_quantized_linear * bytes
             }
             _ => 0,
@@ -519,10 +658,20 @@ impl<'a> Builder<'a> {
             let gather = self.alloc(device, unit, Component::Weights, gathered);
             let mut ids = Vec::new();
             if is_block && checkpoint {
-                ids.push(self.alloc(device, unit, Component::Activations, acts.input));
+                if w.trainer == Trainer::Unsloth {
+                    // `UnslothCheckpointFunction` copies each layer's input to pinned CPU
+                    // memory; two GPU buffers of that size, made once and kept, take it back
+                    // in backward (unsloth_zoo/gradient_checkpointing.py, `GPU_BUFFERS`).
+                    if !self.offload_buffers.contains(&device) {
+                        self.offload_buffers.push(device);
+                        self.alloc_held(device, Component::Activations, 2 * acts.input);
+                    }
+                } else {
+                    ids.push(self.alloc(device, unit, Component::Activations, acts.input));
+                }
                 // Nothing is kept for backward inside a checkpointed layer: each intermediate is
                 // freed once its consumer has run, so only the layer's working set is live.
-                let t = self.alloc(device, unit, Component::Activations, acts.forward_transient + dequant);
+                let t = self.alloc(device, unit, Component::Activations, acts.working_set + dequant);
                 self.free(t);
             } else {
                 for bytes in &acts.saved {
@@ -550,8 +699,28 @@ impl<'a> Builder<'a> {
             let c = self.precision.compute_bytes();
             let unit = Some(h);
             self.compute(unit, Some(device), Event::Loss(step));
-            logits_ids.push(self.alloc(device, unit, Component::Logits, c * vocab * tokens));
-            if w.switches.chunked_cross_entropy {
+            if w.trainer == Trainer::Unsloth {
+                // Unsloth's fused loss (`UnslothFusedLoss`, unsloth_zoo/fused_losses): per chunk
+                // of tokens, the chunk's logits, their fp32 copy and its gradient, the gradient
+                // with respect to the hidden states written into `grad_inputs` (kept for the
+                // head's backward); no logits outlive the forward. The chunk count keeps a
+                // chunk's fp32 logits within 4 GiB (`get_chunk_size`, the cap of its target).
+                let fp32_logits = 4 * vocab * tokens;
+                let chunks = if fp32_logits <= UNSLOTH_CE_TARGET {
+                    1
+                } else {
+                    4 * fp32_logits.div_ceil(4 * UNSLOTH_CE_TARGET)
+                };
+                let chunk_tokens = tokens.div_ceil(chunks);
+                let grad_inputs = self.handoff_bytes(w.seq);
+                logits_ids.push(self.alloc(device, unit, Component::Activations, grad_inputs));
+                let chunk = self.alloc(device, unit, Component::Logits, (c + 4 + 4) * vocab * chunk_tokens);
+                self.free(chunk);
+                self.compute(unit, Some(device), Event::LossBackward(step));
+                // Backward returns `grad_inputs` times the loss's scale, out of place.
+                logits_ids.push(self.alloc(device, unit, Component::Activations, grad_inputs));
+            } else if w.switches.chunked_cross_entropy {
+                logits_ids.push(self.alloc(device, unit, Component::Logits, c * vocab * tokens));
                 // Chunked cross-entropy upcasts one of 8 chunks at a time; only the logits (and
                 // a per-token log-sum-exp) stay for backward, and each chunk's gradient replaces
                 // it. Compiled (`torch.compile` of the loss) the upcast is fused away and a
@@ -563,19 +732,33 @@ impl<'a> Builder<'a> {
                 self.free(grad);
             } else {
                 // The loss takes log-softmax of the logits — upcast to fp32 first by
-                // transformers' `ForCausalLMLoss`, in the model dtype by torchtune — and keeps it
-                // for backward; backward makes the dense NLL gradient and the log-softmax
-                // gradient of the same size, then the logits' gradient.
-                let loss_bytes = match w.trainer {
-                    Trainer::Transformers => 4,
-                    Trainer::Torchtune => c,
-                } * vocab
-                    * tokens;
-                let log_softmax = self.alloc(device, unit, Component::Logits, loss_bytes);
-                if w.trainer == Trainer::Torchtune {
-                    // The recipe drops its reference to the logits after the loss.
-                    logits_ids.drain(..).for_each(|id| self.free(id));
+                // transformers' `ForCausalLMLoss` (`logits.float()`, freed when the loss
+                // returns), in the model dtype by torchtune — and keeps its output for backward;
+                // backward makes the dense NLL gradient and the log-softmax gradient of the same
+                // size, then the logits' gradient. Neither trainer keeps the logits themselves
+                // into backward: the HF Trainer's `compute_loss` returns the loss alone and drops
+                // the model's output, the torchtune recipe deletes it after the loss.
+                logits_ids.push(self.alloc(device, unit, Component::Logits, c * vocab * tokens));
+                // Gemma 2 soft-caps its logits (`final_logit_softcapping`): `tanh(logits / cap) ·
+                // cap`, where the tanh keeps its output for backward (to the head's) and each
+                // step makes a logits-sized tensor.
+                let mut softcap_kept = None;
+                if self.model.facts.model_type == "gemma2" {
+                    let transient = self.alloc(device, unit, Component::Logits, c * vocab * tokens);
+                    softcap_kept = self.alloc(device, unit, Component::Logits, c * vocab * tokens);
+                    self.free(transient);
                 }
+                let transformers = w.trainer == Trainer::Transformers;
+                let upcast = if transformers {
+                    self.alloc(device, unit, Component::Logits, 4 * vocab * tokens)
+                } else {
+                    None
+                };
+                let loss_bytes = if transformers { 4 } else { c } * vocab * tokens;
+                let log_softmax = self.alloc(device, unit, Component::Logits, loss_bytes);
+                self.free(upcast);
+                logits_ids.drain(..).for_each(|id| self.free(id));
+                logits_ids.push(softcap_kept);
                 self.compute(unit, Some(device), Event::LossBackward(step));
                 let nll_grad = self.alloc(device, unit, Component::Logits, loss_bytes);
                 let grad = self.alloc(device, unit, Component::Logits, loss_bytes);
@@ -587,6 +770,8 @@ impl<'a> Builder<'a> {
         }
         // Backward.
         let zero2 = matches!(w.parallelism, Parallelism::Zero { stage: 2.., .. });
+        let tied = self.tied_head_gradient();
+        let mut tied_part = None;
         for i in (0..self.units.len()).rev() {
             let from = (i + 1 < self.units.len()).then_some(i + 1);
             self.cross_boundary(i, from, Event::GradientsTo(i, step));
@@ -605,16 +790,44 @@ impl<'a> Builder<'a> {
                 // Recomputed (or reloaded) together and freed together: one block.
                 recomputed = self.alloc(device, unit, Component::Activations, acts.saved.iter().sum());
             }
+            let mut contribution = None;
+            let mut sum = None;
+            match tied {
+                Some((owner, bytes)) if Some(i) == head => {
+                    let shared = self.devices[owner].unwrap_or(device);
+                    tied_part = self.alloc(shared, unit, Component::Gradients, bytes);
+                }
+                Some((owner, bytes)) if owner == i && tied_part.is_some() => {
+                    // This unit's gradient of the shared weight, then the sum, which is the
+                    // `.grad` below unless gradients are kept (then it is added in place).
+                    contribution = self.alloc(device, unit, Component::Gradients, bytes);
+                    if grads_new < bytes {
+                        sum = self.alloc(device, unit, Component::Gradients, bytes);
+                    }
+                }
+                _ => {}
+            }
             let grad = self.alloc(device, unit, Component::Gradients, grads_new);
             let t = self.alloc(device, unit, Component::Activations, acts.backward_transient);
             self.free(t);
+            if contribution.is_some() {
+                self.free(sum);
+                self.free(contribution);
+                self.free(tied_part.take());
+            }
             self.free(recomputed);
             std::mem::take(&mut kept[i]).into_iter().for_each(|id| self.free(id));
             self.free(gather);
             if Some(i) == head {
                 logits_ids.drain(..).for_each(|id| self.free(id));
             }
-            if w.switches.optimizer_in_backward && !first {
+            if w.switches.optimizer_in_backward {
+                // torchtune's `register_optim_in_bwd_hooks`: a per-parameter optimizer steps in
+                // the gradient's post-accumulate hook, creating its states on its first step,
+                // and sets `.grad = None`.
+                if first {
+                    self.create_optimizer_states(i, device);
+                }
                 self.free(grad);
             } else if zero2 {
                 // Reduce-scatter keeps this rank's shard of the gradients.
@@ -622,13 +835,13 @@ impl<'a> Builder<'a> {
                 self.alloc(device, unit, Component::Gradients, grads_new.div_ceil(self.shards));
             }
         }
-        // Optimizer step: the first creates the states (and master weights) it keeps.
+        // Optimizer step: the first creates the states (and master weights) it keeps; in
+        // backward, each unit's were created by its own first step there.
         self.compute(None, None, Event::OptimizerStep(step));
-        if first {
+        if first && !w.switches.optimizer_in_backward {
             for i in 0..self.units.len() {
-                let held = self.optimizer_state_held(i);
                 if let Some(device) = self.devices[i] {
-                    self.alloc(device, Some(i), Component::Optimizer, held);
+                    self.create_optimizer_states(i, device);
                 }
             }
         }
@@ -669,7 +882,7 @@ impl<'a> Builder<'a> {
                 .collect();
             match kind {
                 UnitKind::Block(layer) => {
-                    let acts = self.blocks.block(layer, w.batch, prompt).forward_transient;
+                    let acts = self.blocks.block(layer, w.batch, prompt).working_set;
                     let t =
                         self.alloc(device, unit, Component::Activations, acts + self.dequant_transient(i));
                     self.free(t);

@@ -69,6 +69,8 @@ pub(crate) struct DeviceRun {
     pub components: Components,
     /// Bytes still allocated at the end of the step (what stays between steps).
     pub steady: u64,
+    /// Bytes in CUDA managed memory, outside the allocator (paged optimizer states).
+    pub managed: u64,
 }
 
 /// What a replay found.
@@ -139,6 +141,7 @@ pub(crate) fn replay(program: &StepProgram, capacity: impl Fn(u32) -> u64) -> Re
                 peak_at: program.describe(t.peak_at),
                 components,
                 steady: t.by_component.iter().sum(),
+                managed: program.managed_bytes.get(&g).copied().unwrap_or(0),
             };
             (g, run)
         })

@@ -212,6 +212,12 @@ pub enum Trainer {
     /// cross-entropy on the model-dtype logits (`nn.CrossEntropyLoss`), or chunk by chunk with
     /// `CEWithChunkedOutputLoss`.
     Torchtune,
+    /// Unsloth (`FastLanguageModel`, LoRA/QLoRA with its own kernels): frozen parameters stay
+    /// in the model's dtype (no fp32 cast), adapters in fp32; fused RMSNorm, in-place RoPE and
+    /// fused LoRA MLP/QKV kernels keep less for backward; `use_gradient_checkpointing="unsloth"`
+    /// offloads each layer's input to pinned CPU memory; its fused cross-entropy computes the
+    /// loss's gradient chunk by chunk in the forward pass and returns no logits.
+    Unsloth,
 }
 
 /// Memory-saving switches.

@@ -103,6 +103,10 @@ fn train(batch: u64, seq: u64) -> Workload {
 /// Why `tt_3b_compile` is not asserted.
 const COMPILE_UNSTATED: &str =
     "torch.compile's fusion is not given by the configuration; later rows keep the flag and are asserted";
+/// Why torchtune's 8-bit AdamW row is not asserted.
+const PAGED_UNSTATED: &str = "the optimizer is transcribed as the config's default, PagedAdamW8bit, whose \
+     states bitsandbytes keeps in CUDA managed memory that `active_bytes` does not count; the \
+     figure matches them counted (an unpaged AdamW8bit); which ran is not stated";
 /// Why the T0_3B rows are not asserted.
 const T0_SEQ_UNSTATED: &str = "sequence length set by the data, not stated; printed at 64 tokens";
 /// Why the OctoCoder long-prompt rows are not asserted.
@@ -170,7 +174,7 @@ fn cases() -> Vec<Case> {
     steps.push(("tt_3b_actoffload", tt.clone(), None));
     let mut adam8 = tt.clone();
     adam8.optimizer = Optimizer::PagedAdamw8bit;
-    steps.push(("tt_3b_adamw8bit", adam8, None));
+    steps.push(("tt_3b_adamw8bit", adam8, Some(PAGED_UNSTATED)));
     let mut lora = tt.clone();
     lora.switches.optimizer_in_backward = false;
     lora.finetune = Finetune::Lora {
@@ -367,6 +371,8 @@ fn predictions_match_published_measurements() {
     assert!(uncovered.is_empty(), "rows of measured.csv without a case: {uncovered:?}");
     let gib = |b: u64| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64);
     let mut errors = Vec::new();
+    // Per asserted row: parameter arithmetic (weights only)?, a source of constants?, |error|.
+    let mut groups: Vec<(bool, bool, f64)> = Vec::new();
     let mut failures = Vec::new();
     println!("{:<42} {:>12} {:>12} {:>8}  {:<13} peak at", "case", "measured", "predicted", "error", "kind");
     for case in &cases {
@@ -392,6 +398,7 @@ fn predictions_match_published_measurements() {
         );
         if case.unasserted.is_none() {
             errors.push(error.abs());
+            groups.push((case.kind == Kind::Weights, CONSTANT_SOURCES.contains(&case.id), error.abs()));
             if error.abs() > 0.15 {
                 failures.push(case.id.to_string());
             }
@@ -410,6 +417,7 @@ fn predictions_match_published_measurements() {
                 format!("{tokens} tok"),
                 100.0 * error,
             );
+            groups.push((false, CONSTANT_SOURCES.contains(&case.id), error.abs()));
             if error.abs() > 0.15 {
                 failures.push(format!("{} KV capacity", case.id));
             }
@@ -425,9 +433,39 @@ fn predictions_match_published_measurements() {
         100.0 * median,
         100.0 * worst
     );
+    // The split the README reports: rows that only check parameter arithmetic (weights held
+    // after loading) apart from rows that exercise the memory model, and rows whose logs
+    // supplied constants apart from the rest.
+    let summary = |label: &str, keep: &dyn Fn(&(bool, bool, f64)) -> bool| {
+        let mut e: Vec<f64> = groups.iter().filter(|g| keep(g)).map(|g| g.2).collect();
+        e.sort_by(f64::total_cmp);
+        if let (Some(median), Some(worst)) = (e.get(e.len() / 2), e.last()) {
+            println!(
+                "  {label}: {} rows, median |error| {:.1}%, worst {:.1}%",
+                e.len(),
+                100.0 * median,
+                100.0 * worst
+            );
+        }
+    };
+    summary("parameter arithmetic (weights only)", &|g| g.0);
+    summary("memory model", &|g| !g.0);
+    summary("memory model, rows no constant came from", &|g| !g.0 && !g.1);
+    summary("memory model, rows constants were once read from (vLLM KV capacities)", &|g| !g.0 && g.1);
     assert!(failures.is_empty(), "outside ±15%: {failures:?}");
     assert!(median <= 0.07, "median |error| {:.1}% > 7%", 100.0 * median);
 }
+
+/// Rows whose logs vLLM's non-torch memory and CUDA-graph constants were read from until they
+/// were taken from the same campaign's runs of other models (`docs/memory-model.md`, vLLM):
+/// reported apart, since they agreed with constants once fitted to them.
+const CONSTANT_SOURCES: &[&str] = &[
+    "vllm019_llama31_8b_tp1",
+    "vllm019_llama31_8b_tp2",
+    "vllm019_llama31_8b_tp1_fp32",
+    "vllm019_mixtral_8x7b_tp2",
+    "vllm019_deepseek_v2_lite_tp1",
+];
 
 /// Prints the components at the peak for each case (`cargo test -- --ignored --nocapture`).
 #[test]

@@ -37,10 +37,13 @@ fn zero_model_states_are_16_bytes_per_parameter_partitioned_by_stage() {
 }
 
 /// A GPT-2 block of the paper's shape, in fp16, training with dropout and eager attention.
+/// A GPT-2 layer as Korthikanti et al. count it: its GeLU one kernel that keeps its input
+/// (`gelu`; GPT-2's default `gelu_new` is composed in Python and keeps four tensors).
 fn gpt_block(hidden: u64, heads: u64) -> ModelDescription {
     let config = serde_json::json!({
         "architectures": ["GPT2LMHeadModel"], "n_embd": hidden, "n_head": heads, "n_layer": 2,
-        "n_positions": 4096, "vocab_size": 50257, "torch_dtype": "float16"
+        "n_positions": 4096, "vocab_size": 50257, "torch_dtype": "float16",
+        "activation_function": "gelu"
     });
     hf::from_config_text(&config.to_string(), "gpt-block", ImportOptions::default()).expect("config")
 }

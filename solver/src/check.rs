@@ -15,6 +15,16 @@
 //! | tied weights apart | yes | – (tied layers are copied to each stage) | – | – (`output` is a copy) |
 //! | experts apart from their router | yes | as a split block | – (the point of it) | – |
 //! | split block | yes | yes | yes, experts aside | – (ggml copies between devices) |
+//!
+//! Under data parallelism (DDP, ZeRO-1/2) a map must also hold one entry, the rank's GPU
+//! ([`data_parallel_map`], `check/data_parallel.rs`). A training map must put nothing on `cpu`
+//! or `disk` under accelerate ([`offloaded_in_training`], `check/offload_training.rs`).
+
+mod data_parallel;
+mod offload_training;
+
+pub use data_parallel::data_parallel_map;
+pub use offload_training::offloaded_in_training;
 
 use crate::runtime::Runtime;
 use serde::Serialize;
@@ -49,6 +59,13 @@ pub enum Rule {
     ExpertsApartFromRouter,
     /// A block the runtime keeps whole (`_no_split_modules`) spread over devices.
     SplitBlock,
+    /// Data parallelism (DDP, ZeRO-1/2): a map of more than one entry, where every rank loads
+    /// the model whole on its own GPU ([`data_parallel_map`]).
+    DataParallelMap,
+    /// Training with modules offloaded to `cpu` or `disk` under accelerate: their weights are
+    /// streamed in for each forward and never updated, the HF Trainer refuses to move the model,
+    /// and listed tensors of a parent stay on the CPU ([`offloaded_in_training`]).
+    OffloadedInTraining,
 }
 
 impl Rule {
@@ -61,6 +78,8 @@ impl Rule {
             Rule::TiedWeightsSplit => "tied-weights-split",
             Rule::ExpertsApartFromRouter => "experts-apart-from-router",
             Rule::SplitBlock => "split-block",
+            Rule::DataParallelMap => "data-parallel-map",
+            Rule::OffloadedInTraining => "offloaded-in-training",
         }
     }
 }

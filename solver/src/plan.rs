@@ -19,6 +19,11 @@
 //! llama.cpp and expert-parallel plans place parts of layers the step simulator does not split,
 //! so their per-device figures are the solver's charges.
 //!
+//! Under data parallelism (DDP, ZeRO, FSDP) there is nothing to place: every GPU of the profile
+//! is a rank holding the model whole (DDP) or its shard (ZeRO) on its own GPU, so the plan is
+//! the replay of one rank per GPU, each under its own limit ([`data_parallel_plan`]), and no
+//! device map.
+//!
 //! Every plan carries a [`Verdict`]: it fits (a plan within every limit, optimal or the best
 //! found before the time limit, with its gap), it does not fit (proven for every placement by
 //! the lower-bound problem; with `--solver greedy`, proven for accelerate's map only), or there
@@ -39,7 +44,7 @@ use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::ModelDescription;
 use vramplan_sim::estimate::{Components, DeviceEstimate};
 use vramplan_sim::placement::{Placement, Target};
-use vramplan_sim::workload::Workload;
+use vramplan_sim::workload::{Parallelism, Workload};
 
 /// Rounds of solve-then-simulate before the plan is taken as it is.
 const REFINE_ROUNDS: usize = 6;
@@ -100,7 +105,7 @@ pub struct SolverReport {
     /// The ILP or the greedy baseline.
     pub kind: SolverKind,
     /// `optimal`, `time_limit`, `infeasible` (proven), `gave_up` (no plan, nothing proven); the
-    /// greedy baseline reports `heuristic`.
+    /// greedy baseline reports `heuristic`; a data-parallel plan, with nothing to place, `fixed`.
     pub status: String,
     /// Wall-clock seconds of every solve together.
     pub seconds: f64,
@@ -161,6 +166,10 @@ pub struct Plan {
     pub unanswered: Option<Unanswered>,
     /// Bytes on the CPU and disk tiers.
     pub offloaded_bytes: u64,
+    /// Data parallelism (DDP, ZeRO, FSDP): every GPU of the profile is a rank with the model
+    /// whole or its shard, `device_map` is empty, and `devices` has one entry per rank.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_parallel: Option<Parallelism>,
 }
 
 /// A list of `(key, value)` pairs as a JSON object, in list order (model order, not sorted).
@@ -199,6 +208,9 @@ pub fn plan(
     request: &Request,
     settings: &Settings,
 ) -> Result<Plan, InputError> {
+    if vramplan_sim::estimate::is_data_parallel(workload) {
+        return data_parallel_plan(model, hardware, workload, request, settings);
+    }
     let mut built = build::build(model, hardware, workload, request)?;
     match settings.solver {
         SolverKind::Ilp => solve_ilp(model, hardware, workload, request, settings, &mut built),
@@ -362,6 +374,7 @@ fn plan_less(request: &Request, solver: SolverReport, built: &Built, unanswered:
         peak_bytes: 0,
         unanswered: if verdict == Verdict::Unknown { unanswered } else { None },
         offloaded_bytes: 0,
+        data_parallel: None,
     }
 }
 
@@ -527,6 +540,7 @@ fn assemble(
         peak_bytes: peak,
         unanswered: None,
         offloaded_bytes: offloaded,
+        data_parallel: None,
     })
 }
 
@@ -575,5 +589,116 @@ fn charged_estimate(
             ..Components::default()
         },
         fits: allocated <= usable,
+    }
+}
+
+/// The plan under data parallelism (DDP, ZeRO-1/2/3, FSDP): no placement to search. Every GPU
+/// of the profile is a rank that loads the model whole on its own GPU (DDP: a replica; ZeRO:
+/// the whole model, then its shard), so the plan is each rank's replay under its own limit
+/// (usable × (1 − headroom)); it fits when every rank does, and otherwise does not (proven
+/// under the memory model: there is no other placement). No device map: each process places
+/// its copy itself (`device_map={"": local_rank}` or `model.to(local_rank)`; DeepSpeed ZeRO-3
+/// and FSDP partition the weights as they load them). `settings.solver` is reported as given,
+/// with the status `fixed`.
+///
+/// A target that splits the model over GPUs (`pipeline`, `llama.cpp`, `expert-parallel`), pins
+/// and `--min-devices` are refused: a rank runs on every GPU of the profile, each with all of
+/// the model.
+pub fn data_parallel_plan(
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+    workload: &Workload,
+    request: &Request,
+    settings: &Settings,
+) -> Result<Plan, InputError> {
+    let kind = parallel_flag(workload.parallelism);
+    if !matches!(request.runtime, Runtime::Accelerate | Runtime::AccelerateV4) {
+        return Err(InputError::new(
+            "--target",
+            format!(
+                "--target {} splits the model over the GPUs, and --parallel {kind} keeps the whole model (or its \
+                 shard) on every GPU, one rank each",
+                request.runtime.name()
+            ),
+        )
+        .with_fix(format!(
+            "leave out --target with --parallel {kind}, or use `--parallel single` to split one copy of the model"
+        )));
+    }
+    if let Some((module, _)) = request.pins.first() {
+        return Err(InputError::new(
+            "--pin",
+            format!("`{module}` cannot be pinned: under --parallel {kind} every rank holds all of the model on its own GPU"),
+        )
+        .with_fix("leave out --pin, or use `--parallel single` to place one copy of the model by hand"));
+    }
+    if request.min_devices {
+        return Err(InputError::new(
+            "--min-devices",
+            format!("--parallel {kind} runs one rank on every GPU of `{}`", hardware.name),
+        )
+        .with_fix("give the profile of the GPUs you will run on (e.g. `--hardware 2xa10g`), or leave out --min-devices"));
+    }
+    let start = Instant::now();
+    let estimate = vramplan_sim::estimate::data_parallel_estimate(
+        model,
+        hardware,
+        workload,
+        &Placement::from_entries(Vec::new()),
+        request.headroom,
+    )?;
+    // Each rank holds every unit (whole, or its shard of each).
+    let program = vramplan_sim::program::step_program(model, hardware, workload, &Placement::single(0));
+    let units: Vec<String> = program.units.iter().map(|u| u.path.clone()).collect();
+    let mut devices = Vec::new();
+    let mut objective: f64 = 0.0;
+    for e in estimate.devices {
+        let limit = vramplan_sim::estimate::limit_bytes(e.usable_bytes, request.headroom);
+        let utilisation = e.peak_reserved_bytes as f64 / e.usable_bytes.max(1) as f64;
+        objective = objective.max(utilisation);
+        devices.push(PlanDevice {
+            device: Target::Gpu(e.id),
+            name: format!("GPU {} ({})", e.id, e.name),
+            units: units.clone(),
+            limit_bytes: limit,
+            utilisation,
+            estimate: Some(e),
+        });
+    }
+    let feasible =
+        devices.iter().all(|d| d.estimate.as_ref().is_some_and(|e| e.peak_reserved_bytes <= d.limit_bytes));
+    let peak_bytes =
+        devices.iter().filter_map(|d| d.estimate.as_ref()).map(|e| e.device_used_bytes).max().unwrap_or(0);
+    Ok(Plan {
+        verdict: if feasible { Verdict::Fits } else { Verdict::DoesNotFit },
+        feasible,
+        target: request.runtime,
+        solver: SolverReport {
+            kind: settings.solver,
+            status: "fixed".into(),
+            seconds: start.elapsed().as_secs_f64(),
+            objective,
+            bound: objective,
+            gap: 0.0,
+            rounds: 1,
+        },
+        device_map: Vec::new(),
+        devices,
+        max_memory: Vec::new(),
+        experts: BTreeMap::new(),
+        peak_bytes,
+        unanswered: None,
+        offloaded_bytes: 0,
+        data_parallel: Some(workload.parallelism),
+    })
+}
+
+/// `--parallel`'s spelling of a parallelism (`ddp`, `zero2`, `tp=4`).
+pub fn parallel_flag(parallelism: Parallelism) -> String {
+    match parallelism {
+        Parallelism::Single => "single".into(),
+        Parallelism::Ddp => "ddp".into(),
+        Parallelism::Zero { stage, .. } => format!("zero{stage}"),
+        Parallelism::Tensor { size } => format!("tp={size}"),
     }
 }

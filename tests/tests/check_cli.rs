@@ -245,7 +245,7 @@ fn bad_input_exits_2_saying_where() {
     let out = check(&whole, "llama-3-8b", &["--hardware", "t4x2", "--target", "vllm"]);
     assert_eq!(out.code, 2);
     assert!(out.stderr.contains("unknown target `vllm`") && out.stderr.contains("fix:"), "{}", out.stderr);
-    let out = check(&whole, "llama-3-8b", &["--hardware", "t4x2", "--parallel", "ddp"]);
+    let out = check(&whole, "llama-3-8b", &["--hardware", "t4x2", "--parallel", "tp=2"]);
     assert_eq!(out.code, 2);
     assert!(out.stderr.contains("--parallel single"), "{}", out.stderr);
 }

@@ -21,16 +21,19 @@ mod build;
 pub mod catalog;
 pub mod custom;
 pub mod hf;
+pub mod quantization;
 pub mod safetensors;
 mod summary;
 mod tree;
 
 pub use build::Builder;
+pub use quantization::Quantization;
 pub use summary::{LayerKindSummary, ModuleSummary, PlacementUnit, Summary};
-pub use tree::{Module, ModuleKind, Tensor, TensorKind, join};
+pub use tree::{FloatForm, Module, ModuleKind, Tensor, TensorKind, join};
 
 use crate::{DType, InputError};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Module naming scheme: transformers 5.x (default; fused MoE experts `mlp.experts.gate_up_proj`)
@@ -194,6 +197,16 @@ pub struct ModelDescription {
     pub root: Module,
     /// Disagreements found while building (config vs checkpoint headers, unusual values).
     pub notes: Vec<String>,
+    /// The checkpoint's `quantization_config`, read; `None` for an unquantized checkpoint. Its
+    /// quantized weights are in the tree as the runtime holds them where it keeps the
+    /// quantization ([`quantization::held`] says where it does not).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quantization: Option<Quantization>,
+    /// Every weight stored quantized, by its full path (`…q_proj.qweight`, `…experts.
+    /// gate_up_proj_blocks`): the floating-point parameter it stands for, which
+    /// [`ModelDescription::dequantized`] restores.
+    #[serde(skip)]
+    pub float_forms: BTreeMap<String, FloatForm>,
 }
 
 impl ModelDescription {
@@ -242,12 +255,12 @@ impl ModelDescription {
             .collect()
     }
 
-    /// The same model loaded in `dtype`: every floating-point parameter held in `dtype`, what the
-    /// weights weigh at that precision. fp8 weights are dequantized, so their scales go with
-    /// them; packed integer weights (GPTQ, AWQ, bitsandbytes) keep their storage and constants.
-    /// As in transformers, only tensors created in the default dtype follow
-    /// ([`Tensor::follows_load_dtype`]: parameters and some buffers); the others keep their
-    /// types (float32 rotary frequencies, XLNet's `torch.FloatTensor` parameters).
+    /// The same model loaded in `dtype` (`from_pretrained(dtype=...)`, vLLM's `--dtype`): the
+    /// parts left unquantized are held in `dtype`; quantized weights (fp8, MXFP4 blocks, packed
+    /// GPTQ/AWQ/bitsandbytes words) and their constants keep their stored types, as both
+    /// runtimes keep them. As in transformers, only tensors created in the default dtype follow
+    /// ([`Tensor::takes_load_dtype`]: parameters and some buffers); the others keep their types
+    /// (float32 rotary frequencies, XLNet's `torch.FloatTensor` parameters).
     pub fn cast(&self, dtype: DType) -> ModelDescription {
         let mut out = self.clone();
         out.dtype = dtype;
@@ -257,12 +270,16 @@ impl ModelDescription {
                     tensor.dtype = dtype;
                 }
             }
-            let packed = module.tensors.iter().any(|t| matches!(t.kind, TensorKind::PackedParameter { .. }));
-            if !packed {
-                module.tensors.retain(|t| t.kind != TensorKind::QuantConstant);
-            }
         });
         out
+    }
+
+    /// The same model without its quantization, loaded in `dtype`: every quantized weight back
+    /// to the floating-point parameter it stands for, the quantizers' modules back to the classes
+    /// they replaced and their constants gone, then [`ModelDescription::cast`]. This is what
+    /// transformers builds from the config with `quantization_config` removed.
+    pub fn dequantized(&self, dtype: DType) -> ModelDescription {
+        quantization::dequantize_weights(self, dtype).cast(dtype)
     }
 
     /// Ties `tensor_path` to `canonical_path` (both full tensor paths). Fails if either is

@@ -74,6 +74,18 @@ pub struct Tensor {
     pub follows_load_dtype: bool,
 }
 
+/// The floating-point parameter a quantized weight (GPTQ `qweight`, an fp8 `weight`, MXFP4
+/// `*_blocks`) stands for: its name in the unquantized module (`weight`, `gate_up_proj`) and its
+/// shape there, which dequantization restores
+/// ([`crate::model::ModelDescription::dequantized`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FloatForm {
+    /// The parameter's name in the unquantized module.
+    pub name: String,
+    /// Its shape there (`[out, in]` for `nn.Linear`).
+    pub shape: Vec<u64>,
+}
+
 impl Tensor {
     /// A parameter (`nn.Parameter`) that follows the load dtype, untied.
     pub fn parameter(name: &str, shape: &[u64], dtype: DType) -> Tensor {
@@ -84,6 +96,15 @@ impl Tensor {
             kind: TensorKind::Parameter,
             tied_to: None,
             follows_load_dtype: true,
+        }
+    }
+
+    /// A quantization constant (scales, zeros, absmax): bytes, no parameters, never recast.
+    pub fn constant(name: &str, shape: &[u64], dtype: DType) -> Tensor {
+        Tensor {
+            kind: TensorKind::QuantConstant,
+            follows_load_dtype: false,
+            ..Tensor::parameter(name, shape, dtype)
         }
     }
 
@@ -108,12 +129,17 @@ impl Tensor {
     }
 
     /// Whether `from_pretrained(dtype=...)` gives this tensor the load dtype: a floating-point
-    /// parameter or buffer made in the default dtype. Quantization constants, packed weights and
-    /// fixed-dtype tensors keep their own.
+    /// parameter or buffer made in the default dtype. Quantization constants, packed weights,
+    /// weights stored quantized (fp8) and fixed-dtype tensors keep their own: transformers casts
+    /// loaded floating-point values to the load dtype except float8 ones
+    /// (`modeling_utils._load_state_dict_into_meta_model`: "We convert floating dtypes to the
+    /// `dtype` passed except for float8_e4m3fn type"), and quantizers allocate their weights in
+    /// the stored type.
     pub fn takes_load_dtype(&self) -> bool {
         matches!(self.kind, TensorKind::Parameter | TensorKind::Buffer { .. })
             && self.follows_load_dtype
             && self.dtype.is_float()
+            && self.dtype.bits() >= 16
     }
 
     /// Elements stored.
@@ -151,6 +177,15 @@ pub struct Module {
     pub tensors: Vec<Tensor>,
     /// Its submodules, in registration order.
     pub children: Vec<Module>,
+    /// For a module a quantizer replaced (`FP8Linear`, `Mxfp4GptOssExperts`): the class it
+    /// replaced, which dequantization restores. `None` otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub float_class: Option<String>,
+    /// The activation sizes a custom model declares for this module (its `activations:` in the
+    /// YAML, or the file's default for a block), which the memory model uses in place of its
+    /// transformer formula; `None` otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub activations: Option<super::custom::ActivationSizes>,
 }
 
 /// Joins a parent path and a child name (`join("", "model") == "model"`).
@@ -161,7 +196,15 @@ pub fn join(parent: &str, name: &str) -> String {
 impl Module {
     /// A module at `path` of PyTorch class `class`, with no tensors or children yet.
     pub fn new(path: impl Into<String>, class: impl Into<String>, kind: ModuleKind) -> Module {
-        Module { path: path.into(), class: class.into(), kind, tensors: Vec::new(), children: Vec::new() }
+        Module {
+            path: path.into(),
+            class: class.into(),
+            kind,
+            tensors: Vec::new(),
+            children: Vec::new(),
+            float_class: None,
+            activations: None,
+        }
     }
 
     /// The last component of the path (`q_proj`, `17`).

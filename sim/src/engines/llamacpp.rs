@@ -79,23 +79,7 @@ pub fn budget(
     device: &Device,
     workload: &Workload,
 ) -> Result<LlamaCppBudget, InputError> {
-    let Engine::LlamaCpp { n_ctx, n_ubatch } = workload.engine else {
-        return Err(InputError::new("workload", "the engine is not llama.cpp")
-            .at_key("engine.kind")
-            .with_fix("set `engine: {kind: llama_cpp, n_ctx: 4096, n_ubatch: 512}`"));
-    };
-    if n_ubatch == 0 {
-        return Err(InputError::new(
-            "workload",
-            "n_ubatch is 0; llama.cpp needs at least one token per micro-batch",
-        )
-        .at_key("engine.n_ubatch")
-        .with_fix("use llama.cpp's default, 512"));
-    }
-    let n_ctx = if n_ctx == 0 { model.facts.max_positions } else { n_ctx };
-    let file_type = file_type(model, workload)?;
-    let kv_dtype = kv_dtype(workload)?;
-
+    let Settings { n_ctx, n_ubatch, file_type, kv_dtype, flash_attention } = settings(model, workload)?;
     let tensors = gguf::quantize(model, file_type)?;
     let mut model_bytes_gpu = 0u64;
     let mut model_bytes_cpu = 0u64;
@@ -113,8 +97,7 @@ pub fn budget(
     }
 
     let kv_bytes = kv_cache_bytes(model, n_ctx, n_ubatch, kv_dtype);
-    let flash = workload.attention == AttentionImpl::Flash;
-    let (compute_bytes, compute_peak_at) = compute_buffer(model, n_ctx, n_ubatch, flash);
+    let (compute_bytes, compute_peak_at) = compute_buffer(model, n_ctx, n_ubatch, flash_attention);
     let mut budget = LlamaCppBudget {
         file_type,
         model_bytes_gpu,
@@ -126,6 +109,45 @@ pub fn budget(
     };
     budget.fits = budget.gpu_bytes() <= device.usable_bytes();
     Ok(budget)
+}
+
+/// The llama.cpp settings a workload gives, checked.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Settings {
+    /// Context cells (`-c`; 0 in the workload is the model's trained context).
+    pub n_ctx: u64,
+    /// Tokens per micro-batch (`-ub`).
+    pub n_ubatch: u64,
+    /// The GGUF file type of the weights.
+    pub file_type: FileType,
+    /// The KV cache's type (`-ctk`/`-ctv`).
+    pub kv_dtype: DType,
+    /// Flash attention (`-fa`): the workload's attention is `flash`.
+    pub flash_attention: bool,
+}
+
+/// Reads and checks the llama.cpp settings of `workload`, whose engine must be llama.cpp.
+pub(crate) fn settings(model: &ModelDescription, workload: &Workload) -> Result<Settings, InputError> {
+    let Engine::LlamaCpp { n_ctx, n_ubatch } = workload.engine else {
+        return Err(InputError::new("workload", "the engine is not llama.cpp")
+            .at_key("engine.kind")
+            .with_fix("set `engine: {kind: llama_cpp, n_ctx: 4096, n_ubatch: 512}`"));
+    };
+    if n_ubatch == 0 {
+        return Err(InputError::new(
+            "workload",
+            "n_ubatch is 0; llama.cpp needs at least one token per micro-batch",
+        )
+        .at_key("engine.n_ubatch")
+        .with_fix("use llama.cpp's default, 512"));
+    }
+    Ok(Settings {
+        n_ctx: if n_ctx == 0 { model.facts.max_positions } else { n_ctx },
+        n_ubatch,
+        file_type: file_type(model, workload)?,
+        kv_dtype: kv_dtype(workload)?,
+        flash_attention: workload.attention == AttentionImpl::Flash,
+    })
 }
 
 fn file_type(model: &ModelDescription, workload: &Workload) -> Result<FileType, InputError> {
@@ -173,7 +195,7 @@ fn kv_dtype(workload: &Workload) -> Result<DType, InputError> {
 /// Bytes a tensor takes in a CUDA buffer: its size, plus the row padding of a quantized tensor
 /// whose rows are not a multiple of [`MATRIX_ROW_PADDING`] elements
 /// (`ggml_backend_cuda_buffer_type_get_alloc_size`), rounded up to [`CUDA_BUFFER_ALIGNMENT`].
-fn cuda_alloc_size(tensor: &gguf::GgufTensor) -> u64 {
+pub(crate) fn cuda_alloc_size(tensor: &gguf::GgufTensor) -> u64 {
     let mut size = tensor.bytes;
     let ty: GgmlType = tensor.ggml_type;
     let remainder = tensor.row_elements % MATRIX_ROW_PADDING;
@@ -201,20 +223,31 @@ fn layer_cells(window: Option<u64>, n_ctx: u64, n_ubatch: u64) -> u64 {
 /// The KV cache: per decoder layer, K and V of `cells × kv_heads × head_dim` elements (MLA: K of
 /// `cells × (kv_lora_rank + qk_rope_head_dim)`, V none).
 fn kv_cache_bytes(model: &ModelDescription, n_ctx: u64, n_ubatch: u64, dtype: DType) -> u64 {
+    (0..model.facts.layers.len())
+        .map(|i| layer_kv_bytes(model, i, n_ctx, n_ubatch, dtype))
+        .fold(0u64, u64::saturating_add)
+}
+
+/// The KV cache of layer `index` (of `facts.layers`): K and V of `cells × kv_heads × head_dim`
+/// elements (MLA: K of `cells × (kv_lora_rank + qk_rope_head_dim)`, V none); 0 for a layer that
+/// keeps none (an encoder block).
+pub(crate) fn layer_kv_bytes(
+    model: &ModelDescription,
+    index: usize,
+    n_ctx: u64,
+    n_ubatch: u64,
+    dtype: DType,
+) -> u64 {
     let facts = &model.facts;
+    let Some(layer) = facts.layers.get(index).filter(|l| l.stack == StackKind::Decoder) else {
+        return 0;
+    };
     let per_cell = match facts.attention {
         AttentionKind::MultiLatent { kv_lora_rank, qk_rope_head_dim, .. } => kv_lora_rank + qk_rope_head_dim,
         AttentionKind::Standard => 2 * facts.num_kv_heads * facts.head_dim,
     };
-    facts
-        .layers
-        .iter()
-        .filter(|l| l.stack == StackKind::Decoder)
-        .map(|l| {
-            let cells = layer_cells(llamacpp_window(model, l.attention_window), n_ctx, n_ubatch);
-            dtype.bytes_for(cells.saturating_mul(per_cell))
-        })
-        .fold(0u64, u64::saturating_add)
+    let cells = layer_cells(llamacpp_window(model, layer.attention_window), n_ctx, n_ubatch);
+    dtype.bytes_for(cells.saturating_mul(per_cell))
 }
 
 /// The compute buffer: the largest of the graph stages below, all f32, for `n_ub` tokens
@@ -238,6 +271,47 @@ pub fn compute_buffer(
     n_ub: u64,
     flash_attention: bool,
 ) -> (u64, &'static str) {
+    let whole = GraphShare { layers: true, output: true, copies: 1 };
+    compute_buffer_share(model, n_ctx, n_ub, flash_attention, whole)
+}
+
+/// The part of the graph one device runs when llama.cpp splits the layers over devices, and how
+/// many copies ggml's scheduler keeps of each input it receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GraphShare {
+    /// The device holds decoder layers (it runs their attention and feed-forward).
+    pub layers: bool,
+    /// The device holds the output layer (it computes the logits).
+    pub output: bool,
+    /// Copies of each input the scheduler keeps on the device: [`PIPELINE_COPIES`] with pipeline
+    /// parallelism, else 1.
+    pub copies: u64,
+}
+
+/// `GGML_SCHED_MAX_COPIES` (ggml/src/ggml-backend.cpp): the copies of every split input that
+/// `ggml_backend_sched` keeps when created with `parallel = true`, which llama.cpp asks for
+/// (`llama_context`, "pipeline parallelism enabled (n_copies=4)") when the model spans more than
+/// one device, every layer is offloaded, the split mode is `layer`, the KV cache is offloaded and
+/// no tensor is overridden (`-ot`).
+pub const PIPELINE_COPIES: u64 = 4;
+
+/// The compute buffer of one device running `share` of the graph: the stages of
+/// [`compute_buffer`] it runs (attention and feed-forward where it holds layers, the logits where
+/// it holds the output layer). With `copies` > 1 (pipeline parallelism) every input the device
+/// receives is a graph input kept in `copies` copies for the whole graph
+/// (`ggml_backend_sched_split_graph` flags each copy input and output, so ggml-alloc never reuses
+/// it): the KQ mask (f32, or f16 with flash attention), the hidden states arriving from the host
+/// or the previous device (`n_embd × n_ub` f32) and the positions (`n_ub` int32), plus the
+/// output rows' ids on the device with the output layer; the mask then leaves the attention
+/// stage. This reproduces the logged 672.01 MiB of a Command-R 35B device holding 12 of 40
+/// layers at `n_ctx` 4096 (llama.cpp PR #6122).
+pub fn compute_buffer_share(
+    model: &ModelDescription,
+    n_ctx: u64,
+    n_ub: u64,
+    flash_attention: bool,
+    share: GraphShare,
+) -> (u64, &'static str) {
     let facts = &model.facts;
     let embd = facts.hidden_size;
     let heads = facts.num_attention_heads;
@@ -249,10 +323,13 @@ pub fn compute_buffer(
         .max()
         .unwrap_or(n_ctx);
     let f32_rows = |values_per_token: u64| F32_BYTES.saturating_mul(n_ub).saturating_mul(values_per_token);
+    let mask = if flash_attention { 2 } else { F32_BYTES }.saturating_mul(n_kv).saturating_mul(n_ub);
+    let pipelined = share.copies > 1;
+    let stage_mask = if pipelined { 0 } else { mask };
     let attention = if flash_attention {
-        f32_rows(4 * embd).saturating_add(2 * n_kv * n_ub)
+        f32_rows(4 * embd).saturating_add(stage_mask)
     } else {
-        f32_rows(heads.saturating_mul(n_kv) + n_kv + 4 * embd)
+        f32_rows(heads.saturating_mul(n_kv) + 4 * embd).saturating_add(stage_mask)
     };
     let output = f32_rows(facts.vocab_size + embd);
     let dense_ffn = f32_rows(2 * facts.intermediate_size + 2 * embd);
@@ -262,8 +339,26 @@ pub fn compute_buffer(
         let shared = 2 * moe.shared_intermediate_size + 2 * embd;
         f32_rows(routed.max(shared))
     });
-    let stages =
-        [(attention, "attention scores"), (output, "output logits"), (dense_ffn.max(moe_ffn), "ffn")];
-    let (bytes, at) = stages.iter().copied().max_by_key(|(b, _)| *b).unwrap_or((0, "attention scores"));
-    (bytes, at)
+    let mut stages = Vec::new();
+    if share.layers {
+        stages.push((attention, "attention scores"));
+        stages.push((dense_ffn.max(moe_ffn), "ffn"));
+    }
+    if share.output {
+        stages.push((output, "output logits"));
+    }
+    let (stage, at) = stages.iter().copied().max_by_key(|(b, _)| *b).unwrap_or((0, "attention scores"));
+    if !pipelined || !(share.layers || share.output) {
+        return (stage, at);
+    }
+    // Inputs kept in `copies` copies: the mask and positions where layers run, the hidden states
+    // arriving, and the output rows' ids (int32) where the logits are taken.
+    let mut inputs = f32_rows(embd);
+    if share.layers {
+        inputs = inputs.saturating_add(mask).saturating_add(F32_BYTES * n_ub);
+    }
+    if share.output {
+        inputs = inputs.saturating_add(F32_BYTES * n_ub);
+    }
+    (stage.saturating_add(share.copies.saturating_mul(inputs)), at)
 }

@@ -1,15 +1,24 @@
 //! Memory budgets of the inference engines people serve models with, as the engines themselves
 //! compute them, so vramplan's answer matches what the engine will log:
 //! - [`vllm`]: the paged KV cache vLLM sizes from `gpu_memory_utilization` after a profiling
-//!   forward pass, per tensor-parallel rank;
+//!   forward pass, per tensor-parallel rank; [`vllm_bnb`]: bitsandbytes weights as vLLM loads
+//!   them;
 //! - [`llamacpp`]: llama.cpp's model, KV and compute buffers for a GGUF file;
-//! - [`gguf`]: GGUF tensor types and the per-tensor type mix of each llama.cpp file type.
+//!   [`layer_split`]: llama.cpp's rule for which device holds each layer;
+//!   [`llamacpp_split`]: the buffers of each GPU when the layers are split over several;
+//! - [`gguf`]: GGUF tensor types and the per-tensor type mix of each llama.cpp file type;
+//! - [`estimate`]: each engine's budgets as an [`crate::Estimate`], placed the way the engine
+//!   places the model by default.
 //!
 //! Every constant carries its source here and in `docs/memory-model.md` ("Inference engines").
 
+pub mod estimate;
 pub mod gguf;
+pub mod layer_split;
 pub mod llamacpp;
+pub mod llamacpp_split;
 pub mod vllm;
+pub mod vllm_bnb;
 
 use vramplan_profiles::DType;
 use vramplan_profiles::model::ModelDescription;

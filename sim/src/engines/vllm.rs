@@ -6,21 +6,36 @@
 //! ```
 //!
 //! `total` is the memory CUDA reports for the device (`torch.cuda.mem_get_info()[1]`: nvidia-smi's
-//! total less the driver's reserve). vLLM measures the terms in `determine_available_memory`:
+//! total less the driver's reserve). vLLM measures the terms in `Worker.determine_available_memory`
+//! (vllm/v1/worker/gpu_worker.py) with `memory_profiling` (vllm/utils/mem_utils.py) against the
+//! `MemorySnapshot` taken at the end of `init_device`, after the CUDA context and the distributed
+//! environment (NCCL communicators, custom all-reduce buffers) exist:
 //! - **weights**: the torch memory of loading the model (`Model loading took X GiB`): the rank's
-//!   shard ([`crate::tensor_parallel::shard_bytes`]) plus the rotary `cos_sin_cache` vLLM builds
-//!   (`max_position × rotary_dim` in the model dtype, one per model);
-//! - **activation peak**: the torch peak of `profile_run`, a forward pass over
-//!   `max_num_batched_tokens` tokens followed by a sampler run over `max_num_seqs` sequences;
-//!   modelled term by term in [`activation_peak`];
-//! - **non-torch memory**: memory that appears outside torch's allocator during profiling
-//!   (cuBLAS workspaces; NCCL and custom all-reduce buffers at TP ≥ 2): a measured constant.
+//!   shard ([`crate::tensor_parallel::shard_bytes`]) of the model as vLLM holds it (bitsandbytes:
+//!   [`super::vllm_bnb`]) plus the rotary `cos_sin_cache` vLLM builds (`max_position ×
+//!   rotary_dim` in the model dtype, one per model);
+//! - **activation peak** (`torch_peak_increase`): the torch peak of `profile_run`, a forward pass
+//!   over `max_num_batched_tokens` tokens followed by a sampler run over `max_num_seqs`
+//!   sequences; modelled term by term in [`activation_peak`];
+//! - **non-torch memory** (`non_torch_increase`): what the device's used memory grew by outside
+//!   torch's allocator between the snapshot and the end of profiling: CUDA modules loaded lazily
+//!   by the first kernels, library handles, and at TP ≥ 2 the NCCL buffers connected by the first
+//!   all-reduce. A quantity of the driver and NCCL, not of the model: measured constants.
 //!
-//! CUDA-graph memory is captured after the KV cache is allocated and, in vLLM 0.19 by default,
-//! is *not* subtracted (the llm-d logs satisfy the identity above without it to 0.01 GiB); it is
-//! reported, and must fit with the CUDA context in the `1 − gpu_memory_utilization` left over.
+//! Memory allocated before the snapshot (the CUDA context, [`DISTRIBUTED_INIT_BYTES`] at TP ≥ 2)
+//! and the CUDA graphs captured after the KV cache are not subtracted: vLLM 0.19 leaves the graph
+//! estimate off by default (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0`; vllm-project/vllm PR
+//! #30515, "off by default", made default in v0.21.0). They must fit in the
+//! `1 − gpu_memory_utilization` left over, which [`VllmBudget::fits`] checks.
+//!
+//! The measured constants are medians over the vLLM 0.19 H100 runs of the llm-d-planner campaign
+//! (jgchn/llm-d-planner `accuracy/results/v0.19.0/results_raw.csv`) of models *other* than the
+//! three the accuracy test checks (Llama-3.1-8B, Mixtral-8x7B, DeepSeek-V2-Lite): CodeLlama,
+//! Gemma 2/3, Granite, Phi-4, Mistral-Small, Kimi, Qwen 2.5/3 and quantized Llama/Mistral
+//! checkpoints (docs/memory-model.md lists them).
 
 use super::activation_dtype;
+use super::vllm_bnb::{self, Bnb, Transients};
 use crate::tensor_parallel::{kv_bytes_per_token, kv_heads_per_rank, query_heads_per_rank, shard_bytes};
 use crate::workload::{Engine, Workload};
 use serde::Serialize;
@@ -34,18 +49,34 @@ const GIB: u64 = 1 << 30;
 /// Tokens per KV-cache block (`CacheConfig.block_size` default, vllm/config/cache.py).
 pub const BLOCK_SIZE: u64 = 16;
 
-/// Non-torch memory during profiling at TP 1: 0.25 GiB (llm-d-planner vLLM 0.19 logs on H100,
-/// `non_torch_forward_gib`; docs/memory-model.md and measurements/README §3).
+/// Non-torch memory during profiling at TP 1: 0.25 GiB, the median of 19 TP-1 runs of 15 models
+/// (0.24 to 0.46 GiB) in the llm-d-planner vLLM 0.19 campaign, none of them a checked row.
+/// Previously read off the checked rows themselves (`non_torch_forward_gib` of
+/// `vllm019_llama31_8b_tp1`), which gave the same figure.
 pub const NON_TORCH_TP1_BYTES: u64 = GIB / 4;
 
-/// Non-torch memory during profiling at TP ≥ 2: 2.07 GiB (the same logs at TP 2: NCCL and
-/// custom all-reduce buffers; measurements/README §3 "about 2.1 GiB").
-pub const NON_TORCH_TP_BYTES: u64 = GIB * 207 / 100;
+/// Non-torch memory during profiling at TP 2 and 3: 2.09 GiB, the median of 7 TP-2 runs of 6
+/// models (2.06 to 2.11 GiB) in the same campaign (NCCL's buffers, connected on the first
+/// all-reduce). Previously 2.07 GiB, read off the checked rows `vllm019_llama31_8b_tp2` and
+/// `vllm019_mixtral_8x7b_tp2`. TP 3 was not measured and takes this figure.
+pub const NON_TORCH_TP2_BYTES: u64 = GIB * 209 / 100;
 
-/// CUDA-graph memory with vLLM 0.19's default `FULL_AND_PIECEWISE` capture (sizes up to 512):
-/// 0.91 GiB, the median of the five llm-d-planner v0.19 measurements (0.76 to 1.57 GiB). Not
-/// derivable from the model; reported, not subtracted from the KV cache.
-pub const CUDA_GRAPH_BYTES: u64 = GIB * 91 / 100;
+/// Non-torch memory during profiling at TP ≥ 4: 2.21 GiB, the median of 3 TP-4 runs (2.13 to
+/// 2.21 GiB) in the same campaign; wider groups were not measured and take this figure.
+pub const NON_TORCH_TP4_BYTES: u64 = GIB * 221 / 100;
+
+/// Memory the distributed environment takes before vLLM's memory snapshot at TP ≥ 2 (NCCL
+/// communicators and the custom all-reduce buffers, `init_worker_distributed_environment`):
+/// 1.02 GiB, the median of the same campaign's TP ≥ 2 runs' used memory at the snapshot
+/// (`init_cuda_memory_gib` 1.53 GiB, against 0.51 GiB at TP 1). Outside
+/// `gpu_memory_utilization`, like the CUDA context.
+pub const DISTRIBUTED_INIT_BYTES: u64 = GIB * 102 / 100;
+
+/// CUDA-graph memory with vLLM 0.19's default `FULL_AND_PIECEWISE` capture (51 sizes up to 512):
+/// 1.06 GiB, the median of the 29 runs above (0.64 to 1.85 GiB, growing with the layers a graph
+/// captures). Captured after the KV cache and reported, not subtracted (see the module docs).
+/// Previously 0.91 GiB, the median of the five checked rows.
+pub const CUDA_GRAPH_BYTES: u64 = GIB * 106 / 100;
 
 /// vLLM raises its scheduler defaults on GPUs with at least this much memory that are not A100s
 /// (`EngineArgs.get_batch_defaults`, vllm/engine/arg_utils.py).
@@ -76,9 +107,12 @@ pub struct VllmBudget {
     pub activation_peak_bytes: u64,
     /// The stage of the profiling run that sets the peak (`sampler`, `model.layers.0 mlp`).
     pub activation_peak_at: String,
-    /// Memory outside torch's allocator during profiling (cuBLAS workspaces; NCCL and custom
-    /// all-reduce buffers at TP ≥ 2): [`NON_TORCH_TP1_BYTES`] or [`NON_TORCH_TP_BYTES`].
+    /// Memory outside torch's allocator that profiling adds (lazily loaded CUDA modules, library
+    /// handles; NCCL buffers at TP ≥ 2): [`non_torch_bytes`].
     pub non_torch_bytes: u64,
+    /// Memory the distributed environment holds before the snapshot: [`DISTRIBUTED_INIT_BYTES`]
+    /// at TP ≥ 2, else 0. Outside `gpu_memory_utilization`.
+    pub distributed_init_bytes: u64,
     /// Captured after the KV cache; not part of the identity (see the module docs).
     pub cuda_graph_bytes: u64,
     /// What is left for the paged KV cache (`Available KV cache memory`): requested − weights −
@@ -92,7 +126,8 @@ pub struct VllmBudget {
     /// Sequences per step: the profile run samples this many.
     pub max_num_seqs: u64,
     /// One request of `max_model_len` (the workload's `seq`) fits in the KV cache, and the CUDA
-    /// context and CUDA graphs fit in the memory left outside `gpu_memory_utilization`.
+    /// context, the distributed environment and the CUDA graphs fit in the memory left outside
+    /// `gpu_memory_utilization`.
     pub fits: bool,
     /// The longest context the KV cache holds (vLLM's "estimated maximum model length"), capped
     /// at the model's positions.
@@ -114,20 +149,35 @@ pub fn budget(
         ));
     };
     check(model, gpu_memory_utilization, max_num_batched_tokens, tp)?;
-    let weights: Cow<ModelDescription> = match workload.weight_dtype {
+    let bnb = Bnb::of(&workload.quant);
+    if let Some(bnb) = bnb {
+        vllm_bnb::check(model, bnb, tp)?;
+    }
+    let cast: Cow<ModelDescription> = match workload.weight_dtype {
         Some(dtype) if dtype != model.dtype => Cow::Owned(model.cast(dtype)),
         _ => Cow::Borrowed(model),
+    };
+    let weights: Cow<ModelDescription> = match bnb {
+        Some(bnb) => Cow::Owned(vllm_bnb::loaded(&cast, bnb)),
+        None => cast,
     };
     let act_dtype = activation_dtype(model, workload.weight_dtype);
     let kv_dtype = workload.kv_dtype.unwrap_or(act_dtype);
 
     let total_bytes = device.memory_bytes.saturating_sub(device.driver_reserve_bytes);
     let requested_bytes = (total_bytes as f64 * gpu_memory_utilization).floor() as u64;
-    let weights_bytes = shard_bytes(&weights, tp).saturating_add(rotary_cache_bytes(model, act_dtype));
+    // vLLM's rotary embedding keeps its `cos_sin_cache` instead of transformers' frequency buffers.
+    let weights_bytes = shard_bytes(&weights, tp)
+        .saturating_sub(hf_rotary_buffer_bytes(&weights))
+        .saturating_add(rotary_cache_bytes(model, act_dtype));
     let max_num_seqs = default_max_num_seqs(device, total_bytes).min(max_num_batched_tokens);
+    let transients = bnb.map_or_else(Transients::default, |bnb| {
+        vllm_bnb::transients(model, bnb, tp, max_num_batched_tokens, act_dtype.bytes_for(1).max(1))
+    });
     let (activation_peak_bytes, activation_peak_at) =
-        activation_peak(model, tp, act_dtype, max_num_batched_tokens, max_num_seqs);
-    let non_torch_bytes = if tp > 1 { NON_TORCH_TP_BYTES } else { NON_TORCH_TP1_BYTES };
+        activation_peak_with(model, tp, act_dtype, max_num_batched_tokens, max_num_seqs, transients);
+    let non_torch_bytes = non_torch_bytes(tp);
+    let distributed_init_bytes = if tp > 1 { DISTRIBUTED_INIT_BYTES } else { 0 };
     let kv_cache_bytes = requested_bytes
         .saturating_sub(weights_bytes)
         .saturating_sub(activation_peak_bytes)
@@ -136,7 +186,8 @@ pub fn budget(
     let block_bytes = kv_bytes_per_token.saturating_mul(BLOCK_SIZE);
     let kv_capacity_tokens = kv_cache_bytes.checked_div(block_bytes).unwrap_or(0) * BLOCK_SIZE;
     let positions = if model.facts.max_positions > 0 { model.facts.max_positions } else { u64::MAX };
-    let outside = device.context_reserve_bytes.saturating_add(CUDA_GRAPH_BYTES);
+    let outside =
+        device.context_reserve_bytes.saturating_add(distributed_init_bytes).saturating_add(CUDA_GRAPH_BYTES);
     let fits = kv_capacity_tokens >= workload.seq
         && kv_capacity_tokens > 0
         && outside <= total_bytes.saturating_sub(requested_bytes);
@@ -148,6 +199,7 @@ pub fn budget(
         activation_peak_bytes,
         activation_peak_at,
         non_torch_bytes,
+        distributed_init_bytes,
         cuda_graph_bytes: CUDA_GRAPH_BYTES,
         kv_cache_bytes,
         kv_bytes_per_token,
@@ -156,6 +208,16 @@ pub fn budget(
         fits,
         max_model_len_that_fits: kv_capacity_tokens.min(positions),
     })
+}
+
+/// Non-torch memory vLLM measures during profiling on a rank of a `tp`-way group:
+/// [`NON_TORCH_TP1_BYTES`], [`NON_TORCH_TP2_BYTES`] (TP 2 and 3) or [`NON_TORCH_TP4_BYTES`].
+pub fn non_torch_bytes(tp: u32) -> u64 {
+    match tp {
+        0 | 1 => NON_TORCH_TP1_BYTES,
+        2 | 3 => NON_TORCH_TP2_BYTES,
+        _ => NON_TORCH_TP4_BYTES,
+    }
 }
 
 /// The settings vLLM itself refuses.
@@ -208,6 +270,20 @@ fn default_max_num_seqs(device: &Device, total_bytes: u64) -> u64 {
     }
 }
 
+/// transformers' rotary frequency buffers (`inv_freq`, `original_inv_freq`), which vLLM's models
+/// do not have: their rotary embedding holds the `cos_sin_cache` instead.
+fn hf_rotary_buffer_bytes(model: &ModelDescription) -> u64 {
+    let mut bytes = 0u64;
+    model.root.visit(&mut |module| {
+        for t in &module.tensors {
+            if t.name.ends_with("inv_freq") && matches!(t.kind, TensorKind::Buffer { .. }) {
+                bytes = bytes.saturating_add(t.bytes());
+            }
+        }
+    });
+    bytes
+}
+
 /// vLLM's rotary `cos_sin_cache`: `max_position × rotary_dim` values in the model dtype (cos and
 /// sin halves side by side), one buffer shared by every layer. `rotary_dim` is read from the
 /// description's `inv_freq` buffer (`rotary_dim / 2` values); models without rotary embeddings
@@ -254,6 +330,19 @@ pub fn activation_peak(
     tokens: u64,
     sequences: u64,
 ) -> (u64, String) {
+    activation_peak_with(model, tp, dtype, tokens, sequences, Transients::default())
+}
+
+/// [`activation_peak`] with the transients bitsandbytes kernels add to the attention, MLP and MoE
+/// stages ([`vllm_bnb::transients`]).
+fn activation_peak_with(
+    model: &ModelDescription,
+    tp: u32,
+    dtype: DType,
+    tokens: u64,
+    sequences: u64,
+    extra: Transients,
+) -> (u64, String) {
     let facts = &model.facts;
     let b = dtype.bytes_for(1).max(1);
     let tp64 = u64::from(tp.max(1));
@@ -269,7 +358,7 @@ pub fn activation_peak(
             let kv = kv_heads_per_rank(model, tp);
             let qkv = t * (heads + 2 * kv) * hd * b;
             let out = t * heads * hd * b;
-            base + (qkv + out).max(out + t * h * b + ar)
+            base + (qkv + out).max(out + t * h * b + ar) + extra.attention
         }
         AttentionKind::MultiLatent {
             kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, ..
@@ -279,13 +368,13 @@ pub fn activation_peak(
             let latent = t * (2 * kv_lora_rank + qk_rope_head_dim);
             let kv_b = t * heads * (qk_nope_head_dim + v_head_dim);
             let k_v_out = 3 * t * heads * qk;
-            base + (q + latent + kv_b + k_v_out) * b
+            base + (q + latent + kv_b + k_v_out) * b + extra.attention
         }
     };
     let dense_mlp = |intermediate: u64| -> u64 {
         let i = intermediate.div_ceil(tp64);
         let up = if facts.gated_mlp { 3 * t * i * b } else { 2 * t * i * b };
-        base + up.max(t * i * b + t * h * b + ar)
+        base + up.max(t * i * b + t * h * b + ar) + extra.mlp
     };
     let moe_mlp = facts.moe.as_ref().map(|moe| {
         let k = u64::from(moe.top_k);
@@ -295,8 +384,8 @@ pub fn activation_peak(
         let cache13 = t * k * (2 * ie).max(h) * b;
         let cache2 = t * k * ie * b;
         let shared_out = if is > 0 { t * h * b } else { 0 };
-        let routed = base + router + cache13 + cache2 + t * h * b + shared_out + ar;
-        let shared = base + 3 * t * is * b;
+        let routed = base + router + cache13 + cache2 + t * h * b + shared_out + ar + extra.moe;
+        let shared = base + 3 * t * is * b + if is > 0 { extra.mlp } else { 0 };
         routed.max(shared)
     });
 

@@ -438,8 +438,11 @@ const ENGINES: Words<EngineKind> = &[
     (&["vllm"], EngineKind::Vllm),
     (&["llama.cpp", "llamacpp", "llama-cpp"], EngineKind::LlamaCpp),
 ];
-const TRAINERS: Words<Trainer> =
-    &[(&["transformers", "hf", "trl"], Trainer::Transformers), (&["torchtune"], Trainer::Torchtune)];
+const TRAINERS: Words<Trainer> = &[
+    (&["transformers", "hf", "trl"], Trainer::Transformers),
+    (&["torchtune"], Trainer::Torchtune),
+    (&["unsloth"], Trainer::Unsloth),
+];
 
 /// The value whose words include `text` (case-insensitive, `_` read as `-`), else an error
 /// listing the canonical words and the closest.

@@ -24,8 +24,8 @@
 //! results, and a gated MLP keeps gate and up.
 
 use super::precision::Precision;
-use crate::workload::{AttentionImpl, GradCheckpointing, Mode, Workload};
-use vramplan_profiles::model::{AttentionKind, ModelDescription, NormKind};
+use crate::workload::{AttentionImpl, Finetune, GradCheckpointing, Mode, Trainer, Workload};
+use vramplan_profiles::model::{AttentionKind, ModelDescription, ModuleKind, NormKind};
 
 /// Activation memory of one block for a given number of tokens.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -34,6 +34,9 @@ pub(crate) struct BlockActivations {
     pub saved: Vec<u64>,
     /// Bytes live only during the block's forward, on top of `saved`.
     pub forward_transient: u64,
+    /// Bytes live at once during the block's forward when it keeps nothing (inference, or a
+    /// checkpointed block): its working set.
+    pub working_set: u64,
     /// Bytes live only during the block's backward, on top of what it frees.
     pub backward_transient: u64,
     /// The block's input (the residual stream), kept when the block is checkpointed.
@@ -52,6 +55,54 @@ fn uses_rotary(model: &ModelDescription) -> bool {
     found
 }
 
+/// The attention transformers runs: SDPA is asked for by default, and families whose classes
+/// do not support it (`_supports_sdpa = False`: Gemma 2, for its logit softcapping, and
+/// gpt-oss, for its attention sinks, in transformers 5.x) fall back to eager attention
+/// (`PreTrainedModel.get_correct_attn_implementation`).
+pub(crate) fn attention_used(model: &ModelDescription, workload: &Workload) -> AttentionImpl {
+    match (workload.attention, model.facts.model_type.as_str()) {
+        (AttentionImpl::Sdpa, "gemma2" | "gpt_oss") => AttentionImpl::Eager,
+        (attention, _) => attention,
+    }
+}
+
+/// Per token, what a decoder layer keeps for backward under Unsloth's kernels, its base frozen
+/// (unsloth/kernels and unsloth_zoo, 2026.8): `Fast_RMS_Layernorm` keeps its input and an fp32
+/// inverse RMS per token; `LoRA_QKV` keeps its input (the norm's output), not q, k or v; RoPE
+/// rotates q and k in place; the attention kernel (xformers' `memory_efficient_attention`, the
+/// default install on GPUs without flash-attn) keeps q, k and v with grouped K/V heads
+/// expanded to every head, its output and an fp32 log-sum-exp per head; `LoRA_W` (the output
+/// projection) keeps its input, a view of that output; `LoRA_MLP` keeps its input, gate and up
+/// (`e`, `g`), not their product.
+fn unsloth_saved(sh: &Shape, c: u64) -> Vec<u64> {
+    let (h, a, d) = (sh.hidden, sh.heads, sh.head_dim);
+    vec![
+        c * h,               // input norm's input
+        4,                   // its inverse RMS
+        c * h,               // LoRA_QKV's input
+        c * a * d,           // q
+        c * a * d,           // k, expanded
+        c * a * d,           // v, expanded
+        c * a * d,           // attention output
+        4 * a,               // log-sum-exp
+        c * h,               // post-attention norm's input
+        4,                   // its inverse RMS
+        c * h,               // LoRA_MLP's input
+        c * sh.intermediate, // e (gate)
+        c * sh.intermediate, // g (up)
+    ]
+}
+
+/// How many tensors of its input's size the activation function `name` (transformers'
+/// `ACT2FN` key) keeps for backward.
+fn activation_keeps(name: &str) -> u64 {
+    match name {
+        // NewGELUActivation: x (for pow and 0.5·x), tanh, 1 + tanh, 0.5·x.
+        "gelu_new" => 4,
+        _ => 1,
+    }
+}
+
 /// Per-token sizes of one block's shape.
 struct Shape {
     hidden: u64,
@@ -67,6 +118,15 @@ struct Shape {
     /// MoE: experts, top-k, shared intermediate.
     moe: Option<(u64, u64, u64)>,
     cross_attention: bool,
+    /// q and k pass through their own RMSNorm (`q_norm`, `k_norm`: OLMoE, Qwen3).
+    qk_norm: bool,
+    /// Norms of the block past the two before attention and MLP: Gemma 2's sandwich norms on
+    /// the attention's and the MLP's outputs (`post_attention_layernorm`,
+    /// `post_feedforward_layernorm`).
+    extra_norms: u64,
+    /// Attention logits are soft-capped, `tanh(scores / cap) · cap` (Gemma 2's
+    /// `attn_logit_softcapping`): the tanh keeps its output per score.
+    softcap: bool,
 }
 
 fn shape(model: &ModelDescription, layer: usize, training: bool, rotary: bool) -> Shape {
@@ -102,6 +162,16 @@ fn shape(model: &ModelDescription, layer: usize, training: bool, rotary: bool) -
         dropout: training && trains_with_dropout(&f.model_type),
         moe,
         cross_attention: facts.is_some_and(|l| l.cross_attention),
+        extra_norms: facts.and_then(|l| model.root.find(&l.path)).map_or(0, |block| {
+            let norms = block.children.iter().filter(|m| m.kind == ModuleKind::Norm).count() as u64;
+            norms.saturating_sub(2)
+        }),
+        softcap: f.model_type == "gemma2",
+        qk_norm: facts.and_then(|l| model.root.find(&l.path)).is_some_and(|block| {
+            let mut found = false;
+            block.visit(&mut |m| found |= m.kind == ModuleKind::Norm && m.name() == "q_norm");
+            found
+        }),
     }
 }
 
@@ -112,18 +182,109 @@ pub(crate) struct ActivationModel<'a> {
     workload: &'a Workload,
     precision: Precision,
     rotary: bool,
+    lora: Vec<LoraSite>,
+}
+
+/// A linear layer LoRA wraps, as its block's activations see it.
+#[derive(Debug, Clone)]
+struct LoraSite {
+    /// Path of the linear layer.
+    path: String,
+    /// Its input width.
+    inputs: u64,
+    /// The module holding it (`model.layers.3.self_attn`): the wrapped layers of one parent
+    /// that are not its last read the same input.
+    parent: String,
+    /// The last linear of its parent (the attention's output or the MLP's down projection).
+    last: bool,
+}
+
+/// The linear layers `targets` names, with their input widths and places.
+fn lora_sites(model: &ModelDescription, targets: &[String]) -> Vec<LoraSite> {
+    let mut sites = Vec::new();
+    model.root.visit(&mut |parent| {
+        let linears: Vec<_> = parent
+            .children
+            .iter()
+            .filter(|c| c.tensors.iter().any(|t| t.name == "weight" && t.shape.len() == 2))
+            .collect();
+        for (i, child) in linears.iter().enumerate() {
+            if targets.iter().any(|t| t == &child.path) {
+                let weight = child.tensors.iter().find(|t| t.name == "weight").expect("filtered");
+                // nn.Linear is [out, in]; GPT-2's Conv1D is [in, out] (`c_` layers).
+                let inputs = if child.class == "Conv1D" { weight.shape[0] } else { weight.shape[1] };
+                sites.push(LoraSite {
+                    path: child.path.clone(),
+                    inputs,
+                    parent: parent.path.clone(),
+                    last: i + 1 == linears.len() && linears.len() > 1,
+                });
+            }
+        }
+    });
+    sites
 }
 
 impl<'a> ActivationModel<'a> {
     pub(crate) fn new(model: &'a ModelDescription, workload: &'a Workload, precision: Precision) -> Self {
-        ActivationModel { model, workload, precision, rotary: uses_rotary(model) }
+        let targets = crate::closed_form::lora_targets(model, workload);
+        let lora = lora_sites(model, &targets);
+        ActivationModel { model, workload, precision, rotary: uses_rotary(model), lora }
     }
 
     /// Activations of block `layer` for `batch` sequences of `seq` tokens (training keeps
     /// tensors for backward; inference keeps none, only its transient peak).
     pub(crate) fn block(&self, layer: usize, batch: u64, seq: u64) -> BlockActivations {
-        block(self.model, layer, self.workload, &self.precision, batch, seq, self.rotary)
+        // A custom model's declared sizes replace the formula for the block (`declared.rs`).
+        let declared = super::declared::block(self.model, self.workload, &self.precision, layer, batch, seq);
+        if let Some(declared) = declared {
+            let formula =
+                || block(self.model, layer, self.workload, &self.precision, batch, seq, self.rotary);
+            return declared.or_formula(formula);
+        }
+        let prefix = self.model.facts.layers.get(layer).map(|l| format!("{}.", l.path));
+        let sites: Vec<&LoraSite> = match &prefix {
+            Some(prefix) => self.lora.iter().filter(|s| s.path.starts_with(prefix.as_str())).collect(),
+            None => Vec::new(),
+        };
+        let mut acts = block(self.model, layer, self.workload, &self.precision, batch, seq, self.rotary);
+        // Unsloth's fused LoRA kernels keep only their inputs, already in its list.
+        if self.workload.mode == Mode::Train && !sites.is_empty() && self.workload.trainer != Trainer::Unsloth
+        {
+            let tokens = batch * seq;
+            acts.saved
+                .extend(lora_saved(&sites, self.workload, &self.precision).into_iter().map(|b| b * tokens));
+        }
+        acts
     }
+}
+
+/// Per token, what the LoRA adapters of one block keep for backward (PEFT's `lora.Linear`):
+/// `lora_A` keeps its input, which PEFT first casts to the adapter's dtype
+/// (`_cast_input_dtype`): a copy of its own when that differs from the activations' (fp32
+/// adapters on a half model), else the layer's input itself, which a frozen base keeps for no
+/// one else except the attention's output (SDPA keeps it); `lora_B` keeps `lora_A`'s output.
+fn lora_saved(sites: &[&LoraSite], workload: &Workload, precision: &Precision) -> Vec<u64> {
+    let Finetune::Lora { rank, .. } = &workload.finetune else { return Vec::new() };
+    let adapter = super::units::trainable_dtype(workload, precision).bits() / 8;
+    let c = precision.compute_bytes();
+    let mut saved = Vec::new();
+    let mut shared: Vec<&str> = Vec::new();
+    for site in sites {
+        saved.push(adapter * rank);
+        if adapter != c {
+            saved.push(adapter * site.inputs);
+        } else if site.last {
+            // The attention's output is kept by attention; the MLP's product only by this.
+            if !site.parent.contains("att") {
+                saved.push(c * site.inputs);
+            }
+        } else if !shared.contains(&site.parent.as_str()) {
+            shared.push(&site.parent);
+            saved.push(c * site.inputs);
+        }
+    }
+    saved
 }
 
 fn block(
@@ -137,6 +298,7 @@ fn block(
 ) -> BlockActivations {
     let training = workload.mode == Mode::Train;
     let sh = shape(model, layer, training, rotary);
+    let attention = attention_used(model, workload);
     let tokens = batch * seq;
     let c = precision.compute_bytes();
     let up = precision.upcast_bytes();
@@ -145,13 +307,23 @@ fn block(
     let compile = workload.switches.compile;
     let (h, a, k, d) = (sh.hidden, sh.heads, sh.kv_heads, sh.head_dim);
     let span = match model.facts.layers.get(layer).and_then(|l| l.attention_window) {
-        Some(w) if workload.attention != AttentionImpl::Eager => w.min(seq),
+        Some(w) if attention != AttentionImpl::Eager => w.min(seq),
         _ => seq,
     };
     let mut per_token: Vec<u64> = Vec::new();
     let mut per_sequence_sq: Vec<u64> = Vec::new(); // bytes per (batch · heads · s · s) element group
+    if workload.trainer == Trainer::Unsloth {
+        per_token = unsloth_saved(&sh, c);
+    }
+    // LoRA trains adapters over a frozen base: an op keeps an operand only for the gradient
+    // of another that requires one (autograd saves `x` of `x @ W` for `W`'s gradient), so
+    // frozen weights keep neither their inputs nor a norm's normalised value.
+    let frozen = training && matches!(workload.finetune, Finetune::Lora { .. });
     let norm_then_linear = |out: &mut Vec<u64>| {
-        if compile {
+        if frozen {
+            // RMSNorm keeps its fp32 input (`pow`, `mul` by the rsqrt), LayerNorm its input.
+            out.push(if sh.rms { 4 * h } else { residual * h });
+        } else if compile {
             out.extend([residual * h, c * h]);
         } else if sh.rms {
             // fp32 upcast (the residual itself when already fp32), normalised value, output.
@@ -162,29 +334,62 @@ fn block(
         }
     };
 
-    // Attention.
-    norm_then_linear(&mut per_token);
-    let attention_sublayers = if sh.cross_attention { 2 } else { 1 };
-    for _ in 0..attention_sublayers {
-        let (q, kv) = (a * d, k * d);
-        if !(compile && sh.rotary) {
-            per_token.extend([c * q, c * kv]);
-        }
-        per_token.push(c * kv); // v
-        if sh.rotary {
-            if compile {
-                per_token.extend([c * q, c * kv]);
-            } else {
-                per_token.extend([c * q, c * kv, c * q, c * kv]); // rotate_half and rotated q, k
+    // The lists of transformers' and torchtune's modules (Unsloth's kernels keep their own).
+    if workload.trainer != Trainer::Unsloth {
+        // Attention.
+        norm_then_linear(&mut per_token);
+        let attention_sublayers = if sh.cross_attention { 2 } else { 1 };
+        for _ in 0..attention_sublayers {
+            let (q, kv) = (a * d, k * d);
+            if sh.qk_norm {
+                // Each RMSNorm keeps its fp32 input, and its normalised value for its weight's
+                // gradient unless the base is frozen.
+                per_token.extend([4 * q, 4 * kv]);
+                if !frozen {
+                    per_token.extend([c * q, c * kv]);
+                }
             }
-        }
-        if k < a && workload.attention != AttentionImpl::Flash {
-            per_token.extend([c * q, c * q]); // repeat_kv of k and v
-        }
-        match workload.attention {
-            AttentionImpl::Eager => {
+            if attention != AttentionImpl::Eager && workload.trainer == Trainer::Transformers {
+                // transformers' SDPA and flash keep q, k (rotated: `q * cos + rotate_half(q) * sin` keeps only
+                // the constant cos and sin for q's gradient) and v as they receive them, grouped
+                // K/V heads unrepeated (`use_gqa_in_sdpa` with no mask; flash natively), then
+                // their output, of which the output projection's input is a view (the kernels
+                // write it sequence-major), and a log-sum-exp per head and token.
+                per_token.extend([c * q, c * kv, c * kv, c * q, 4 * a]);
+                if sh.dropout {
+                    per_token.push(h); // residual dropout mask
+                }
+                continue;
+            }
+            let traced = workload.trainer == Trainer::Transformers && !compile;
+            if traced {
+                // transformers' eager attention: the score matmul keeps q and k as rotated (the
+                // raw ones and `rotate_half` are not kept: cos and sin are constants), the
+                // product with v keeps v; grouped K/V heads are kept as `repeat_kv`'s copies.
+                let kv_kept = if k < a { q } else { kv };
+                per_token.extend([c * q, c * kv_kept, c * kv_kept]);
+            } else {
+                if !(compile && sh.rotary) {
+                    per_token.extend([c * q, c * kv]);
+                }
+                per_token.push(c * kv); // v
+                if sh.rotary {
+                    if compile {
+                        per_token.extend([c * q, c * kv]);
+                    } else {
+                        per_token.extend([c * q, c * kv, c * q, c * kv]); // rotate_half and rotated q, k
+                    }
+                }
+                if k < a {
+                    per_token.extend([c * q, c * q]); // repeat_kv of k and v
+                }
+            }
+            if attention == AttentionImpl::Eager {
                 // Llama-style models and autocast take the softmax in fp32.
                 let softmax = if sh.rms || precision.autocast { 4 } else { c };
+                if sh.softcap {
+                    per_sequence_sq.push(c); // tanh of the scaled scores
+                }
                 per_sequence_sq.push(softmax);
                 if sh.dropout {
                     per_sequence_sq.extend([1, if precision.autocast { c } else { softmax }]);
@@ -192,49 +397,92 @@ fn block(
                     per_sequence_sq.push(c);
                 }
                 // The product with v is not saved; only its contiguous copy (below) is.
+            } else {
+                per_token.extend([c * q, 4 * a]); // SDPA's output and log-sum-exp
             }
-            AttentionImpl::Sdpa | AttentionImpl::Flash => per_token.extend([c * q, 4 * a]),
+            if !(traced && frozen) {
+                per_token.push(c * q); // o_proj input (contiguous copy), for its weight's gradient
+            }
+            if sh.dropout {
+                per_token.push(h); // residual dropout mask
+            }
         }
-        per_token.push(c * q); // o_proj input (contiguous copy)
-        if sh.dropout {
-            per_token.push(h); // residual dropout mask
-        }
-    }
 
-    // MLP.
-    norm_then_linear(&mut per_token);
-    let mlp = |width: u64, out: &mut Vec<u64>| {
-        if sh.gated {
-            if compile { out.extend([c * width, c * width]) } else { out.extend([c * width; 4]) }
-        } else {
-            out.extend([c * width, c * width]);
-        }
-    };
-    match sh.moe {
-        Some((experts, top_k, shared)) => {
-            per_token.push(4 * experts); // router softmax in fp32
-            for _ in 0..top_k {
-                per_token.push(c * h); // gathered input
-                mlp(sh.intermediate, &mut per_token);
-                per_token.push(c * h); // expert output, weighted
+        // MLP.
+        norm_then_linear(&mut per_token);
+        // What the activation function keeps, in tensors of the MLP's width: its input for a
+        // native kernel (`F.silu`, `F.gelu`, tanh-approximate included); transformers'
+        // `NewGELUActivation` (`gelu_new`) is composed in Python, `0.5·x·(1 + tanh(√(2/π)·(x +
+        // 0.044715·x³)))`, and keeps x, the tanh, 1 + tanh and 0.5·x.
+        let act_keeps = if compile { 1 } else { activation_keeps(&model.facts.activation) };
+        let mlp = |width: u64, out: &mut Vec<u64>| {
+            if frozen {
+                // Gate, up and act(gate) (kept by their product); a plain MLP's first output (kept
+                // by the activation). The product, the down projection's input, only for its LoRA.
+                if sh.gated {
+                    out.extend(vec![c * width; act_keeps as usize + 2]);
+                } else {
+                    out.extend(vec![c * width; act_keeps as usize]);
+                }
+            } else if sh.gated {
+                if compile {
+                    out.extend([c * width, c * width])
+                } else {
+                    out.extend(vec![c * width; act_keeps as usize + 3])
+                }
+            } else {
+                // The activation's keeps, and its output (the second projection's input).
+                out.extend(vec![c * width; act_keeps as usize + 1]);
             }
-            if shared > 0 {
-                mlp(shared, &mut per_token);
+        };
+        match sh.moe {
+            Some((experts, top_k, shared)) => {
+                per_token.push(4 * experts); // router softmax in fp32
+                for _ in 0..top_k {
+                    // The gathered input is kept for the experts' weight gradient, the
+                    // expert's output for the routing weights' (the router's) gradient: over a
+                    // frozen base, neither.
+                    if !frozen {
+                        per_token.push(c * h); // gathered input
+                    }
+                    mlp(sh.intermediate, &mut per_token);
+                    if !frozen {
+                        per_token.push(c * h); // expert output, weighted
+                    }
+                }
+                if shared > 0 {
+                    mlp(shared, &mut per_token);
+                }
+            }
+            None => mlp(sh.intermediate, &mut per_token),
+        }
+        if sh.dropout {
+            per_token.push(h);
+        }
+        for _ in 0..sh.extra_norms {
+            // A norm on a sublayer's output feeds the residual add, no linear: its fp32 input,
+            // and its normalised value for its weight's gradient unless frozen.
+            per_token.push(if sh.rms { 4 * h } else { residual * h });
+            if !frozen {
+                per_token.push(if sh.rms { 4 * h } else { c * h });
             }
         }
-        None => mlp(sh.intermediate, &mut per_token),
-    }
-    if sh.dropout {
-        per_token.push(h);
     }
 
     // Transients: eager attention materialises raw, scaled and masked scores before softmax;
     // the MLP's backward holds gradients of its widest tensors.
     // Saturating: with sdpa or flash the scores are never formed, and may not fit in u64.
     let scores = batch.saturating_mul(a).saturating_mul(seq).saturating_mul(span);
-    let eager = workload.attention == AttentionImpl::Eager;
+    let eager = attention == AttentionImpl::Eager;
     let forward_transient =
         if eager { 2 * c * scores } else { 0 } + residual * h * tokens + c * sh.intermediate * tokens;
+    // With nothing kept (inference, a checkpointed block's forward) the working set is charged
+    // as the forward transient: one hidden state and one MLP intermediate. The traced runtime
+    // holds more at a gated MLP's product (the model's input embeddings, the residual and the
+    // norm's output; act(gate), up and their product): charging that leaves large prefills on
+    // the GPU that runs offloaded units fragmenting the replay's allocator past what the plan's
+    // refinement cures (docs/memory-model.md, "Known gaps").
+    let working_set = forward_transient;
     let backward_transient = if eager { 2 * 4 * scores } else { 3 * c * a * d * tokens }
         .max(3 * c * sh.intermediate * tokens)
         + 2 * residual * h * tokens;
@@ -252,5 +500,11 @@ fn block(
         // Selective recomputation drops the attention-score tensors (Korthikanti et al. §4.2).
         saved.truncate(per_token.len());
     }
-    BlockActivations { saved, forward_transient, backward_transient, input: residual * h * tokens }
+    BlockActivations {
+        saved,
+        forward_transient,
+        working_set,
+        backward_transient,
+        input: residual * h * tokens,
+    }
 }

@@ -4,5 +4,6 @@
 //! `docs/memory-model.md`.
 
 pub(crate) mod activations;
+pub(crate) mod declared;
 pub(crate) mod precision;
 pub(crate) mod units;

@@ -27,6 +27,9 @@ pub(crate) struct Precision {
 
 impl Precision {
     pub(crate) fn of(model: &ModelDescription, workload: &Workload) -> Precision {
+        // `--dtype` (`weight_dtype`) is the load dtype: it sets the parts a pre-quantized
+        // checkpoint leaves unquantized, as `from_pretrained(dtype=...)` and vLLM's `--dtype` do;
+        // the quantized weights keep their stored types (`Tensor::takes_load_dtype`).
         let weights = workload.weight_dtype.unwrap_or(model.dtype);
         // A quantized checkpoint's own dtype (fp8, int4) is not what unquantized parts are held in.
         let weights = if weights.is_float() && weights.bits() >= 16 { weights } else { DType::BF16 };
@@ -54,5 +57,39 @@ impl Precision {
 
     pub(crate) fn upcast_bytes(&self) -> u64 {
         self.upcast.bits() / 8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::closed_form::model_states;
+    use crate::workload::{Quant, Workload};
+    use vramplan_profiles::DType;
+    use vramplan_profiles::model::{self, ImportOptions};
+
+    /// DeepSeek-V3's parameters left unquantized by its fp8 `quantization_config`: embedding and
+    /// head (129280 × 7168 each), four norms per layer (2 × 7168, q_a 1536, kv_a 512) and the
+    /// final one, and the 58 routers (256 × 7168).
+    const DEEPSEEK_V3_FLOATS: u64 =
+        2 * 129_280 * 7168 + 61 * (2 * 7168 + 1536 + 512) + 7168 + 58 * 256 * 7168;
+
+    #[test]
+    fn a_prequantized_checkpoint_holds_its_fp8_weights_and_dtype_sets_only_the_rest() {
+        let model = model::load("deepseek-v3", ImportOptions::default()).expect("built-in");
+        let held = |workload: &Workload| model_states(&model, workload, 1).weights;
+        let default = held(&Workload::default());
+        // As the description holds it: one byte per fp8 parameter (with its block scales), two
+        // per bf16 one; dequantized to bf16 it would be two bytes for each.
+        let fp8_params = model.params() - DEEPSEEK_V3_FLOATS;
+        assert_eq!(default, model.bytes());
+        assert!(default < fp8_params + 2 * DEEPSEEK_V3_FLOATS + fp8_params / 100, "{default}");
+        let fp16 = Workload { weight_dtype: Some(DType::F16), ..Workload::default() };
+        assert_eq!(held(&fp16), default, "fp16 and bf16 are both two bytes");
+        let fp32 = Workload { weight_dtype: Some(DType::F32), ..Workload::default() };
+        assert_eq!(held(&fp32) - default, 2 * DEEPSEEK_V3_FLOATS);
+        // `--quant nf4` quantizes floating-point linear weights only: every linear weight but the
+        // head's is fp8 already and stays as stored.
+        let nf4 = Workload { quant: Quant::Nf4 { double_quant: false }, ..Workload::default() };
+        assert_eq!(held(&nf4), default);
     }
 }

@@ -64,7 +64,8 @@ pub(crate) fn trainable_dtype(workload: &Workload, precision: &Precision) -> DTy
     match (&workload.finetune, workload.trainer) {
         // PEFT creates adapters in fp32 when the base is half (`autocast_adapter_dtype=True`,
         // the default since PEFT 0.12); torchtune builds them in the model's dtype.
-        (Finetune::Lora { .. }, Trainer::Transformers) => DType::F32,
+        // Unsloth upcasts every `lora_A`/`lora_B` to fp32 (`prepare_model_for_training`).
+        (Finetune::Lora { .. }, Trainer::Transformers | Trainer::Unsloth) => DType::F32,
         _ => precision.weights,
     }
 }
@@ -76,7 +77,10 @@ fn optimizer_bytes(optimizer: Optimizer, tensors: &[TrainableTensor], dtype: DTy
         .iter()
         .map(|t| match optimizer {
             // torch.optim.AdamW: exp_avg and exp_avg_sq in the parameter's dtype.
-            Optimizer::Adamw | Optimizer::PagedAdamw => 2 * bytes * t.numel,
+            Optimizer::Adamw => 2 * bytes * t.numel,
+            // bitsandbytes' 32-bit Adam keeps both states in fp32 whatever the parameter's dtype
+            // (`Optimizer2State.init_state`: `optim_bits == 32` → `torch.float32`).
+            Optimizer::PagedAdamw => 2 * 4 * t.numel,
             // bitsandbytes 8-bit Adam: two uint8 states plus an fp32 absmax per 2048-value block;
             // tensors under 4096 values keep 32-bit states (`min_8bit_size=4096`).
             Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit => {
@@ -96,6 +100,19 @@ fn optimizer_bytes(optimizer: Optimizer, tensors: &[TrainableTensor], dtype: DTy
             },
         })
         .sum()
+}
+
+/// Bytes of the optimizer states a paged bitsandbytes optimizer keeps in CUDA managed memory,
+/// outside PyTorch's allocator: `get_state_buffer` pages the two state buffers of every tensor
+/// of at least 10⁵ values (`F.get_paged`, `cudaMallocManaged`); smaller tensors' states and the
+/// 8-bit absmax blocks are ordinary tensors. Part of [`optimizer_state_bytes`].
+pub(crate) fn paged_state_bytes(optimizer: Optimizer, tensors: &[TrainableTensor]) -> u64 {
+    let per_value = match optimizer {
+        Optimizer::PagedAdamw8bit => 2,
+        Optimizer::PagedAdamw => 2 * 4,
+        _ => return 0,
+    };
+    tensors.iter().filter(|t| t.numel >= 100_000).map(|t| per_value * t.numel).sum()
 }
 
 /// Optimizer-state bytes of `tensors` (of dtype `dtype`) under the workload's optimizer,
@@ -175,14 +192,15 @@ pub(crate) fn units(
     out
 }
 
-/// The module producing vocabulary logits: a root-level (or `cls.`) linear whose weight has the
-/// vocabulary as its first dimension.
-fn head_path(model: &ModelDescription) -> Option<String> {
+/// The module producing vocabulary logits: the last linear outside the blocks whose weight has
+/// the vocabulary as its rows (the engines' LM head too).
+pub(crate) fn head_path(model: &ModelDescription) -> Option<String> {
     let vocab = model.facts.vocab_size;
     let mut found = None;
     model.root.visit(&mut |m| {
+        let in_block = model.facts.layers.iter().any(|l| m.path.starts_with(&format!("{}.", l.path)));
         if m.kind == ModuleKind::Linear
-            && !m.path.contains("layers.")
+            && !in_block
             && m.tensors.iter().any(|t| t.name == "weight" && t.shape.first() == Some(&vocab))
         {
             found = Some(m.path.clone());
@@ -280,7 +298,10 @@ fn describe(
                 [n] => (*n, 1),
                 _ => (numel, 1),
             };
-            let quantized = if is_float_param && quantizable && tensor.shape.len() >= 2 {
+            // A checkpoint's own quantized weights (fp8, MXFP4 blocks, packed words) are held as
+            // stored: the workload's quantization applies to floating-point weights only.
+            let prequantized = tensor.dtype.bits() < 16;
+            let quantized = if is_float_param && !prequantized && quantizable && tensor.shape.len() >= 2 {
                 let experts: u64 = tensor.shape.iter().rev().skip(2).product();
                 quantized_linear_bytes(&workload.quant, out_dim, in_dim, half_bytes).map(|b| b * experts)
             } else {

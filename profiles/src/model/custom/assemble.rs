@@ -87,10 +87,57 @@ fn size(origin: &str, text: &Spanned<SizeText>, what: &str) -> Result<u64, Input
     })
 }
 
+/// The most activation memory a model may declare per token (256 MiB) and per sample (1 TiB), each
+/// declaration and all of them together: with the workload's bounds (2³² tokens, 2²⁰ samples a
+/// step) a step's declared bytes stay below 2⁶¹, so the simulator's `u64` sums cannot overflow.
+/// The memory model gives Llama-3.1-405B, trained in bf16, about 7.6 MiB per token over its 126
+/// layers.
+const MAX_PER_TOKEN: u64 = 1 << 28;
+const MAX_PER_SAMPLE: u64 = 1 << 40;
+
 fn activations(origin: &str, spec: &ActivationsSpec) -> Result<ActivationSizes, InputError> {
-    let per_token = spec.per_token.as_ref().map(|s| size(origin, s, "per_token")).transpose()?;
-    let per_sample = spec.per_sample.as_ref().map(|s| size(origin, s, "per_sample")).transpose()?;
+    let bounded_size = |text: &Spanned<SizeText>, what: &str, max: u64| {
+        let bytes = size(origin, text, what)?;
+        if bytes > max {
+            return Err(at(
+                origin,
+                &text.referenced,
+                format!("{what}: {} is past the bound of {}", text.value.0, units::format_bytes(max)),
+            )
+            .with_fix(format!("declare at most {} (docs/custom-models.md)", units::format_bytes(max))));
+        }
+        Ok(bytes)
+    };
+    let per_token =
+        spec.per_token.as_ref().map(|s| bounded_size(s, "per_token", MAX_PER_TOKEN)).transpose()?;
+    let per_sample =
+        spec.per_sample.as_ref().map(|s| bounded_size(s, "per_sample", MAX_PER_SAMPLE)).transpose()?;
     Ok(ActivationSizes { per_token: per_token.unwrap_or(0), per_sample: per_sample.unwrap_or(0) })
+}
+
+/// Refuses declarations that add up past [`MAX_PER_TOKEN`] or [`MAX_PER_SAMPLE`] over the model.
+fn bounded_total(origin: &str, declared: &[(String, ActivationSizes)]) -> Result<(), InputError> {
+    let total =
+        |f: fn(&ActivationSizes) -> u64| declared.iter().fold(0u64, |a, (_, s)| a.saturating_add(f(s)));
+    for (what, sum, max) in [
+        ("per_token", total(|s| s.per_token), MAX_PER_TOKEN),
+        ("per_sample", total(|s| s.per_sample), MAX_PER_SAMPLE),
+    ] {
+        if sum > max {
+            return Err(InputError::new(
+                origin,
+                format!(
+                    "the modules declare {} of activations {what} in all ({} declarations), past the bound of {}",
+                    units::format_bytes(sum),
+                    declared.len(),
+                    units::format_bytes(max)
+                ),
+            )
+            .at_key("activations")
+            .with_fix("check the sizes' units (`KiB`, not `GiB`): Llama-3.1-405B keeps about 7.6 MiB per token"));
+        }
+    }
+    Ok(())
 }
 
 fn check_name(origin: &str, name: &Spanned<String>) -> Result<(), InputError> {
@@ -139,6 +186,7 @@ pub(super) fn assemble(
         }
     }
     summary::validate(&model, origin)?;
+    bounded_total(origin, &builder.activations)?;
     Ok(CustomModel { description: model, activations: builder.activations })
 }
 
@@ -235,6 +283,8 @@ fn from_scratch(file: &ModelFile, builder: &mut ModuleBuilder) -> Result<ModelDe
         facts,
         root,
         notes,
+        quantization: None,
+        float_forms: Default::default(),
     })
 }
 
@@ -490,13 +540,7 @@ impl ModuleBuilder<'_> {
         } else {
             ModuleKind::Container
         };
-        Ok(Module {
-            path: path.to_string(),
-            class: "ModuleList".into(),
-            kind,
-            tensors: Vec::new(),
-            children: items,
-        })
+        Ok(Module::new(path, "ModuleList", kind).with_children(items))
     }
 
     fn single(
@@ -635,6 +679,7 @@ impl ModuleBuilder<'_> {
             });
             if let Some(sizes) = declared.or(self.default_activations) {
                 self.activations.push((path.to_string(), sizes));
+                module.activations = Some(sizes);
             }
         } else {
             if spec.stack.is_some() || spec.attention_window.is_some() {
@@ -647,6 +692,7 @@ impl ModuleBuilder<'_> {
             }
             if let Some(sizes) = declared {
                 self.activations.push((path.to_string(), sizes));
+                module.activations = Some(sizes);
             }
         }
         Ok(module)

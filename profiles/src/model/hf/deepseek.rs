@@ -18,7 +18,7 @@
 //! experts (and 4.x's per-expert modules) biases; V3 has none. The multi-token-prediction layers
 //! of the V3 checkpoints (`num_nextn_predict_layers`) are not part of the model transformers
 //! builds; a note says how large they are. FP8 checkpoints (`quantization_config`) are described
-//! as stored: see the `fp8` module of the Llama family.
+//! as stored: see [`crate::model::quantization`].
 
 use super::HfConfig;
 use super::llama::{BaseModel, MODEL, causal_lm, finish, gated_mlp, layer_facts};
@@ -174,8 +174,10 @@ pub(crate) fn build(
         facts,
         root,
         notes,
+        quantization: None,
+        float_forms: Default::default(),
     };
-    finish(config, description)
+    finish(description)
 }
 
 /// `self_attn`: multi-head latent attention.

@@ -8,8 +8,8 @@
 //! biases (Qwen2 q/k/v, gpt-oss all four), per-head q/k norms (Qwen3) or whole-projection ones
 //! (OLMoE), fused `qkv_proj` / `gate_up_proj` (Phi-3), the four norms of a Gemma 2 layer,
 //! attention sinks (gpt-oss), sliding windows, tied embeddings by default (Gemma), and the
-//! mixture-of-experts block, whose 4.x and 5.x layouts live in [`moe`]. The FP8 block
-//! quantization of a `quantization_config` is applied by [`fp8`], for this family and DeepSeek.
+//! mixture-of-experts block, whose 4.x and 5.x layouts live in [`moe`]. A `quantization_config`
+//! is applied to every family alike, by [`crate::model::quantization`].
 //!
 //! Absent keys take the defaults of each transformers config class, which are not always derived
 //! from the other sizes: Mistral and Mixtral default to 8 key/value heads, Qwen3-MoE and Gemma 2
@@ -23,7 +23,6 @@
 //! `Qwen2MoeAttention`); 5.x's default rotary embedding ignores `partial_rotary_factor` except in
 //! Phi-3, where 4.x applies it everywhere.
 
-mod fp8;
 mod moe;
 
 use super::HfConfig;
@@ -34,8 +33,6 @@ use crate::model::{
 };
 use moe::MoeStyle;
 use serde_json::Value;
-
-pub(super) use fp8::apply_quantization;
 
 /// Which of the q/k/v/o projections carry a bias, and which config key decides it.
 #[derive(Debug, Clone, Copy)]
@@ -426,8 +423,10 @@ pub(crate) fn build(
         facts,
         root,
         notes: Vec::new(),
+        quantization: None,
+        float_forms: Default::default(),
     };
-    finish(config, description)
+    finish(description)
 }
 
 /// The sliding window of each layer (`None`: full attention).
@@ -666,14 +665,10 @@ pub(super) fn layer_facts(list: &str, sparse: &[bool], windows: &[Option<u64>]) 
 }
 
 /// Finishes an imported description: ties `lm_head` to the input embedding when the facts say
-/// so and applies the config's quantization.
-pub(super) fn finish(
-    config: &HfConfig,
-    mut description: ModelDescription,
-) -> Result<ModelDescription, InputError> {
+/// so.
+pub(super) fn finish(mut description: ModelDescription) -> Result<ModelDescription, InputError> {
     if description.facts.tie_word_embeddings {
         description.tie("lm_head.weight", "model.embed_tokens.weight")?;
     }
-    apply_quantization(config, &mut description)?;
     Ok(description)
 }

@@ -70,8 +70,21 @@ pub fn from_config_text(
     from_config(&config, options)
 }
 
-/// Builds the description for a parsed config, dispatching on its architecture.
+/// Builds the description for a parsed config, dispatching on its architecture, with the
+/// config's `quantization_config` applied ([`super::quantization`]).
 pub fn from_config(config: &HfConfig, options: ImportOptions) -> Result<ModelDescription, InputError> {
+    let mut model = from_config_unquantized(config, options)?;
+    super::quantization::apply(config, &mut model)?;
+    super::summary::validate(&model, config.origin())?;
+    Ok(model)
+}
+
+/// As [`from_config`], without applying `quantization_config`: the floating-point tree a
+/// checkpoint's headers are laid over.
+pub(crate) fn from_config_unquantized(
+    config: &HfConfig,
+    options: ImportOptions,
+) -> Result<ModelDescription, InputError> {
     let arch = config.architecture()?;
     let model = match arch.as_str() {
         "LlamaForCausalLM"
@@ -210,6 +223,8 @@ fn describe(
         facts,
         root,
         notes,
+        quantization: None,
+        float_forms: Default::default(),
     }
 }
 

@@ -129,7 +129,7 @@ impl Node {
         } else {
             ("Module", ModuleKind::Container)
         };
-        Module { path: path.to_string(), class: class.to_string(), kind, tensors, children }
+        Module { tensors, children, ..Module::new(path, class, kind) }
     }
 }
 
@@ -310,6 +310,8 @@ fn describe(
         facts,
         root,
         notes,
+        quantization: None,
+        float_forms: Default::default(),
     };
     summary::validate(&model, origin)?;
     Ok(model)

@@ -8,7 +8,10 @@ use super::names;
 use super::quant::{self, QuantConfig, Role};
 use super::{Checkpoint, StoredTensor};
 use crate::model::hf::{self, HfConfig};
-use crate::model::{ImportOptions, ModelDescription, Module, Naming, Tensor, TensorKind, summary};
+use crate::model::{
+    FloatForm, ImportOptions, ModelDescription, Module, Naming, Tensor, TensorKind, join, quantization,
+    summary,
+};
 use crate::{DType, InputError};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -37,16 +40,23 @@ pub(crate) fn build(
         }
         None => options.naming,
     };
-    let mut model = hf::from_config(&config, ImportOptions { naming })?;
+    // The floating-point tree: the checkpoint's own headers say how it is quantized.
+    let quantization = quantization::read(config.origin(), config.object(), naming)?;
+    let mut model = hf::from_config_unquantized(&config, ImportOptions { naming })?;
     model.name = origin.to_string();
     if checkpoint.tensors.is_empty() {
         notes.push("no safetensors checkpoint in the folder: built from config.json alone".into());
+        let mut model = hf::from_config(&config, ImportOptions { naming })?;
+        model.name = origin.to_string();
         model.notes.extend(notes);
         return Ok(model);
     }
-    let quant = QuantConfig::from_config(config.object());
+    let quant = QuantConfig::new(quantization.clone());
     let config_dtype = model.dtype;
+    let floats = float_parameters(&model);
     let report = Overlay::new(&model, &quant).apply(&mut model, &checkpoint);
+    record_float_forms(&mut model, &floats, &report);
+    model.quantization = quantization;
     if !checkpoint.names_only()
         && let Some(dtype) = dominant_float_dtype(&model.root)
     {
@@ -120,28 +130,53 @@ struct Report {
     unknown_sizes: Vec<String>,
     /// Packed weights whose stored size does not divide the config's parameter count.
     odd_packing: Vec<String>,
+    /// Packed weights that replaced a floating-point parameter: full path and that parameter.
+    replaced: Vec<(String, FloatForm)>,
 }
 
 struct Overlay<'q> {
     quant: &'q QuantConfig,
     tensor_paths: HashSet<String>,
     module_paths: HashSet<String>,
-    /// The config's 2-D `weight` shape `[out, in]` of each module that has one.
-    weights: HashMap<String, Vec<u64>>,
+    /// The config's shape of every floating-point parameter, by full path.
+    floats: HashMap<String, Vec<u64>>,
+}
+
+/// The shape of every floating-point parameter of the config's tree, by full path.
+fn float_parameters(model: &ModelDescription) -> HashMap<String, Vec<u64>> {
+    model
+        .tensors()
+        .into_iter()
+        .filter(|(_, t)| t.kind == TensorKind::Parameter && t.dtype.is_float())
+        .map(|(path, t)| (path, t.shape.clone()))
+        .collect()
+}
+
+/// Records, for every weight the checkpoint stores quantized, the floating-point parameter of the
+/// config's tree it stands for: packed weights that replaced one, and parameters the headers
+/// give an integer or fp8 type.
+fn record_float_forms(model: &mut ModelDescription, floats: &HashMap<String, Vec<u64>>, report: &Report) {
+    let mut forms: Vec<(String, FloatForm)> = report.replaced.clone();
+    for (path, tensor) in model.tensors() {
+        let Some(shape) = floats.get(&path) else { continue };
+        let stored_quantized = matches!(tensor.kind, TensorKind::PackedParameter { .. })
+            || (tensor.kind == TensorKind::Parameter && tensor.dtype.bits() < 16)
+            || !tensor.dtype.is_float();
+        if stored_quantized && tensor.tied_to.is_none() {
+            forms.push((path.clone(), FloatForm { name: tensor.name.clone(), shape: shape.clone() }));
+        }
+    }
+    model.float_forms.extend(forms);
 }
 
 impl<'q> Overlay<'q> {
     fn new(model: &ModelDescription, quant: &'q QuantConfig) -> Overlay<'q> {
         let tensor_paths = model.tensors().into_iter().map(|(path, _)| path).collect();
         let mut module_paths = HashSet::new();
-        let mut weights = HashMap::new();
         model.root.visit(&mut |m| {
             module_paths.insert(m.path.clone());
-            if let Some(w) = m.tensors.iter().find(|t| t.name == "weight" && t.shape.len() == 2) {
-                weights.insert(m.path.clone(), w.shape.clone());
-            }
         });
-        Overlay { quant, tensor_paths, module_paths, weights }
+        Overlay { quant, tensor_paths, module_paths, floats: float_parameters(model) }
     }
 
     fn apply(&self, model: &mut ModelDescription, checkpoint: &Checkpoint) -> Report {
@@ -182,11 +217,15 @@ impl<'q> Overlay<'q> {
         stored: Option<&StoredTensor>,
         report: &mut Report,
     ) {
-        let config_weight = self.weights.get(&module.path);
-        let formula = || {
-            let [out, inp] = config_weight.map(Vec::as_slice)? else { return None };
-            self.quant.stored_shape(tensor_name, *out, *inp)
+        // The floating-point parameter this tensor stores or belongs to.
+        let replaced = quant::replaces(tensor_name);
+        let belongs_to = if role == Role::Constant && tensor_name.ends_with("_scales") {
+            tensor_name.strip_suffix("_scales").unwrap_or("weight")
+        } else {
+            replaced
         };
+        let config_weight = self.floats.get(&join(&module.path, belongs_to));
+        let formula = || self.quant.stored_shape(tensor_name, config_weight?);
         let Some(stored) = stored.cloned().or_else(formula) else {
             report.unknown_sizes.push(full_name.to_string());
             return;
@@ -204,12 +243,23 @@ impl<'q> Overlay<'q> {
                         self.quant.per_element(stored.dtype)
                     }
                 };
-                module.tensors.retain(|t| t.name != "weight");
-                *report.packed.entry((stored.dtype, per_element)).or_default() += 1;
-                module.tensors.push(Tensor {
+                let packed = Tensor {
                     kind: TensorKind::PackedParameter { per_element },
+                    follows_load_dtype: false,
                     ..Tensor::parameter(tensor_name, &stored.shape, stored.dtype)
-                });
+                };
+                match module.tensors.iter().position(|t| t.name == replaced) {
+                    Some(index) => {
+                        let float = module.tensors.remove(index);
+                        report.replaced.push((
+                            full_name.to_string(),
+                            FloatForm { name: float.name, shape: float.shape },
+                        ));
+                        module.tensors.insert(index, packed);
+                    }
+                    None => module.tensors.push(packed),
+                }
+                *report.packed.entry((stored.dtype, per_element)).or_default() += 1;
             }
             Role::Constant => {
                 if tensor_name == "weight_scale_inv"
@@ -222,10 +272,7 @@ impl<'q> Overlay<'q> {
                     weight.dtype = fp8;
                 }
                 report.constants += 1;
-                module.tensors.push(Tensor {
-                    kind: TensorKind::QuantConstant,
-                    ..Tensor::parameter(tensor_name, &stored.shape, stored.dtype)
-                });
+                module.tensors.push(Tensor::constant(tensor_name, &stored.shape, stored.dtype));
             }
         }
     }
@@ -320,7 +367,7 @@ impl Report {
                 "{} packed weights do not divide the config's parameter count; counted as {}-bit \
                  values: {}",
                 self.odd_packing.len(),
-                quant.bits,
+                quant.bits(),
                 names::summarize(self.odd_packing.iter().map(String::as_str), 4)
             ));
         }

@@ -1,0 +1,160 @@
+//! The inference engines' budgets as an [`Estimate`]: one row per GPU the engine uses, placed the
+//! way the engine places the model when no map or plan says otherwise.
+//!
+//! - **vLLM** shards over `--tensor-parallel-size` GPUs, whose default is 1: without
+//!   `--parallel tp=N` it serves from one GPU (the first visible one) whatever the profile holds,
+//!   and the estimate says so. Every rank holds the same budget.
+//! - **llama.cpp** uses every GPU it sees: with no map or plan, its default layer split
+//!   ([`LayerPlacement::default_split`]); with a device map or a `--target llama.cpp` plan, that
+//!   placement ([`LayerPlacement::from_placement`]). Each GPU gets its model buffer, the KV cache
+//!   of its layers and its compute buffer.
+
+use super::llamacpp_split::{self, LayerPlacement};
+use super::vllm;
+use crate::estimate::{Components, DeviceEstimate, Estimate};
+use crate::placement::Placement;
+use crate::workload::{Parallelism, Workload};
+use vramplan_profiles::InputError;
+use vramplan_profiles::hardware::HardwareProfile;
+use vramplan_profiles::model::ModelDescription;
+use vramplan_profiles::units::format_bytes;
+
+/// vLLM's estimate: the ranks of the tensor-parallel group (`--parallel tp=N`, else one GPU),
+/// each with the same budget.
+pub fn vllm_estimate(
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+    workload: &Workload,
+) -> Result<Estimate, InputError> {
+    let tp = match workload.parallelism {
+        Parallelism::Tensor { size } => size.max(1),
+        _ => 1,
+    };
+    if tp as usize > hardware.devices.len() {
+        return Err(InputError::new(
+            "--parallel",
+            format!(
+                "tensor parallelism over {tp} GPUs, but `{}` has {}",
+                hardware.name,
+                hardware.devices.len()
+            ),
+        )
+        .with_fix("use a profile with enough GPUs (e.g. `4xa100-80gb`) or a smaller tp"));
+    }
+    let mut devices = Vec::new();
+    let mut capacity = u64::MAX;
+    for device in hardware.devices.iter().take(tp as usize) {
+        let b = vllm::budget(model, device, workload, tp)?;
+        capacity = capacity.min(b.kv_capacity_tokens);
+        // Outside torch: the non-torch memory profiling measured, the CUDA context and the
+        // distributed environment from before the snapshot, and the CUDA graphs captured after.
+        let overhead =
+            b.non_torch_bytes + device.context_reserve_bytes + b.distributed_init_bytes + b.cuda_graph_bytes;
+        let held = Held {
+            weights: b.weights_bytes,
+            activations: b.activation_peak_bytes,
+            kv_cache: b.kv_cache_bytes,
+            overhead,
+            peak_at: b.activation_peak_at.clone(),
+        };
+        devices.push(held.device(device, b.fits));
+    }
+    let mut warnings = Vec::new();
+    if tp == 1 && hardware.devices.len() > 1 {
+        warnings.push(format!(
+            "vLLM serves from one GPU unless --tensor-parallel-size is set (its default is 1): GPU 0 only \
+             of the {} in `{}`; use `--parallel tp={}` to shard the model over them",
+            hardware.devices.len(),
+            hardware.name,
+            hardware.devices.len()
+        ));
+    }
+    Ok(finish(devices, Some(capacity), warnings))
+}
+
+/// llama.cpp's estimate: its buffers on every GPU that holds part of the model. `placement` is
+/// the map or plan given; the default one (everything on GPU 0, what the CLI passes when none is
+/// given) is replaced by llama.cpp's own split.
+pub fn llamacpp_estimate(
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+    workload: &Workload,
+    placement: &Placement,
+) -> Result<Estimate, InputError> {
+    if hardware.devices.is_empty() {
+        return Err(InputError::new(&hardware.name, "the profile has no GPU"));
+    }
+    let layers = if *placement == Placement::single(0) {
+        LayerPlacement::default_split(model, hardware)
+    } else {
+        LayerPlacement::from_placement(model, placement)
+    };
+    let budget = llamacpp_split::split_budget(model, hardware, workload, &layers)?;
+    let mut devices = Vec::new();
+    for buffers in &budget.devices {
+        let Some(device) = hardware.devices.iter().find(|d| d.index == buffers.gpu) else { continue };
+        let allocated = buffers.gpu_bytes();
+        let held = Held {
+            weights: buffers.model_bytes,
+            activations: buffers.compute_bytes,
+            kv_cache: buffers.kv_bytes,
+            overhead: device.context_reserve_bytes,
+            peak_at: buffers.compute_peak_at.clone(),
+        };
+        devices.push(held.device(device, allocated <= device.usable_bytes()));
+    }
+    let mut warnings = Vec::new();
+    let on_host = layers.layers.iter().filter(|l| l.is_none()).count();
+    if on_host > 0 {
+        warnings.push(format!(
+            "{on_host} of {} layers stay on the host and run on the CPU; host memory holds {} of \
+             weights and {} of KV cache for them",
+            layers.layers.len(),
+            format_bytes(budget.host_model_bytes),
+            format_bytes(budget.host_kv_bytes)
+        ));
+    }
+    Ok(finish(devices, None, warnings))
+}
+
+fn finish(devices: Vec<DeviceEstimate>, kv_capacity_tokens: Option<u64>, warnings: Vec<String>) -> Estimate {
+    let peak_bytes = devices.iter().map(|d| d.device_used_bytes).max().unwrap_or(0);
+    let fits = !devices.is_empty() && devices.iter().all(|d| d.fits);
+    Estimate { devices, peak_bytes, fits, kv_capacity_tokens, warnings }
+}
+
+/// What an engine holds on one GPU: its own buffers (allocated once, so allocated and reserved
+/// are the same), and what it holds outside them.
+struct Held {
+    weights: u64,
+    activations: u64,
+    kv_cache: u64,
+    /// Outside the engine's buffers: the CUDA context and whatever else the engine adds.
+    overhead: u64,
+    peak_at: String,
+}
+
+impl Held {
+    fn device(self, device: &vramplan_profiles::hardware::Device, fits: bool) -> DeviceEstimate {
+        let allocated = self.weights.saturating_add(self.activations).saturating_add(self.kv_cache);
+        DeviceEstimate {
+            id: device.index,
+            name: device.name.clone(),
+            capacity_bytes: device.memory_bytes,
+            usable_bytes: device.usable_bytes(),
+            peak_allocated_bytes: allocated,
+            peak_reserved_bytes: allocated,
+            device_used_bytes: allocated + self.overhead,
+            peak_at: self.peak_at,
+            steady_bytes: self.weights + self.kv_cache,
+            components: Components {
+                weights: self.weights,
+                activations: self.activations,
+                kv_cache: self.kv_cache,
+                overhead: self.overhead,
+                ..Components::default()
+            },
+            fits,
+        }
+    }
+}

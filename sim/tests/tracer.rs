@@ -1,0 +1,169 @@
+//! The simulator against the reference tracer of the real runtime: every configuration that
+//! `scripts/reference/trace.py` ran (transformers + PEFT + bitsandbytes under PyTorch's
+//! FakeTensorMode, each storage followed from creation to death by PyTorch's MemTracker; the
+//! configurations and library versions are in `fixtures/reference/trace/v5.json`) is estimated
+//! here and its peak of live tensor bytes compared with the tracer's.
+//!
+//! The tracer runs CPU kernels and no CUDA library: the estimate's cuBLAS workspace, which
+//! PyTorch allocates on a GPU and the CPU never makes, is left out of the comparison. Nothing
+//! else is adjusted.
+
+use serde::Deserialize;
+use vramplan_profiles::model::{self, ImportOptions};
+use vramplan_profiles::{DType, hardware};
+use vramplan_sim::program::cublas_workspace;
+use vramplan_sim::workload::{Finetune, GradCheckpointing, Mode, Optimizer, Quant, Workload};
+use vramplan_sim::{Placement, estimate};
+
+#[derive(Deserialize)]
+struct Fixture {
+    versions: serde_json::Value,
+    records: Vec<Record>,
+}
+
+#[derive(Deserialize)]
+struct Record {
+    model: String,
+    mode: String,
+    finetune: String,
+    ckpt: bool,
+    batch: u64,
+    seq: u64,
+    dtype: String,
+    #[serde(default)]
+    lora_rank: Option<u64>,
+    #[serde(default)]
+    lora_targets: Vec<String>,
+    #[serde(default)]
+    peak_bytes: Option<u64>,
+    #[serde(default)]
+    peak_where: Option<serde_json::Value>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+impl Record {
+    fn label(&self) -> String {
+        let ckpt = if self.ckpt { " ckpt" } else { "" };
+        format!("{} {} {}{} {}x{}", self.model, self.mode, self.finetune, ckpt, self.batch, self.seq)
+    }
+
+    /// The workload the tracer ran, as a vramplan workload.
+    fn workload(&self) -> Workload {
+        let dtype = DType::parse(&self.dtype).expect("a dtype");
+        let mut w = Workload {
+            mode: if self.mode == "train" { Mode::Train } else { Mode::Inference },
+            batch: self.batch,
+            seq: self.seq,
+            weight_dtype: Some(dtype),
+            optimizer: Optimizer::Adamw,
+            grad_checkpointing: if self.ckpt { GradCheckpointing::Full } else { GradCheckpointing::Off },
+            ..Workload::default()
+        };
+        if let Some(rank) = self.lora_rank {
+            w.finetune = Finetune::Lora { rank, alpha: 2 * rank, targets: self.lora_targets.clone() };
+        }
+        if self.finetune == "qlora" {
+            w.quant = Quant::Nf4 { double_quant: true };
+        }
+        w
+    }
+}
+
+fn fixture() -> Fixture {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/reference/trace/v5.json");
+    let text = std::fs::read_to_string(path).expect("fixtures/reference/trace/v5.json");
+    serde_json::from_str(&text).expect("the tracer's JSON")
+}
+
+#[test]
+fn estimates_follow_the_traced_runtime() {
+    let fixture = fixture();
+    let hardware = hardware::load("h100-80gb").expect("profile");
+    let workspace = cublas_workspace(9);
+    let mut errors = Vec::new();
+    let (mut training, mut inference) = (Vec::new(), Vec::new());
+    let mut skipped = Vec::new();
+    println!("tracer: {}", fixture.versions);
+    println!("{:<48} {:>10} {:>10} {:>8}  tracer's peak at", "configuration", "tracer", "estimate", "error");
+    for r in &fixture.records {
+        let (Some(traced), None) = (r.peak_bytes, &r.error) else {
+            skipped.push(format!("{}: {}", r.label(), r.error.as_deref().unwrap_or("no peak")));
+            continue;
+        };
+        let model = model::load(&r.model, ImportOptions::default()).expect("built-in model");
+        let placement = Placement::even_layers(&model, 1);
+        let e = estimate(&model, &hardware, &r.workload(), &placement).expect("an estimate");
+        let ours = e.devices[0].peak_allocated_bytes - workspace;
+        let error = (ours as f64 - traced as f64) / traced as f64;
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        let at = r.peak_where.as_ref().map(|w| w.to_string()).unwrap_or_default();
+        println!(
+            "{:<48} {:>10.3} {:>10.3} {:>7.1}%  {} / ours: {}",
+            r.label(),
+            gib(traced),
+            gib(ours),
+            100.0 * error,
+            at,
+            e.devices[0].peak_at
+        );
+        errors.push(error.abs());
+        if r.mode == "train" { &mut training } else { &mut inference }.push(error.abs());
+    }
+    for s in &skipped {
+        println!("not traced: {s}");
+    }
+    let stats = |e: &mut Vec<f64>| {
+        e.sort_by(f64::total_cmp);
+        (e[e.len() / 2], e[e.len() - 1])
+    };
+    let (median, worst) = stats(&mut errors);
+    let (train_median, train_worst) = stats(&mut training);
+    let (infer_median, infer_worst) = stats(&mut inference);
+    println!(
+        "{} configurations: median |error| {:.1}%, worst {:.1}%",
+        errors.len(),
+        100.0 * median,
+        100.0 * worst
+    );
+    println!(
+        "  training: {} configurations, median {:.1}%, worst {:.1}%",
+        training.len(),
+        100.0 * train_median,
+        100.0 * train_worst
+    );
+    println!(
+        "  inference: {} configurations, median {:.1}%, worst {:.1}%",
+        inference.len(),
+        100.0 * infer_median,
+        100.0 * infer_worst
+    );
+    assert!(errors.len() >= 60, "the matrix has {} traced configurations", errors.len());
+    assert!(skipped.is_empty(), "configurations the tracer could not run: {skipped:?}");
+    assert!(median <= 0.03, "median |error| {:.1}% > 3%", 100.0 * median);
+    assert!(train_worst <= 0.10, "training: worst |error| {:.1}% > 10%", 100.0 * train_worst);
+    // Prefill charges one hidden state and one MLP intermediate where the runtime holds three
+    // of each at a gated MLP's product (docs/memory-model.md, "Known gaps"): inference rows at
+    // 4 × 1024 tokens fall short by up to 18 % until that is charged.
+    assert!(infer_worst <= 0.20, "inference: worst |error| {:.1}% > 20%", 100.0 * infer_worst);
+}
+
+/// Per token, what one block keeps for backward in each traced family (full fine-tune, LoRA
+/// and QLoRA at 1 × 512), to set beside the tracer's saved-tensor listing when a row differs
+/// (`cargo test --test tracer -- --ignored --nocapture`).
+#[test]
+#[ignore = "diagnostic listing"]
+fn saved_per_token_by_family() {
+    let fixture = fixture();
+    let mut seen = Vec::new();
+    for r in fixture.records.iter().filter(|r| r.mode == "train" && !r.ckpt) {
+        if seen.contains(&(r.model.clone(), r.finetune.clone())) {
+            continue;
+        }
+        seen.push((r.model.clone(), r.finetune.clone()));
+        let model = model::load(&r.model, ImportOptions::default()).expect("built-in model");
+        let workload = Workload { batch: 1, seq: 512, ..r.workload() };
+        let bytes = vramplan_sim::saved_activation_bytes(&model, &workload, 1);
+        println!("{:<16} {:<6} {:>10.1} B/token", r.model, r.finetune, bytes as f64 / 512.0);
+    }
+}

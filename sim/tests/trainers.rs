@@ -1,0 +1,137 @@
+//! What the training frameworks do differently, each checked against a closed form from the
+//! framework's code: bitsandbytes' paged optimizers (states in CUDA managed memory, outside
+//! PyTorch's allocator), torchtune's optimizer in backward (no step with every gradient alive),
+//! Unsloth's kernels and fused loss, and the attention transformers falls back to.
+
+use vramplan_profiles::model::{self, ImportOptions, ModelDescription, TensorKind};
+use vramplan_profiles::{DType, hardware};
+use vramplan_sim::workload::{
+    AttentionImpl, Finetune, GradCheckpointing, Mode, Optimizer, Quant, Trainer, Workload,
+};
+use vramplan_sim::{Placement, estimate, saved_activation_bytes};
+
+fn builtin(name: &str) -> ModelDescription {
+    model::load(name, ImportOptions::default()).expect("built-in model")
+}
+
+fn full_bf16(batch: u64, seq: u64) -> Workload {
+    Workload { mode: Mode::Train, batch, seq, weight_dtype: Some(DType::BF16), ..Workload::default() }
+}
+
+/// Every trainable tensor of a full fine-tune, counted once (tied ones are one tensor).
+fn parameter_sizes(model: &ModelDescription) -> Vec<u64> {
+    let mut sizes = Vec::new();
+    model.root.visit(&mut |m| {
+        for t in &m.tensors {
+            if t.kind == TensorKind::Parameter && t.tied_to.is_none() {
+                sizes.push(t.numel());
+            }
+        }
+    });
+    sizes
+}
+
+#[test]
+fn paged_optimizer_states_leave_pytorchs_allocator_and_stay_in_device_used() {
+    let model = builtin("llama-3.2-1b");
+    let hw = hardware::load("h100-80gb").expect("profile");
+    let run = |optimizer| {
+        let w = Workload { optimizer, ..full_bf16(1, 256) };
+        estimate(&model, &hw, &w, &Placement::single(0)).expect("estimate").devices.remove(0)
+    };
+    let plain = run(Optimizer::Adamw8bit);
+    let paged = run(Optimizer::PagedAdamw8bit);
+    // bitsandbytes `get_state_buffer`: the two uint8 states of every tensor of at least 10⁵
+    // values are paged; smaller tensors' states and the absmax blocks are not.
+    let sizes = parameter_sizes(&model);
+    let paged_bytes: u64 = sizes.iter().filter(|n| **n >= 100_000).map(|n| 2 * n).sum();
+    assert!(paged_bytes > 2_000_000_000, "llama-3.2-1b pages its big tensors' states");
+    // Both peaks are where every state is alive; each allocation is rounded to 512 bytes.
+    let slack = 512 * sizes.len() as u64;
+    let gone = plain.peak_allocated_bytes - paged.peak_allocated_bytes;
+    assert!(gone.abs_diff(paged_bytes) <= slack, "allocated fell by {gone}, paged states are {paged_bytes}");
+    // nvidia-smi sees managed memory while it is resident.
+    assert!(paged.device_used_bytes >= paged.peak_reserved_bytes + paged_bytes);
+}
+
+#[test]
+fn optimizer_in_backward_never_holds_every_gradient() {
+    let model = builtin("llama-3.2-3b");
+    let hw = hardware::load("a100-80gb").expect("profile");
+    let base = Workload {
+        trainer: Trainer::Torchtune,
+        grad_checkpointing: GradCheckpointing::Full,
+        ..full_bf16(2, 1024)
+    };
+    let mut in_backward = base.clone();
+    in_backward.switches.optimizer_in_backward = true;
+    let run =
+        |w: &Workload| estimate(&model, &hw, w, &Placement::single(0)).expect("estimate").devices.remove(0);
+    let (normal, fused) = (run(&base), run(&in_backward));
+    let all_gradients: u64 = parameter_sizes(&model).iter().map(|n| 2 * n).sum();
+    // The largest gradient one unit makes: the tied embedding's, which autograd holds three
+    // of while it sums the head's and the embedding's (see the tied-gradient test in tracer.rs).
+    let embedding = 2 * 128_256 * 3072;
+    // Each charged as the allocator does: at most 1 MiB of an unsplit remainder on top.
+    assert!(fused.components.gradients <= 3 * (embedding + (1 << 20)), "{}", fused.components.gradients);
+    // Without it, the step's optimizer runs with every gradient alive: the end of backward
+    // holds them all, on top of the weights and states both runs hold.
+    assert!(normal.peak_allocated_bytes >= normal.steady_bytes + all_gradients);
+    assert!(fused.peak_allocated_bytes < normal.peak_allocated_bytes);
+}
+
+fn unsloth_qlora(batch: u64, seq: u64) -> Workload {
+    Workload {
+        trainer: Trainer::Unsloth,
+        quant: Quant::Nf4 { double_quant: true },
+        finetune: Finetune::Lora {
+            rank: 16,
+            alpha: 16,
+            targets: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+                .map(String::from)
+                .to_vec(),
+        },
+        optimizer: Optimizer::Adamw8bit,
+        ..Workload { weight_dtype: Some(DType::F16), ..full_bf16(batch, seq) }
+    }
+}
+
+#[test]
+fn unsloth_layers_keep_what_its_kernels_save() {
+    // Llama-3-8B: h 4096, 32 heads of 128, 8 KV heads, MLP 14336, fp16. Per token: the two
+    // norms' inputs and the two LoRA kernels' inputs (4·h), q, K and V expanded to every head and
+    // the attention output (4·a·d), gate and up (2·I), in 2 bytes; two fp32 inverse RMS and a
+    // log-sum-exp per head in fp32.
+    let model = builtin("llama-3-8b");
+    let w = unsloth_qlora(1, 512);
+    let per_token = 2 * (4 * 4096 + 4 * 32 * 128 + 2 * 14_336) + 2 * 4 + 4 * 32;
+    assert_eq!(saved_activation_bytes(&model, &w, 0), per_token * 512);
+}
+
+#[test]
+fn unsloth_fused_loss_keeps_no_logits_and_chunks_past_four_gib() {
+    let model = builtin("llama-3-8b");
+    let hw = hardware::load("h100-80gb").expect("profile");
+    let vocab = 128_256u64;
+    for (batch, seq, chunks) in [(2, 2048, 1), (8, 2048, 4)] {
+        let w = Workload { grad_checkpointing: GradCheckpointing::Full, ..unsloth_qlora(batch, seq) };
+        let e = estimate(&model, &hw, &w, &Placement::single(0)).expect("estimate").devices.remove(0);
+        // One chunk's fp16 logits, fp32 copy and fp32 gradient at most, never the whole set.
+        let tokens = batch * seq;
+        let chunk = (2 + 4 + 4) * vocab * tokens.div_ceil(chunks);
+        assert!(e.components.logits <= chunk, "{batch}x{seq}: {} > {chunk}", e.components.logits);
+        assert!(4 * vocab * tokens / chunks <= 4 << 30);
+    }
+}
+
+#[test]
+fn gemma_2_runs_eager_attention_whatever_is_asked() {
+    // Gemma 2 sets `_supports_sdpa = False` (logit softcapping): asked for SDPA by default,
+    // transformers falls back to eager attention.
+    let model = builtin("gemma-2-2b");
+    let sdpa = Workload { attention: AttentionImpl::Sdpa, ..full_bf16(1, 512) };
+    let eager = Workload { attention: AttentionImpl::Eager, ..full_bf16(1, 512) };
+    assert_eq!(saved_activation_bytes(&model, &sdpa, 0), saved_activation_bytes(&model, &eager, 0));
+    let llama = builtin("llama-3.2-1b");
+    assert!(saved_activation_bytes(&llama, &sdpa, 0) < saved_activation_bytes(&llama, &eager, 0));
+}

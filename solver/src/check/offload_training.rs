@@ -1,0 +1,257 @@
+//! The rule a *training* map meets under accelerate when it puts modules on `cpu` or `disk`.
+//! Offloading is an inference mechanism: accelerate streams the weights in for each forward and
+//! throws the copies away after it, which a training step cannot live with. What the runtime
+//! does with such a map, from its source:
+//!
+//! - `dispatch_model` (accelerate/big_modeling.py), which `from_pretrained` calls with the map
+//!   (transformers' `accelerate_dispatch`): with more than one device in the map, the modules on
+//!   `cpu` or `disk` run on the main device, the first GPU of the map; their state dict is kept
+//!   on the CPU (`extract_submodules_state_dict`) or on disk, as the hooks' `weights_map`, and
+//!   `attach_align_device_hook_on_blocks` hooks every listed *module* (it walks module names, so
+//!   a listed tensor of a parent, such as XLNet's `transformer.mask_emb`, gets no hook);
+//! - `AlignDevicesHook.init_hook` (accelerate/hooks.py) puts the offloaded parameters on the
+//!   meta device, and moves the module's buffers to the execution device unless
+//!   `offload_buffers=True` (the default of `dispatch_model` and `from_pretrained` is `False`);
+//!   with it, persistent buffers are reloaded from the CPU copy at every forward;
+//! - `pre_forward` makes each parameter anew on the GPU from the `weights_map` value
+//!   (`set_module_tensor_to_device(..., value=...)` in accelerate/utils/modeling.py builds a new
+//!   `param_cls(new_value, requires_grad=old_value.requires_grad)`: a new leaf tensor), and
+//!   `post_forward` swaps it for a meta tensor again;
+//! - in training, backward accumulates each gradient into the leaf it was made for, that
+//!   forward's copy (autograd's `AccumulateGrad` holds its leaf until the backward has run, so
+//!   the copies stay on the GPU from forward to backward, with their gradients), and then the
+//!   copies are dropped: the weights in `weights_map` are never updated, and the optimizer, made
+//!   over the module's meta parameters, has no gradient to step them with;
+//! - `dispatch_model` wraps `model.to` to raise "You can't move a model that has some modules
+//!   offloaded to cpu or disk." while any parameter is on meta, and transformers'
+//!   `Trainer.__init__` calls `model.to(args.device)` (`_move_model_to_device`) unless the map
+//!   spreads the model over GPUs (`is_model_parallel`: its GPUs other than `cpu`/`disk` are
+//!   several, or one that is not the trainer's device, `cuda:0` in a one-process run);
+//! - a listed tensor that got no hook stays where `from_pretrained` loaded it, the CPU, and the
+//!   parent's forward meets it with hidden states on the GPU: PyTorch's device error.
+
+use super::{DEVICE_ERROR, Finding, Rule, cuda, join, json_device, label, listed_with_more, shown};
+use crate::runtime::Runtime;
+use vramplan_profiles::model::{ModelDescription, TensorKind};
+use vramplan_profiles::units::format_bytes;
+use vramplan_sim::placement::Target;
+use vramplan_sim::workload::{Mode, Workload};
+
+/// accelerate's guard on `model.to` once weights are offloaded (`dispatch_model`).
+const MOVE_ERROR: &str =
+    "RuntimeError: You can't move a model that has some modules offloaded to cpu or disk.";
+
+/// The finding of a training map (`workload` in train mode) that offloads modules to `cpu` or
+/// `disk` under accelerate, if any. `entries` are the map's, in file order (the last device of a
+/// name listed twice wins, as `json.load` reads it).
+pub fn offloaded_in_training(
+    model: &ModelDescription,
+    entries: &[(String, Target)],
+    runtime: Runtime,
+    workload: &Workload,
+) -> Option<Finding> {
+    if workload.mode != Mode::Train || !matches!(runtime, Runtime::Accelerate | Runtime::AccelerateV4) {
+        return None;
+    }
+    let mut map: Vec<(String, Target)> = Vec::new();
+    for (key, target) in entries {
+        match map.iter_mut().find(|(k, _)| k == key) {
+            Some(entry) => entry.1 = *target,
+            None => map.push((key.clone(), *target)),
+        }
+    }
+    // The map's GPUs in the order it lists them; the first is the main device, as the rest of
+    // the check and the simulation take `dispatch_model`'s `main_device` (`Placement::main_gpu`).
+    let mut gpus: Vec<u32> = Vec::new();
+    for (_, t) in &map {
+        if let Target::Gpu(g) = t
+            && !gpus.contains(g)
+        {
+            gpus.push(*g);
+        }
+    }
+    // `dispatch_model`: with no GPU in the map the CPU is the main device and only `disk`
+    // entries are offloaded.
+    let main = gpus.first().map_or(Target::Cpu, |g| Target::Gpu(*g));
+    let offloaded: Vec<&(String, Target)> = map
+        .iter()
+        .filter(|(_, t)| match t {
+            Target::Gpu(_) => false,
+            Target::Cpu => main != Target::Cpu,
+            Target::Disk => true,
+        })
+        .collect();
+    if offloaded.is_empty() {
+        return None;
+    }
+    // Listed modules get accelerate's hooks; listed tensors of a parent do not.
+    let is_module = |(k, _): &&&(String, Target)| model.root.find(k).is_some();
+    let modules: Vec<&(String, Target)> = offloaded.iter().filter(is_module).copied().collect();
+    let tensors: Vec<&(String, Target)> = offloaded.iter().filter(|e| !is_module(e)).copied().collect();
+    let mut devices = vec![label(main)];
+    for (_, t) in &offloaded {
+        if !devices.contains(&label(*t)) {
+            devices.push(label(*t));
+        }
+    }
+    let mut parts = Vec::new();
+    let keys: Vec<String> = offloaded.iter().map(|(k, t)| format!("{} ({})", shown(k), label(*t))).collect();
+    parts.push(format!(
+        "This training map offloads {}. Offloading streams weights for inference; training needs them \
+         in place.",
+        listed_with_more(&keys)
+    ));
+    if !modules.is_empty() {
+        parts.push(modules_part(model, &modules, main, &gpus));
+    }
+    if !tensors.is_empty() {
+        parts.push(tensors_part(model, &tensors, main));
+    }
+    let fixes: Vec<String> =
+        offloaded.iter().map(|(k, _)| format!("`\"{k}\": {}`", json_device(main))).collect();
+    parts.push(format!(
+        "Fix: put them on a GPU, e.g. {} (`vramplan plan … --mode train` places a training step); to \
+         train with weights off the GPU, leave the map out and offload with DeepSpeed ZeRO-3 \
+         (`--parallel zero3 --offload-params`), which updates the CPU copy.",
+        listed_with_more(&fixes)
+    ));
+    Some(Finding {
+        rule: Rule::OffloadedInTraining,
+        modules: offloaded.iter().map(|(k, _)| k.clone()).collect(),
+        devices,
+        message: parts.join(" "),
+    })
+}
+
+/// What happens to listed modules: hooked, streamed in, never trained; the trainer's refusal
+/// when the map holds one GPU, the trainer's own; their buffers.
+fn modules_part(
+    model: &ModelDescription,
+    modules: &[&(String, Target)],
+    main: Target,
+    gpus: &[u32],
+) -> String {
+    let mut params = 0u64;
+    let mut buffers: Vec<String> = Vec::new();
+    for (key, _) in modules {
+        let Some(module) = model.root.find(key) else { continue };
+        module.visit(&mut |m| {
+            for t in m.tensors.iter().filter(|t| t.tied_to.is_none()) {
+                match t.kind {
+                    TensorKind::Buffer { .. } => buffers.push(join(&m.path, &t.name)),
+                    TensorKind::Parameter => params += t.bytes(),
+                    _ => {}
+                }
+            }
+        });
+    }
+    let gpu = label(main);
+    let mut text = format!(
+        "accelerate's `dispatch_model` keeps the listed modules' weights ({}) on the CPU or disk, makes \
+         them anew on {gpu} for each forward (`AlignDevicesHook.pre_forward`) and swaps them for meta \
+         tensors after it (`post_forward`).",
+        format_bytes(params)
+    );
+    if gpus == [0] {
+        text += &format!(
+            " With {gpu} the map's only GPU, the HF Trainer moves the model to its device \
+             (`Trainer._move_model_to_device`) and accelerate refuses: `{MOVE_ERROR}`"
+        );
+        text += " Where the step does run (a map over several GPUs, or a loop that never calls `.to`),";
+    } else {
+        text += " The step runs, but";
+    }
+    text += &format!(
+        " backward leaves each gradient on that forward's copy, which is then dropped: the offloaded weights \
+         are never updated (the optimizer holds their meta tensors), and the copies with their gradients \
+         stay on {gpu} from forward to backward all the same, which the memory figures here leave out."
+    );
+    if !buffers.is_empty() {
+        text += &format!(
+            " Their buffers ({}) move to {gpu} at dispatch and stay (`offload_buffers=False`, the default); \
+             with `offload_buffers=True` they are reloaded from the CPU copy at every forward and their \
+             in-place updates (a running state) are lost each step.",
+            listed_with_more(&buffers.iter().map(|b| format!("`{b}`")).collect::<Vec<_>>())
+        );
+    }
+    text
+}
+
+/// What happens to listed tensors of parent modules: no hook, left on the CPU; one sentence per
+/// parent.
+fn tensors_part(model: &ModelDescription, tensors: &[&(String, Target)], main: Target) -> String {
+    let mut parents: Vec<(&str, Vec<String>)> = Vec::new();
+    for (key, _) in tensors {
+        let parent = key.rsplit_once('.').map_or("", |(m, _)| m);
+        match parents.iter_mut().find(|(p, _)| *p == parent) {
+            Some((_, names)) => names.push(format!("`{key}`")),
+            None => parents.push((parent, vec![format!("`{key}`")])),
+        }
+    }
+    let gpu = if main == Target::Cpu { Target::Gpu(0) } else { main };
+    let sentences: Vec<String> = parents
+        .iter()
+        .map(|(parent, names)| {
+            let one = names.len() == 1;
+            let class = model.root.find(parent).map(|m| format!(" ({})", m.class)).unwrap_or_default();
+            format!(
+                "{} {} of `{parent}`{class}, not {}: accelerate hooks listed modules only, so {} on the CPU \
+                 where `from_pretrained` loaded {}, and wherever `{parent}`'s forward uses {} with hidden states \
+                 on {} it raises `{DEVICE_ERROR}, {} and cpu!`",
+                listed_with_more(names),
+                if one { "is a tensor" } else { "are tensors" },
+                if one { "a module" } else { "modules" },
+                if one { "it stays" } else { "they stay" },
+                if one { "it" } else { "them" },
+                if one { "it" } else { "them" },
+                label(gpu),
+                cuda(gpu),
+            )
+        })
+        .collect();
+    sentences.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vramplan_profiles::model::{self, ImportOptions};
+
+    fn train() -> Workload {
+        Workload { mode: Mode::Train, ..Workload::default() }
+    }
+
+    fn map(entries: &[(&str, Target)]) -> Vec<(String, Target)> {
+        entries.iter().map(|(k, t)| (k.to_string(), *t)).collect()
+    }
+
+    #[test]
+    fn only_offloaded_entries_of_a_training_map_under_accelerate_are_found() {
+        let model = model::load("gpt2", ImportOptions::default()).unwrap();
+        let split = map(&[
+            ("transformer.wte", Target::Cpu),
+            ("transformer.wpe", Target::Gpu(0)),
+            ("transformer.h", Target::Gpu(0)),
+            ("transformer.ln_f", Target::Gpu(0)),
+            ("lm_head", Target::Cpu),
+        ]);
+        let found = offloaded_in_training(&model, &split, Runtime::Accelerate, &train()).unwrap();
+        assert_eq!(found.rule, Rule::OffloadedInTraining);
+        assert_eq!(found.modules, ["transformer.wte", "lm_head"]);
+        assert_eq!(found.devices, ["GPU 0", "cpu"]);
+        assert!(found.message.contains(MOVE_ERROR), "{}", found.message);
+        // Inference is what offloading is for; other runtimes read no accelerate hooks.
+        let inference = Workload::default();
+        assert_eq!(offloaded_in_training(&model, &split, Runtime::Accelerate, &inference), None);
+        assert_eq!(offloaded_in_training(&model, &split, Runtime::Pipeline, &train()), None);
+        // With no GPU in the map the CPU is the main device: only `disk` is offloaded.
+        let on_cpu = map(&[("", Target::Cpu)]);
+        assert_eq!(offloaded_in_training(&model, &on_cpu, Runtime::Accelerate, &train()), None);
+        let cpu_and_disk = map(&[("transformer", Target::Cpu), ("lm_head", Target::Disk)]);
+        let found = offloaded_in_training(&model, &cpu_and_disk, Runtime::AccelerateV4, &train()).unwrap();
+        assert_eq!(found.modules, ["lm_head"]);
+        // A name listed twice keeps its last device.
+        let moved = map(&[("", Target::Cpu), ("", Target::Gpu(1))]);
+        assert_eq!(offloaded_in_training(&model, &moved, Runtime::Accelerate, &train()), None);
+    }
+}
