@@ -114,7 +114,13 @@ fn held_by_runtime(
         Engine::Vllm { .. } => Loader::Vllm,
         Engine::LlamaCpp { .. } => return Ok(model),
     };
-    let Some(capability) = hardware.devices.iter().map(|d| d.compute_capability).min() else {
+    // vLLM runs on its tensor-parallel group (one GPU by default), transformers on any of them.
+    let gpus = match (&workload.engine, workload.parallelism) {
+        (Engine::Vllm { .. }, Parallelism::Tensor { size }) => size.max(1) as usize,
+        (Engine::Vllm { .. }, _) => 1,
+        _ => hardware.devices.len(),
+    };
+    let Some(capability) = hardware.devices.iter().take(gpus).map(|d| d.compute_capability).min() else {
         return Ok(model);
     };
     let held = held_on(&model, loader, capability, workload.weight_dtype.unwrap_or(model.dtype))?;

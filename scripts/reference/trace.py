@@ -33,7 +33,7 @@ Recorded per configuration: the peak of live bytes, the bytes by kind at that mo
 and the innermost module and op running then, and the bytes held once the step is over.
 
 CPU kernels are not CUDA kernels; where they allocate differently, the comparison in
-`tests/tests/tracer_reference.rs` says so (it never copies these figures into the model).
+`sim/tests/tracer.rs` says so (it never copies these figures into the model).
 
 Usage (from the repository root, with the venv `scripts/reference/run` builds):
     scripts/reference/run trace                      # all configurations -> fixtures/reference/trace/v5.json

@@ -609,6 +609,8 @@ impl<'a> Builder<'a> {
         });
         let (target, numel) = tied?;
         let owner = self.units.iter().position(|u| covers(&u.keys[0], &target))?;
+        // An embedding off the GPUs runs no backward there: nothing to hold for it.
+        self.devices[owner]?;
         let dtype = units::trainable_dtype(self.workload, &self.precision);
         (owner != head).then(|| (owner, dtype.bytes_for(numel)))
     }

@@ -3,22 +3,23 @@
 //! workspace at the block's own forward and backward peaks.
 //!
 //! Per token, with `c` the compute dtype's bytes, `h` hidden, `a` heads, `k` KV heads, `d` head
-//! dim, `I` the MLP width and `s` the attended span:
-//! - a norm feeding a linear: RMSNorm as transformers writes it saves the fp32 upcast (4h) and
-//!   the normalised value (h in the input dtype) and its output feeds the linear, which saves it;
-//!   LayerNorm saves its input; under autocast both run in fp32 and the linear saves its fp16
-//!   cast of the output;
-//! - q, k, v projections' outputs; rotary embeddings save `rotate_half` of q and k and their
-//!   rotated results; grouped-query attention through SDPA or eager expands k and v to all heads
-//!   (`repeat_kv`);
-//! - SDPA/flash keep the output and a log-sum-exp; eager attention keeps the softmax (fp32 in
-//!   Llama-style models and under autocast), its half copy or the dropout mask and output: the
-//!   `5·a·s/h` term of Korthikanti et al. 2022;
-//! - the output projection's input (a contiguous copy of the attention output);
-//! - a gated MLP keeps gate, up, act(gate) and their product (4·c·I); a plain MLP the first
-//!   projection's output and the activation's (2·c·I); dropout keeps a 1-byte mask;
-//! - MoE layers route each token to `top_k` experts: router softmax (fp32), and per routed copy
-//!   the gathered input, the expert's MLP tensors and its weighted output.
+//! dim, `I` the MLP width and `s` the attended span. An op keeps an operand only for the
+//! gradient of another that requires one (autograd's formulas), so a frozen base (LoRA, QLoRA)
+//! keeps less than a full fine-tune; `docs/memory-model.md` has the table. In short:
+//! - a norm feeding a linear keeps its fp32 input, and over a trainable base its normalised
+//!   value and output (which the linear keeps); LayerNorm keeps its input;
+//! - transformers' SDPA and flash keep q and k as rotated, v, K/V heads unrepeated, their
+//!   output (the output projection's input is a view of it) and a log-sum-exp; eager attention
+//!   keeps the rotated q and k, `repeat_kv`'s copies, the softmax (fp32 in Llama-style models
+//!   and under autocast) and its half copy, and the output projection's contiguous input over a
+//!   trainable base: the `5·a·s/h` term of Korthikanti et al. 2022. torchtune's own attention,
+//!   untraced, keeps the raw and rotated q and k, `rotate_half` and expanded K and V;
+//! - a gated MLP keeps gate, up, act(gate), and their product over a trainable base; a plain
+//!   MLP its first projection's output and what the activation keeps (`gelu_new` four tensors);
+//! - MoE layers keep the router softmax (fp32) and, per routed copy, the expert's MLP tensors,
+//!   and over a trainable base the gathered input and the weighted output;
+//! - PEFT's LoRA adapters keep their fp32 input copies and `lora_A`'s output; Unsloth's kernels
+//!   keep their own list (`unsloth_saved`).
 //!
 //! `torch.compile` fuses pointwise chains: norms keep their input, rotary keeps only its
 //! results, and a gated MLP keeps gate and up.
@@ -252,8 +253,11 @@ impl<'a> ActivationModel<'a> {
         if self.workload.mode == Mode::Train && !sites.is_empty() && self.workload.trainer != Trainer::Unsloth
         {
             let tokens = batch * seq;
-            acts.saved
-                .extend(lora_saved(&sites, self.workload, &self.precision).into_iter().map(|b| b * tokens));
+            acts.saved.extend(
+                lora_saved(&sites, self.workload, &self.precision, attention_used(self.model, self.workload))
+                    .into_iter()
+                    .map(|b| b * tokens),
+            );
         }
         acts
     }
@@ -264,7 +268,12 @@ impl<'a> ActivationModel<'a> {
 /// (`_cast_input_dtype`): a copy of its own when that differs from the activations' (fp32
 /// adapters on a half model), else the layer's input itself, which a frozen base keeps for no
 /// one else except the attention's output (SDPA keeps it); `lora_B` keeps `lora_A`'s output.
-fn lora_saved(sites: &[&LoraSite], workload: &Workload, precision: &Precision) -> Vec<u64> {
+fn lora_saved(
+    sites: &[&LoraSite],
+    workload: &Workload,
+    precision: &Precision,
+    attention: AttentionImpl,
+) -> Vec<u64> {
     let Finetune::Lora { rank, .. } = &workload.finetune else { return Vec::new() };
     let adapter = super::units::trainable_dtype(workload, precision).bits() / 8;
     let c = precision.compute_bytes();
@@ -275,8 +284,10 @@ fn lora_saved(sites: &[&LoraSite], workload: &Workload, precision: &Precision) -
         if adapter != c {
             saved.push(adapter * site.inputs);
         } else if site.last {
-            // The attention's output is kept by attention; the MLP's product only by this.
-            if !site.parent.contains("att") {
+            // SDPA and flash keep the attention's output, of which this is a view; eager
+            // attention's contiguous copy, and the MLP's product, are kept only by this.
+            let attention_output = site.parent.to_ascii_lowercase().contains("att");
+            if !attention_output || attention == AttentionImpl::Eager {
                 saved.push(c * site.inputs);
             }
         } else if !shared.contains(&site.parent.as_str()) {
