@@ -139,6 +139,31 @@ def configurations():
             cfg("inference", "none", False, 1, 512),
             cfg("inference", "none", False, 4, 1024),
         ]
+    # Held out: traced after the memory model was set beside the rows above, and not used to
+    # shape it. Other dtypes, ranks and targets (the MLP's last linear, all linears), eager
+    # attention.
+    for model, dtype, finetune, rank, targets, attn, ckpt, batch, seq in [
+        ("llama-3.2-1b", "fp16", "lora", 64, "all-linear", None, False, 2, 512),
+        ("llama-3.2-1b", "bf16", "lora", 8, ["down_proj", "o_proj"], "eager", False, 1, 1024),
+        ("qwen2.5-0.5b", "fp32", "full", None, None, None, True, 2, 512),
+        ("qwen2.5-0.5b", "bf16", "qlora", 32, "all-linear", None, True, 2, 1024),
+        ("pythia-410m", "fp16", "lora", 32, "all-linear", None, False, 4, 512),
+        ("pythia-410m", "bf16", "full", None, None, "eager", False, 2, 512),
+        ("phi-2", "bf16", "lora", 8, ["dense", "fc2"], None, True, 2, 512),
+        ("gpt2", "fp32", "full", None, None, None, False, 8, 512),
+        ("olmoe-1b-7b", "bf16", "lora", 8, ["q_proj", "k_proj", "v_proj", "o_proj"], None, True, 2, 512),
+        ("gemma-2-2b", "bf16", "qlora", 16, "all-linear", None, False, 1, 1024),
+        ("llama-3.2-1b", "fp16", "none", None, None, None, False, 8, 512),
+        ("qwen2.5-0.5b", "bf16", "none", None, None, "eager", False, 2, 2048),
+    ]:
+        c = {"model": model, "mode": "inference" if finetune == "none" else "train", "finetune": finetune,
+             "ckpt": ckpt, "batch": batch, "seq": seq, "dtype": dtype, "held_out": True}
+        if rank:
+            c["lora_rank"] = rank
+            c["lora_targets"] = targets
+        if attn:
+            c["attn"] = attn
+        out.append(c)
     return out
 
 
@@ -302,6 +327,8 @@ def trace(config):
     raw = common.load_raw_config(config["model"])
     hf_config, _ = common.make_config(raw)
     hf_config.use_cache = config["mode"] == "inference"
+    if config.get("attn"):
+        hf_config._attn_implementation = config["attn"]
     cls = common.model_class(raw)
     dtype = DTYPES[config["dtype"]]
     train = config["mode"] == "train"
@@ -352,7 +379,7 @@ def trace(config):
 
 def _config_key(record):
     """What identifies a configuration in a record."""
-    keys = ("model", "mode", "finetune", "ckpt", "batch", "seq", "dtype", "lora_rank", "lora_targets")
+    keys = ("model", "mode", "finetune", "ckpt", "batch", "seq", "dtype", "lora_rank", "lora_targets", "attn")
     return json.dumps({k: record[k] for k in keys if k in record}, sort_keys=True)
 
 
@@ -360,10 +387,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="trace only this built-in model's configurations")
     parser.add_argument("--print", action="store_true", help="print records, write nothing")
+    parser.add_argument("--held-out", action="store_true", help="trace only the held-out configurations")
     args = parser.parse_args()
     records = []
     for config in configurations():
         if args.only and config["model"] != args.only:
+            continue
+        if args.held_out and not config.get("held_out"):
             continue
         start = time.time()
         try:
