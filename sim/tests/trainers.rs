@@ -144,3 +144,30 @@ fn gemma_2_runs_eager_attention_whatever_is_asked() {
     let llama = builtin("llama-3.2-1b");
     assert!(saved_activation_bytes(&llama, &sdpa, 0) < saved_activation_bytes(&llama, &eager, 0));
 }
+
+#[test]
+fn unsloth_outside_what_it_models_is_warned() {
+    let hw = hardware::load("t4").expect("profile");
+    let warned = |name: &str, w: &Workload| {
+        let model = builtin(name);
+        vramplan_sim::input::validate(w, &model, &hw)
+            .expect("valid")
+            .iter()
+            .any(|m| m.contains("trainer: unsloth"))
+    };
+    let lora = unsloth_qlora(1, 512);
+    let full = Workload { trainer: Trainer::Unsloth, ..full_bf16(1, 512) };
+    assert!(!warned("llama-3.2-1b", &lora));
+    assert!(warned("llama-3.2-1b", &full), "a full fine-tune");
+    let gpt2_lora = Workload {
+        quant: Quant::None,
+        finetune: Finetune::Lora { rank: 16, alpha: 16, targets: vec!["c_attn".into()] },
+        ..lora.clone()
+    };
+    assert!(warned("gpt2", &gpt2_lora), "LayerNorm, plain MLP");
+    let attention_lora = Workload {
+        finetune: Finetune::Lora { rank: 16, alpha: 16, targets: vec!["q_proj".into(), "v_proj".into()] },
+        ..gpt2_lora
+    };
+    assert!(warned("olmoe-1b-7b", &attention_lora), "experts");
+}

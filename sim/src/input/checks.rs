@@ -4,9 +4,9 @@
 
 use super::lora::lora_target_modules;
 use crate::engines::gguf::FileType;
-use crate::workload::{Engine, Finetune, Mode, Parallelism, Quant, Workload};
+use crate::workload::{Engine, Finetune, Mode, Parallelism, Quant, Trainer, Workload};
 use vramplan_profiles::hardware::{Device, HardwareProfile};
-use vramplan_profiles::model::{ModelDescription, TensorKind};
+use vramplan_profiles::model::{ModelDescription, NormKind, TensorKind};
 use vramplan_profiles::{DType, InputError};
 
 /// Where workload errors come from: the merged file and flags.
@@ -360,6 +360,19 @@ fn weight_dtype(w: &Workload, model: &ModelDescription) -> DType {
 
 fn warnings(w: &Workload, model: &ModelDescription, hardware: &HardwareProfile) -> Vec<String> {
     let mut out = Vec::new();
+    if w.trainer == Trainer::Unsloth && w.mode == Mode::Train {
+        // What `trainer: unsloth` models: LoRA over a Llama-style decoder (its fused
+        // RMSNorm, LoRA QKV/MLP and SwiGLU kernels; docs/memory-model.md, "Unsloth").
+        let llama_style =
+            model.facts.gated_mlp && model.facts.norm == NormKind::RmsNorm && model.facts.moe.is_none();
+        if !matches!(w.finetune, Finetune::Lora { .. }) || !llama_style {
+            out.push(
+                "`trainer: unsloth` is modelled for LoRA over a Llama-style decoder (RMSNorm, gated MLP, \
+                 no experts); this estimate applies Unsloth's LoRA kernels' saved tensors anyway"
+                    .to_string(),
+            );
+        }
+    }
     let gguf = matches!(w.engine, Engine::LlamaCpp { .. });
     let weights = weight_dtype(w, model);
     let mut bf16_uses = Vec::new();
