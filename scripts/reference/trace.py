@@ -156,15 +156,35 @@ def configurations():
         ("llama-3.2-1b", "fp16", "none", None, None, None, False, 8, 512),
         ("qwen2.5-0.5b", "bf16", "none", None, None, "eager", False, 2, 2048),
     ]:
-        c = {"model": model, "mode": "inference" if finetune == "none" else "train", "finetune": finetune,
-             "ckpt": ckpt, "batch": batch, "seq": seq, "dtype": dtype, "held_out": True}
-        if rank:
-            c["lora_rank"] = rank
-            c["lora_targets"] = targets
-        if attn:
-            c["attn"] = attn
-        out.append(c)
+        out.append(_held_out(model, dtype, finetune, rank, targets, attn, ckpt, batch, seq))
+    # A second held-out set, traced after the first had exposed eager attention's fp32 softmax
+    # (which was then modelled): new families (OPT, BLOOM, Qwen3, TinyLlama) and shapes.
+    for model, dtype, finetune, rank, targets, attn, ckpt, batch, seq in [
+        ("opt-1.3b", "bf16", "lora", 16, ["q_proj", "v_proj"], None, False, 1, 1024),
+        ("bloom-560m", "bf16", "full", None, None, None, False, 1, 512),
+        ("qwen3-0.6b", "bf16", "lora", 16, "all-linear", None, False, 2, 512),
+        ("tinyllama-1.1b", "bf16", "qlora", 16, "all-linear", None, True, 2, 512),
+        ("pythia-410m", "fp16", "lora", 16, ["query_key_value"], "eager", False, 2, 512),
+        ("phi-2", "bf16", "full", None, None, "eager", False, 1, 512),
+        ("llama-3.2-1b", "bf16", "none", None, None, "eager", False, 2, 1024),
+        ("qwen3-0.6b", "bf16", "none", None, None, None, False, 4, 512),
+        ("opt-1.3b", "fp16", "none", None, None, None, False, 2, 1024),
+        ("bloom-560m", "bf16", "none", None, None, None, False, 2, 512),
+    ]:
+        out.append({**_held_out(model, dtype, finetune, rank, targets, attn, ckpt, batch, seq), "set": 2})
     return out
+
+
+def _held_out(model, dtype, finetune, rank, targets, attn, ckpt, batch, seq):
+    """One held-out configuration."""
+    c = {"model": model, "mode": "inference" if finetune == "none" else "train", "finetune": finetune,
+         "ckpt": ckpt, "batch": batch, "seq": seq, "dtype": dtype, "held_out": True}
+    if rank:
+        c["lora_rank"] = rank
+        c["lora_targets"] = targets
+    if attn:
+        c["attn"] = attn
+    return c
 
 
 def _linear4bit_like(linear, compute_dtype):
@@ -379,7 +399,7 @@ def trace(config):
 
 def _config_key(record):
     """What identifies a configuration in a record."""
-    keys = ("model", "mode", "finetune", "ckpt", "batch", "seq", "dtype", "lora_rank", "lora_targets", "attn")
+    keys = ("model", "mode", "finetune", "ckpt", "batch", "seq", "dtype", "lora_rank", "lora_targets", "attn", "set")
     return json.dumps({k: record[k] for k in keys if k in record}, sort_keys=True)
 
 
@@ -387,13 +407,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="trace only this built-in model's configurations")
     parser.add_argument("--print", action="store_true", help="print records, write nothing")
-    parser.add_argument("--held-out", action="store_true", help="trace only the held-out configurations")
+    parser.add_argument("--held-out", type=int, help="trace only the held-out configurations of this set (1 or 2)")
     args = parser.parse_args()
     records = []
     for config in configurations():
         if args.only and config["model"] != args.only:
             continue
-        if args.held_out and not config.get("held_out"):
+        if args.held_out and not (config.get("held_out") and config.get("set", 1) == args.held_out):
             continue
         start = time.time()
         try:

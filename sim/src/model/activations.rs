@@ -396,8 +396,16 @@ fn block(
                 }
             }
             if attention == AttentionImpl::Eager {
-                // Llama-style models and autocast take the softmax in fp32.
-                let softmax = if sh.rms || precision.autocast { 4 } else { c };
+                // The softmax is fp32 under autocast and where the eager function asks for it
+                // (`softmax(..., dtype=torch.float32)`): Llama-style models, GPT-NeoX, Phi,
+                // OPT, BLOOM, GPTBigCode (`upcast_masked_softmax`); GPT-2, Falcon, BERT and
+                // XLNet take it in the scores' dtype.
+                let fp32_softmax = sh.rms
+                    || matches!(
+                        model.facts.model_type.as_str(),
+                        "gpt_neox" | "phi" | "opt" | "bloom" | "gpt_bigcode"
+                    );
+                let softmax = if fp32_softmax || precision.autocast { 4 } else { c };
                 if sh.softcap {
                     per_sequence_sq.push(c); // tanh of the scaled scores
                 }
