@@ -114,10 +114,9 @@ fn held_by_runtime(
         Engine::Vllm { .. } => Loader::Vllm,
         Engine::LlamaCpp { .. } => return Ok(model),
     };
-    // vLLM runs on its tensor-parallel group (one GPU by default), transformers on any of them.
-    let gpus = match (&workload.engine, workload.parallelism) {
-        (Engine::Vllm { .. }, Parallelism::Tensor { size }) => size.max(1) as usize,
-        (Engine::Vllm { .. }, _) => 1,
+    // vLLM runs on its tensor-parallel group, transformers on any of the GPUs.
+    let gpus = match workload.engine {
+        Engine::Vllm { .. } => vramplan_sim::engines::vllm::tensor_parallel_size(workload) as usize,
         _ => hardware.devices.len(),
     };
     let Some(capability) = hardware.devices.iter().take(gpus).map(|d| d.compute_capability).min() else {

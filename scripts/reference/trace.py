@@ -268,13 +268,10 @@ def _peft(model, config):
 class PeakTracker(MemTracker):
     """MemTracker that also notes what ran when the peak was reached."""
 
-    def __init__(self, debug=False):
+    def __init__(self):
         super().__init__()
         self.peak_total = 0
         self.peak_where = {}
-        self.debug = debug
-        self.origin = {}  # id of a storage's weak-ref info -> (op, module, phase) that made it
-        self.peak_live = []
 
     def __enter__(self):
         # MemTracker hooks every parameter's gradient; frozen ones (LoRA's base) take no hook.
@@ -314,22 +311,9 @@ class PeakTracker(MemTracker):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         res = super().__torch_dispatch__(func, types, args, kwargs)
         total = sum(s.get("Total", 0) for s in self._curr_mem_snap.values())
-        if self.debug:
-            where = None
-            for winfo, _ in list(self._WINFO.values()):
-                if id(winfo) not in self.origin:
-                    where = where or self._where(func)
-                    self.origin[id(winfo)] = where
         if total > self.peak_total:
             self.peak_total = total
             self.peak_where = self._where(func)
-            if self.debug:
-                groups = {}
-                for winfo, _ in list(self._WINFO.values()):
-                    o = self.origin.get(id(winfo), {})
-                    key = (winfo.reftype.value, o.get("phase"), o.get("module", "")[-40:], o.get("op"))
-                    groups[key] = groups.get(key, 0) + winfo.mem_consumed
-                self.peak_live = sorted(groups.items(), key=lambda kv: -kv[1])[:25]
         return res
 
 

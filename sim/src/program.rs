@@ -745,7 +745,7 @@ impl<'a> Builder<'a> {
                 // cap`, where the tanh keeps its output for backward (to the head's) and each
                 // step makes a logits-sized tensor.
                 let mut softcap_kept = None;
-                if self.model.facts.model_type == "gemma2" {
+                if crate::model::activations::soft_caps_logits(self.model) {
                     let transient = self.alloc(device, unit, Component::Logits, c * vocab * tokens);
                     softcap_kept = self.alloc(device, unit, Component::Logits, c * vocab * tokens);
                     self.free(transient);

@@ -13,7 +13,7 @@ use super::llamacpp_split::{self, LayerPlacement};
 use super::vllm;
 use crate::estimate::{Components, DeviceEstimate, Estimate};
 use crate::placement::Placement;
-use crate::workload::{Parallelism, Workload};
+use crate::workload::Workload;
 use vramplan_profiles::InputError;
 use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::ModelDescription;
@@ -26,10 +26,7 @@ pub fn vllm_estimate(
     hardware: &HardwareProfile,
     workload: &Workload,
 ) -> Result<Estimate, InputError> {
-    let tp = match workload.parallelism {
-        Parallelism::Tensor { size } => size.max(1),
-        _ => 1,
-    };
+    let tp = vllm::tensor_parallel_size(workload);
     if tp as usize > hardware.devices.len() {
         return Err(InputError::new(
             "--parallel",

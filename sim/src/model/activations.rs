@@ -94,6 +94,13 @@ fn unsloth_saved(sh: &Shape, c: u64) -> Vec<u64> {
     ]
 }
 
+/// Whether the model soft-caps its attention scores and its output logits, `tanh(x / cap) ·
+/// cap`: Gemma 2 (`attn_logit_softcapping`, `final_logit_softcapping` in its configs). Keyed on
+/// the family; the config's two values are not in the model facts.
+pub(crate) fn soft_caps_logits(model: &ModelDescription) -> bool {
+    model.facts.model_type == "gemma2"
+}
+
 /// How many tensors of its input's size the activation function `name` (transformers'
 /// `ACT2FN` key) keeps for backward.
 fn activation_keeps(name: &str) -> u64 {
@@ -125,8 +132,8 @@ struct Shape {
     /// the attention's and the MLP's outputs (`post_attention_layernorm`,
     /// `post_feedforward_layernorm`).
     extra_norms: u64,
-    /// Attention logits are soft-capped, `tanh(scores / cap) · cap` (Gemma 2's
-    /// `attn_logit_softcapping`): the tanh keeps its output per score.
+    /// Attention scores are soft-capped ([`soft_caps_logits`]): the tanh keeps its output per
+    /// score.
     softcap: bool,
 }
 
@@ -134,6 +141,7 @@ fn shape(model: &ModelDescription, layer: usize, training: bool, rotary: bool) -
     let f = &model.facts;
     let facts = f.layers.get(layer);
     let moe_layer = facts.is_some_and(|l| l.moe);
+    let block = facts.and_then(|l| model.root.find(&l.path));
     let (intermediate, moe) = match (&f.moe, moe_layer) {
         (Some(m), true) => (
             m.expert_intermediate_size,
@@ -163,12 +171,12 @@ fn shape(model: &ModelDescription, layer: usize, training: bool, rotary: bool) -
         dropout: training && trains_with_dropout(&f.model_type),
         moe,
         cross_attention: facts.is_some_and(|l| l.cross_attention),
-        extra_norms: facts.and_then(|l| model.root.find(&l.path)).map_or(0, |block| {
+        extra_norms: block.map_or(0, |block| {
             let norms = block.children.iter().filter(|m| m.kind == ModuleKind::Norm).count() as u64;
             norms.saturating_sub(2)
         }),
-        softcap: f.model_type == "gemma2",
-        qk_norm: facts.and_then(|l| model.root.find(&l.path)).is_some_and(|block| {
+        softcap: soft_caps_logits(model),
+        qk_norm: block.is_some_and(|block| {
             let mut found = false;
             block.visit(&mut |m| found |= m.kind == ModuleKind::Norm && m.name() == "q_norm");
             found
@@ -183,6 +191,8 @@ pub(crate) struct ActivationModel<'a> {
     workload: &'a Workload,
     precision: Precision,
     rotary: bool,
+    /// The attention transformers runs for this model ([`attention_used`]).
+    attention: AttentionImpl,
     lora: Vec<LoraSite>,
 }
 
@@ -230,7 +240,8 @@ impl<'a> ActivationModel<'a> {
     pub(crate) fn new(model: &'a ModelDescription, workload: &'a Workload, precision: Precision) -> Self {
         let targets = crate::closed_form::lora_targets(model, workload);
         let lora = lora_sites(model, &targets);
-        ActivationModel { model, workload, precision, rotary: uses_rotary(model), lora }
+        let attention = attention_used(model, workload);
+        ActivationModel { model, workload, precision, rotary: uses_rotary(model), attention, lora }
     }
 
     /// Activations of block `layer` for `batch` sequences of `seq` tokens (training keeps
@@ -239,22 +250,20 @@ impl<'a> ActivationModel<'a> {
         // A custom model's declared sizes replace the formula for the block (`declared.rs`).
         let declared = super::declared::block(self.model, self.workload, &self.precision, layer, batch, seq);
         if let Some(declared) = declared {
-            let formula =
-                || block(self.model, layer, self.workload, &self.precision, batch, seq, self.rotary);
-            return declared.or_formula(formula);
+            return declared.or_formula(|| formula(self, layer, batch, seq));
         }
         let prefix = self.model.facts.layers.get(layer).map(|l| format!("{}.", l.path));
         let sites: Vec<&LoraSite> = match &prefix {
             Some(prefix) => self.lora.iter().filter(|s| s.path.starts_with(prefix.as_str())).collect(),
             None => Vec::new(),
         };
-        let mut acts = block(self.model, layer, self.workload, &self.precision, batch, seq, self.rotary);
+        let mut acts = formula(self, layer, batch, seq);
         // Unsloth's fused LoRA kernels keep only their inputs, already in its list.
         if self.workload.mode == Mode::Train && !sites.is_empty() && self.workload.trainer != Trainer::Unsloth
         {
             let tokens = batch * seq;
             acts.saved.extend(
-                lora_saved(&sites, self.workload, &self.precision, attention_used(self.model, self.workload))
+                lora_saved(&sites, self.workload, &self.precision, self.attention)
                     .into_iter()
                     .map(|b| b * tokens),
             );
@@ -298,18 +307,11 @@ fn lora_saved(
     saved
 }
 
-fn block(
-    model: &ModelDescription,
-    layer: usize,
-    workload: &Workload,
-    precision: &Precision,
-    batch: u64,
-    seq: u64,
-    rotary: bool,
-) -> BlockActivations {
+/// The memory model's figures for block `layer`, from the lists in the module documentation.
+fn formula(m: &ActivationModel, layer: usize, batch: u64, seq: u64) -> BlockActivations {
+    let (model, workload, precision, attention) = (m.model, m.workload, &m.precision, m.attention);
     let training = workload.mode == Mode::Train;
-    let sh = shape(model, layer, training, rotary);
-    let attention = attention_used(model, workload);
+    let sh = shape(model, layer, training, m.rotary);
     let tokens = batch * seq;
     let c = precision.compute_bytes();
     let up = precision.upcast_bytes();

@@ -111,7 +111,8 @@ pub struct HfConfig {
     object: Map<String, Value>,
 }
 
-fn describe(value: &Value) -> String {
+/// A JSON value as an error message names it (`` `4` ``, `the string "x"`, `a list`).
+pub(crate) fn describe(value: &Value) -> String {
     match value {
         Value::Null => "null".into(),
         Value::Bool(b) => format!("`{b}`"),

@@ -8,6 +8,7 @@
 mod bert;
 mod bloom;
 mod config;
+pub(crate) use config::describe as describe_value;
 mod deepseek;
 mod falcon;
 mod gpt2;

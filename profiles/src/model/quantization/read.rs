@@ -5,6 +5,7 @@
 
 use super::{CtGroup, CtStrategy, Method, Quantization};
 use crate::model::Naming;
+use crate::model::hf::describe_value as describe;
 use crate::{DType, InputError};
 use serde_json::{Map, Value};
 
@@ -14,17 +15,6 @@ struct Reader<'a> {
     object: &'a Map<String, Value>,
     /// The key path of `object` (`quantization_config`, `quantization_config.config_groups.group_0`).
     at: String,
-}
-
-fn describe(value: &Value) -> String {
-    match value {
-        Value::Null => "null".into(),
-        Value::Bool(b) => format!("`{b}`"),
-        Value::Number(n) => format!("`{n}`"),
-        Value::String(s) => format!("the string \"{s}\""),
-        Value::Array(_) => "a list".into(),
-        Value::Object(_) => "an object".into(),
-    }
 }
 
 impl<'a> Reader<'a> {
