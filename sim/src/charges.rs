@@ -25,7 +25,7 @@
 //! finds over its limit is refined (`vramplan-solver`'s `plan`).
 
 use crate::placement::Placement;
-use crate::program::{Alloc, Component, Compute, Op};
+use crate::program::{Alloc, Component, Compute, Event, Op};
 use crate::workload::Workload;
 use serde::Serialize;
 use vramplan_profiles::hardware::HardwareProfile;
@@ -61,6 +61,36 @@ pub struct UnitCharge {
     /// its peak. Summed over any set of units it is a lower bound of that set's device at that
     /// moment, so a placement whose floors exceed a device's limit cannot fit.
     pub floor_bytes: u64,
+    /// What the unit surely holds at every moment of the steady step, and during its own runs
+    /// there: a lower bound at every moment, where `floor_bytes` is one at one moment.
+    pub steady: Steady,
+}
+
+/// What a unit surely holds over the steady step (the last training step, or the prefill),
+/// each allocation rounded to 512 B only (the least the allocator charges). At the moment
+/// any unit runs on a device, that device holds at least the `throughout_bytes` of every
+/// other unit on it and the `running_bytes` of the one running: a lower bound that, unlike
+/// the floors at one moment, sees each unit's own working set (tight in inference, where the
+/// weights and the KV cache are all that lasts).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Steady {
+    /// Allocations that go with the unit's tensors (weights, gradients, optimizer states),
+    /// made before the steady step and never freed.
+    pub resident_bytes: u64,
+    /// The least the unit holds at any moment of the steady step (at least `resident_bytes`).
+    pub throughout_bytes: u64,
+    /// The most it holds during its own runs in the steady step (at least
+    /// `throughout_bytes`).
+    pub running_bytes: u64,
+}
+
+impl Steady {
+    /// Holdings of a unit that keeps `resident` with its tensors and `lasting` more at every
+    /// moment, nothing beyond while it runs (llama.cpp's layers: weights and KV cache).
+    pub fn lasting(resident: u64, lasting: u64) -> Steady {
+        let throughout = resident.saturating_add(lasting);
+        Steady { resident_bytes: resident, throughout_bytes: throughout, running_bytes: throughout }
+    }
 }
 
 /// Every unit's charges, in execution order, and what a device boundary costs.
@@ -147,6 +177,7 @@ pub fn unit_charges(model: &ModelDescription, hardware: &HardwareProfile, worklo
         most[unit] = most[unit].max(live[unit]);
     }
     let floors = floors_at_the_peak(&program.ops, n);
+    let steady = steady_holdings(&program.ops, n);
     let units = program
         .units
         .into_iter()
@@ -160,6 +191,7 @@ pub fn unit_charges(model: &ModelDescription, hardware: &HardwareProfile, worklo
             peak_bytes: outside[i],
             transient_bytes: inside[i].saturating_sub(outside[i]),
             floor_bytes: floors[i],
+            steady: steady[i],
         })
         .collect();
     Charges { units, handoff_bytes: program.handoff_bytes }
@@ -202,6 +234,90 @@ fn floors_at_the_peak(ops: &[Op], units: usize) -> Vec<u64> {
         }
     }
     floors
+}
+
+/// Where the steady step starts: the last training step's first forward, or the prefill's
+/// first unit; the program's start when it has neither.
+fn steady_start(ops: &[Op]) -> usize {
+    let step_of = |op: &Op| match op {
+        Op::Compute(Compute { event: Event::Forward(_, step), .. }) => Some(*step),
+        _ => None,
+    };
+    if let Some(last) = ops.iter().filter_map(step_of).max() {
+        return ops.iter().position(|op| step_of(op) == Some(last)).unwrap_or(0);
+    }
+    ops.iter().position(|op| matches!(op, Op::Compute(Compute { event: Event::Prefill(_), .. }))).unwrap_or(0)
+}
+
+/// Each unit's [`Steady`] holdings, from the program on one GPU.
+fn steady_holdings(ops: &[Op], units: usize) -> Vec<Steady> {
+    let least = |bytes: u64| bytes.div_ceil(512).saturating_mul(512);
+    let start = steady_start(ops);
+    // Each allocation's unit, rounded bytes, component, and where it was made.
+    let mut allocations: Vec<Option<(usize, u64, Component, usize)>> = Vec::new();
+    let mut freed: Vec<bool> = Vec::new();
+    for (index, op) in ops.iter().enumerate() {
+        match *op {
+            Op::Alloc(Alloc { id, unit: Some(unit), component, bytes, .. }) if unit < units => {
+                if allocations.len() <= id {
+                    allocations.resize(id + 1, None);
+                    freed.resize(id + 1, false);
+                }
+                allocations[id] = Some((unit, least(bytes), component, index));
+            }
+            Op::Free(id) if id < freed.len() => freed[id] = true,
+            _ => {}
+        }
+    }
+    let mut out = vec![Steady::default(); units];
+    for (id, a) in allocations.iter().enumerate() {
+        if let Some((unit, bytes, component, made)) = *a
+            && made < start
+            && !freed[id]
+            && component.held_with_weights()
+        {
+            out[unit].resident_bytes += bytes;
+        }
+    }
+    let mut live = vec![0u64; units];
+    let mut running: Option<usize> = None;
+    for (index, op) in ops.iter().enumerate() {
+        if index == start {
+            for (s, l) in out.iter_mut().zip(&live) {
+                s.throughout_bytes = *l;
+            }
+        }
+        let unit = match *op {
+            Op::Compute(Compute { unit, .. }) => {
+                running = unit.filter(|u| *u < units);
+                running
+            }
+            Op::Alloc(Alloc { id, .. }) | Op::Free(id) => match allocations.get(id) {
+                Some(Some((unit, bytes, ..))) => {
+                    if matches!(op, Op::Alloc(_)) {
+                        live[*unit] += bytes;
+                    } else {
+                        live[*unit] -= bytes;
+                    }
+                    Some(*unit)
+                }
+                _ => None,
+            },
+        };
+        if index >= start
+            && let Some(u) = unit
+        {
+            out[u].throughout_bytes = out[u].throughout_bytes.min(live[u]);
+            if running == Some(u) {
+                out[u].running_bytes = out[u].running_bytes.max(live[u]);
+            }
+        }
+    }
+    for s in &mut out {
+        s.throughout_bytes = s.throughout_bytes.max(s.resident_bytes);
+        s.running_bytes = s.running_bytes.max(s.throughout_bytes);
+    }
+    out
 }
 
 /// Bytes of library workspace each used GPU of compute capability `major` holds (cuBLAS and

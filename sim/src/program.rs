@@ -345,6 +345,17 @@ impl<'a> Builder<'a> {
         Some(id)
     }
 
+    /// Tensors live at once while `unit` runs, and a dequantization buffer beside them, all
+    /// freed when it is done.
+    fn transient_activations(&mut self, device: u32, unit: Option<usize>, tensors: &[u64], dequant: u64) {
+        let ids: Vec<Option<AllocId>> = tensors
+            .iter()
+            .chain(std::iter::once(&dequant))
+            .map(|bytes| self.alloc(device, unit, Component::Activations, *bytes))
+            .collect();
+        ids.into_iter().for_each(|id| self.free(id));
+    }
+
     fn free(&mut self, id: Option<AllocId>) {
         if let Some(id) = id
             && self.live.get_mut(id).and_then(Option::take).is_some()
@@ -516,7 +527,7 @@ impl<'a> Builder<'a> {
         let (p, model, units) = (&self.precision, self.model, &self.units);
         if let Some(above) = declared::above(model, units, unit, w, p, w.batch, w.seq) {
             acts.saved.extend(above.saved);
-            acts.working_set += above.working_set;
+            acts.working_set.extend(above.working_set);
         }
         acts
     }
@@ -543,7 +554,13 @@ impl<'a> Builder<'a> {
             } else {
                 vec![self.precision.upcast_bytes() * h * tokens, c * h * tokens]
             };
-            BlockActivations { saved, forward_transient: 0, working_set: 0, backward_transient: 0, input: 0 }
+            BlockActivations {
+                saved,
+                forward_transient: 0,
+                working_set: Vec::new(),
+                backward_transient: 0,
+                input: 0,
+            }
         };
         match self.declared_outside_blocks(unit) {
             Some(declared) => declared.or_formula(norm),
@@ -672,9 +689,11 @@ impl<'a> Builder<'a> {
                     ids.push(self.alloc(device, unit, Component::Activations, acts.input));
                 }
                 // Nothing is kept for backward inside a checkpointed layer: each intermediate is
-                // freed once its consumer has run, so only the layer's working set is live.
-                let t = self.alloc(device, unit, Component::Activations, acts.working_set + dequant);
-                self.free(t);
+                // freed once its consumer has run, so only the layer's working set is live. It
+                // is one allocation here, as the recompute in backward is: the segments the
+                // forward leaves cached are the ones the recompute takes again.
+                let working_set = acts.working_set.iter().fold(0u64, |a, b| a.saturating_add(*b));
+                self.transient_activations(device, unit, &[working_set], dequant);
             } else {
                 for bytes in &acts.saved {
                     ids.push(self.alloc(device, unit, Component::Activations, *bytes));
@@ -867,12 +886,40 @@ impl<'a> Builder<'a> {
         }
         let vocab = self.model.facts.vocab_size;
         let c = self.precision.compute_bytes();
+        let follows = self.blocks.runs_transformers_forward();
+        // What the model's own forward holds across its layers, made at the embedding.
+        let mut model_held: Vec<Option<AllocId>> = Vec::new();
+        // The GPU of the input embeddings, while they are the hidden states the loop names.
+        let mut embeddings_on: Option<u32> = None;
         for i in 0..self.units.len() {
             let Some(device) = self.devices[i] else { continue };
             let kind = self.units[i].kind;
             let unit = Some(i);
             let event = if kind == UnitKind::Head { Event::LastLogits } else { Event::Prefill(i) };
+            if kind == UnitKind::Head {
+                // The inner model's forward has returned: its locals are freed.
+                std::mem::take(&mut model_held).into_iter().for_each(|id| self.free(id));
+            }
             self.compute(unit, Some(device), event);
+            if kind == UnitKind::Embedding && follows && model_held.is_empty() {
+                let held = self.blocks.prefill_held(w.batch, prompt);
+                model_held =
+                    held.into_iter().map(|b| self.alloc(device, unit, Component::Activations, b)).collect();
+                embeddings_on = Some(device);
+            }
+            // A layer's input is the hidden states the model's loop hands it: the previous
+            // layer's output, or accelerate's copy of it on this GPU; the first layer's, the
+            // input embeddings held above when on their GPU. Charged to the layer it feeds,
+            // live while it runs: the previous layer's output outlives that layer only while
+            // nothing else runs.
+            let input = match kind {
+                UnitKind::Block(layer) if follows && embeddings_on.take() != Some(device) => {
+                    let bytes = self.blocks.block(layer, w.batch, prompt).input;
+                    self.alloc(device, unit, Component::Activations, bytes)
+                }
+                _ => None,
+            };
+            // accelerate's pre-forward hook loads an offloaded unit's weights to the GPU.
             let streamed: Vec<u64> = if self.offloaded[i] {
                 self.units[i].weight_tensors.iter().map(|b| self.held_tensor_bytes(*b)).collect()
             } else {
@@ -885,9 +932,7 @@ impl<'a> Builder<'a> {
             match kind {
                 UnitKind::Block(layer) => {
                     let acts = self.blocks.block(layer, w.batch, prompt).working_set;
-                    let t =
-                        self.alloc(device, unit, Component::Activations, acts + self.dequant_transient(i));
-                    self.free(t);
+                    self.transient_activations(device, unit, &acts, self.dequant_transient(i));
                 }
                 UnitKind::Head => {
                     let half = self.alloc(device, unit, Component::Logits, c * vocab * w.batch);
@@ -897,7 +942,10 @@ impl<'a> Builder<'a> {
                 }
                 UnitKind::Embedding | UnitKind::Other => {}
             }
+            // The post-forward hook drops the streamed weights; the loop's reassignment frees
+            // the input.
             copies.into_iter().for_each(|id| self.free(id));
+            self.free(input);
         }
     }
 }

@@ -93,7 +93,8 @@ fn most_live_large_allocations(ops: &[vramplan_sim::program::Op], device: u32) -
 /// The solver's charges are read off the step program the replay runs: on one GPU, the replay's
 /// peak of live tensors never exceeds what the charges add up to (every unit's resident and peak
 /// bytes, the largest transient, the cuBLAS workspace), and never falls below what the floors
-/// add up to (with the workspace). The sum is looser where units reach their peaks at different
+/// add up to (with the workspace), nor below the steady holdings at any unit's run (the
+/// others' lasting bytes and the running unit's own). The sum is looser where units reach their peaks at different
 /// moments (printed).
 #[test]
 fn charges_bound_the_replay_on_one_gpu_for_every_built_in() {
@@ -130,6 +131,20 @@ fn charges_bound_the_replay_on_one_gpu_for_every_built_in() {
             if floor > allocated {
                 failures
                     .push(format!("{name} {label}: the floors' {floor} B above the replay's {allocated} B"));
+            }
+            // At each unit's run: the others' steady holdings and its own running ones.
+            let throughout: u64 = charges.units.iter().map(|u| u.steady.throughout_bytes).sum();
+            let steady = charges
+                .units
+                .iter()
+                .map(|u| throughout - u.steady.throughout_bytes + u.steady.running_bytes)
+                .max()
+                .unwrap_or(0)
+                + workspace_bytes(major);
+            if steady > allocated {
+                failures.push(format!(
+                    "{name} {label}: the steady holdings' {steady} B above the replay's {allocated} B"
+                ));
             }
             let ratio = bound as f64 / allocated.max(1) as f64;
             ratios.push(ratio);

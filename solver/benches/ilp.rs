@@ -7,7 +7,7 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
 use vramplan_solver::ilp::{self, SolveOptions};
-use vramplan_solver::{Device, Problem, Target, Unit};
+use vramplan_solver::{Device, Problem, Steady, Target, Unit};
 
 fn unit(name: String, resident_bytes: u64) -> Unit {
     Unit {
@@ -16,6 +16,7 @@ fn unit(name: String, resident_bytes: u64) -> Unit {
         resident_bytes,
         weight_bytes: resident_bytes,
         floor_bytes: resident_bytes,
+        steady: Steady::lasting(resident_bytes, 0),
         peak_bytes: 0,
         transient_bytes: 0,
         order: None,

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use vramplan_profiles::InputError;
 use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::{ModelDescription, Module, ModuleKind};
-use vramplan_sim::charges::{self, UnitRole};
+use vramplan_sim::charges::{self, Steady, UnitRole};
 use vramplan_sim::engines::{gguf, llamacpp};
 use vramplan_sim::placement::{Target, covers};
 use vramplan_sim::workload::{Mode, Workload};
@@ -183,6 +183,7 @@ fn module_units(
             resident_bytes: c.resident_bytes,
             weight_bytes: c.weight_bytes,
             floor_bytes: c.floor_bytes,
+            steady: c.steady,
             peak_bytes: c.peak_bytes,
             transient_bytes: c.transient_bytes,
             order: if follows[i] { None } else { Some(i as u32) },
@@ -303,6 +304,7 @@ fn llamacpp_units(
             resident_bytes: dense[l],
             weight_bytes: dense[l],
             floor_bytes: dense[l] + kv_per_layer,
+            steady: Steady::lasting(dense[l], kv_per_layer),
             peak_bytes: kv_per_layer,
             transient_bytes: 0,
             order: Some(2 * l as u32),
@@ -318,6 +320,7 @@ fn llamacpp_units(
                 resident_bytes: experts[l],
                 weight_bytes: experts[l],
                 floor_bytes: experts[l],
+                steady: Steady::lasting(experts[l], 0),
                 peak_bytes: 0,
                 transient_bytes: 0,
                 order: None,
@@ -334,6 +337,7 @@ fn llamacpp_units(
         resident_bytes: output,
         weight_bytes: output,
         floor_bytes: output,
+        steady: Steady::lasting(output, 0),
         peak_bytes: 0,
         transient_bytes: 0,
         order: Some(2 * layers as u32),
@@ -415,6 +419,7 @@ fn expert_units(
                 resident_bytes: per_expert_weights + per_expert_state,
                 weight_bytes: per_expert_weights,
                 floor_bytes: per_expert_weights + per_expert_state,
+                steady: Steady::lasting(per_expert_weights + per_expert_state, 0),
                 peak_bytes: 0,
                 transient_bytes: 0,
                 order: None,

@@ -14,7 +14,7 @@ pub mod plan;
 pub mod problem;
 pub mod runtime;
 
-pub use problem::{Assignment, Device, Problem, Unit};
+pub use problem::{Assignment, Device, Problem, Steady, Unit};
 pub use runtime::Runtime;
 /// Where a unit goes: a GPU, the CPU or disk (the simulator's placement target).
 pub use vramplan_sim::placement::Target;

@@ -34,7 +34,7 @@
 use crate::build::{self, Built, Request, UnitSource};
 use crate::greedy;
 use crate::ilp::{self, SolveOptions, Status};
-use crate::problem::Assignment;
+use crate::problem::{Assignment, Problem};
 use crate::runtime::Runtime;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -247,7 +247,9 @@ fn solve_ilp(
         };
         let Some(assignment) = solution.assignment else {
             return match solution.status {
-                Status::Infeasible if rounds == 1 => {
+                // No plan within the charges, or none HiGHS could bring within them (a problem
+                // at the edge of its tolerance): the lower bounds may still prove one.
+                Status::Infeasible | Status::GaveUp if rounds == 1 => {
                     no_placement_within_charges(model, hardware, workload, request, built, report, deadline)
                 }
                 // After a refinement the capacities were shrunk by an estimate of the
@@ -274,7 +276,10 @@ fn solve_ilp(
             plan.unanswered = Some(if out_of_time { Unanswered::TimeLimit } else { Unanswered::Refinement });
             return Ok(plan);
         }
-        // Shrink each device the simulation finds over its limit by the excess, and solve again.
+        // Each device the simulation finds over its limit must hold less by the excess: its
+        // capacity becomes what the replay found allocated there (the charges bound it from
+        // above) less the excess, or the capacity less the excess when that is lower. The
+        // allocator's slack on the device is taken to stay as it is.
         let mut over = false;
         for d in &plan.devices {
             let Some(e) = &d.estimate else { continue };
@@ -282,7 +287,8 @@ fn solve_ilp(
                 && let Some(slot) = built.problem.devices.iter_mut().find(|x| x.tier == d.device)
             {
                 let excess = e.peak_reserved_bytes - d.limit_bytes + (2 << 20);
-                slot.capacity_bytes = slot.capacity_bytes.saturating_sub(excess);
+                let held = e.peak_allocated_bytes.saturating_sub(slot.fixed_bytes);
+                slot.capacity_bytes = slot.capacity_bytes.min(held).saturating_sub(excess);
                 over = true;
             }
         }
@@ -318,23 +324,49 @@ fn no_placement_within_charges(
             return Ok(baseline);
         }
     }
-    let mut lower = built.problem.clone();
+    // Two lower-bound problems, each a relaxation of every real step: the floors of all units
+    // at one shared moment; and at each unit's own run, the steady holdings of the others with
+    // its own running ones (`charges::Steady`). No placement in either proves none fits.
+    // They are small work next to the problem already solved: each gets a moment even when
+    // the time is up, so that a proof is not lost to the limit.
+    let mut report = report;
+    let mut unproven = None;
+    for lower in [at_the_peak(&built.problem), at_each_run(&built.problem)] {
+        let time_limit_s = seconds_left(deadline).map(|s| s.max(0.2));
+        let bound = ilp::solve(&lower, &SolveOptions { time_limit_s, ..SolveOptions::default() });
+        report.seconds += bound.seconds;
+        match bound.status {
+            Status::Infeasible => return Ok(plan_less(request, report, built, None)),
+            Status::TimeLimit => unproven = unproven.or(Some(Unanswered::TimeLimit)),
+            Status::Optimal | Status::GaveUp => {}
+        }
+    }
+    Ok(plan_less(request, report, built, Some(unproven.unwrap_or(Unanswered::NotProven))))
+}
+
+/// The problem whose units hold their floors: what each surely holds at the moment the step
+/// on one GPU peaks.
+fn at_the_peak(problem: &Problem) -> Problem {
+    let mut lower = problem.clone();
     for unit in &mut lower.units {
-        // What every unit surely holds at one shared moment of the step.
         unit.resident_bytes = unit.floor_bytes;
         unit.peak_bytes = 0;
         unit.transient_bytes = 0;
     }
-    // The lower-bound problem is small work next to the one already solved: it gets a moment
-    // even when the time is up, so that a proof is not lost to the limit.
-    let time_limit_s = seconds_left(deadline).map(|s| s.max(0.2));
-    let bound = ilp::solve(&lower, &SolveOptions { time_limit_s, ..SolveOptions::default() });
-    let report = SolverReport { seconds: report.seconds + bound.seconds, ..report };
-    Ok(match bound.status {
-        Status::Infeasible => plan_less(request, report, built, None),
-        Status::TimeLimit => plan_less(request, report, built, Some(Unanswered::TimeLimit)),
-        Status::Optimal | Status::GaveUp => plan_less(request, report, built, Some(Unanswered::NotProven)),
-    })
+    lower
+}
+
+/// The problem whose units hold their steady holdings: throughout the step, and beyond them
+/// while they run, as the charges' transient (one unit runs at a time).
+fn at_each_run(problem: &Problem) -> Problem {
+    let mut lower = problem.clone();
+    for unit in &mut lower.units {
+        let s = unit.steady;
+        unit.resident_bytes = s.resident_bytes;
+        unit.peak_bytes = s.throughout_bytes - s.resident_bytes;
+        unit.transient_bytes = s.running_bytes - s.throughout_bytes;
+    }
+    lower
 }
 
 fn status_name(status: Status) -> &'static str {

@@ -4,6 +4,7 @@
 //! a target; `ilp.rs` solves it; `greedy.rs` answers it the way accelerate does.
 
 use serde::Serialize;
+pub use vramplan_sim::charges::Steady;
 use vramplan_sim::placement::Target;
 
 /// One place units can go.
@@ -42,6 +43,9 @@ pub struct Unit {
     /// What each copy surely holds at one moment of the step shared by all units (a lower
     /// bound: the floors of a device's units exceeding its limit prove it cannot hold them).
     pub floor_bytes: u64,
+    /// What each copy surely holds at every moment of the steady step, and while it runs (a
+    /// lower bound at every moment, see [`Steady`]).
+    pub steady: Steady,
     /// Bytes each copy adds at the step's peak: activations kept for backward, KV cache.
     pub peak_bytes: u64,
     /// Workspace while the unit runs. A device needs only its largest unit's workspace, once.

@@ -3,7 +3,7 @@
 //! determinism. Each test's comment derives the figure it asserts.
 
 use vramplan_solver::ilp::{self, Solution, SolveOptions, Status};
-use vramplan_solver::{Device, Problem, Target, Unit};
+use vramplan_solver::{Device, Problem, Steady, Target, Unit};
 
 const GB: u64 = 1_000_000_000;
 const MB: u64 = 1_000_000;
@@ -30,6 +30,7 @@ fn unit(name: &str, bytes: u64) -> Unit {
         resident_bytes: bytes,
         weight_bytes: bytes,
         floor_bytes: bytes,
+        steady: Steady::lasting(bytes, 0),
         peak_bytes: 0,
         transient_bytes: 0,
         order: None,

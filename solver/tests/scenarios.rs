@@ -166,15 +166,20 @@ fn mixtral_4bit_on_two_t4s_is_balanced_within_headroom() {
 }
 
 /// The solver's charges and the replay are read off one step program, so the charges bound the
-/// replay's live bytes and a plan needs no refinement round, except where the plan offloads
+/// replay's live bytes and a plan needs a refinement round only where the plan offloads
 /// (streaming weights onto the main GPU changes the program) or where the allocator's slack
-/// takes the reserve past the limit. Over the suite, at the default 10 % headroom and at none:
-/// every plan without offload holds in one round, and none is left without an answer.
+/// takes the reserve past the limit. In a prefill, the hidden states handed from layer to layer
+/// are allocated before each layer's working set, which holds tensors of that size and of the
+/// MLP's: the first layer (whose input is the embeddings, already held) lays the segments out
+/// one hidden state short, and later layers split an MLP-sized block for it (the allocator's
+/// best fit), a slack of about one MLP tensor. Over the suite, at the default 10 % headroom
+/// and at none: every plan without offload holds within two rounds, most in one, and none is
+/// left without an answer.
 #[test]
-fn plans_without_offload_converge_in_one_round() {
+fn plans_without_offload_converge_within_two_rounds() {
     use vramplan_solver::plan::Verdict;
     let mut failures = Vec::new();
-    let (mut one_round, mut with_offload, mut proven) = (0, 0, 0);
+    let (mut one_round, mut two_rounds, mut with_offload, mut proven) = (0, 0, 0, 0);
     for case in &cases() {
         for headroom in [0.10, 0.0] {
             let plan = solve(case, SolverKind::Ilp, headroom);
@@ -184,13 +189,19 @@ fn plans_without_offload_converge_in_one_round() {
                 Verdict::DoesNotFit => proven += 1,
                 Verdict::Fits if plan.offloaded_bytes > 0 => with_offload += 1,
                 Verdict::Fits if plan.solver.rounds == 1 => one_round += 1,
+                Verdict::Fits if plan.solver.rounds == 2 => two_rounds += 1,
                 Verdict::Fits => failures.push(format!("{what}: {} rounds", plan.solver.rounds)),
             }
         }
     }
     println!(
-        "{one_round} plans without offload, each in one round; {with_offload} with offload; {proven} proven not to fit"
+        "{one_round} plans without offload in one round, {two_rounds} in two; {with_offload} with offload; \
+         {proven} proven not to fit"
     );
-    assert!(one_round >= 30, "only {one_round} plans without offload");
+    // 43 in one round before prefills held what transformers' layers hold (the input
+    // embeddings, the layer's input, the residual and the norm's output beside the MLP's
+    // tensors): some large prefills now need offload, or do not fit.
+    assert!(one_round >= 25, "only {one_round} plans without offload in one round");
+    assert!(two_rounds <= 2, "{two_rounds} plans without offload needed two rounds");
     assert!(failures.is_empty(), "{failures:#?}");
 }

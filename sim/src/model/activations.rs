@@ -37,7 +37,7 @@ pub(crate) struct BlockActivations {
     pub forward_transient: u64,
     /// Bytes live at once during the block's forward when it keeps nothing (inference, or a
     /// checkpointed block): its working set.
-    pub working_set: u64,
+    pub working_set: Vec<u64>,
     /// Bytes live only during the block's backward, on top of what it frees.
     pub backward_transient: u64,
     /// The block's input (the residual stream), kept when the block is checkpointed.
@@ -101,6 +101,14 @@ pub(crate) fn soft_caps_logits(model: &ModelDescription) -> bool {
     model.facts.model_type == "gemma2"
 }
 
+/// Whether eager attention's softmax is fp32 whatever the scores' dtype, as the eager function
+/// asks (`softmax(..., dtype=torch.float32)`): Llama-style models, GPT-NeoX, Phi, OPT, BLOOM,
+/// GPTBigCode (`upcast_masked_softmax`); GPT-2, Falcon, BERT and XLNet take it in the scores'
+/// dtype.
+fn fp32_softmax(model: &ModelDescription, sh: &Shape) -> bool {
+    sh.rms || matches!(model.facts.model_type.as_str(), "gpt_neox" | "phi" | "opt" | "bloom" | "gpt_bigcode")
+}
+
 /// How many tensors of its input's size the activation function `name` (transformers'
 /// `ACT2FN` key) keeps for backward.
 fn activation_keeps(name: &str) -> u64 {
@@ -112,19 +120,19 @@ fn activation_keeps(name: &str) -> u64 {
 }
 
 /// Per-token sizes of one block's shape.
-struct Shape {
-    hidden: u64,
-    heads: u64,
-    kv_heads: u64,
-    head_dim: u64,
+pub(super) struct Shape {
+    pub hidden: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub head_dim: u64,
     /// Width of the MLP each token passes through (dense intermediate, or routed experts').
-    intermediate: u64,
-    gated: bool,
+    pub intermediate: u64,
+    pub gated: bool,
     rms: bool,
     rotary: bool,
     dropout: bool,
     /// MoE: experts, top-k, shared intermediate.
-    moe: Option<(u64, u64, u64)>,
+    pub moe: Option<(u64, u64, u64)>,
     cross_attention: bool,
     /// q and k pass through their own RMSNorm (`q_norm`, `k_norm`: OLMoE, Qwen3).
     qk_norm: bool,
@@ -272,6 +280,35 @@ impl<'a> ActivationModel<'a> {
     }
 }
 
+impl ActivationModel<'_> {
+    /// Whether the model runs transformers' decoder forward, whose locals the prefill follows
+    /// ([`Self::prefill_held`], the hidden states handed from layer to layer); a custom model's
+    /// declarations say what its modules hold instead.
+    pub(crate) fn runs_transformers_forward(&self) -> bool {
+        let mut declares = false;
+        self.model.root.visit(&mut |m| declares |= m.activations.is_some());
+        !declares
+    }
+
+    /// What a transformers model's forward holds across all its layers in a prefill of `batch`
+    /// sequences of `prompt` tokens: its input embeddings (`inputs_embeds`, named until the
+    /// forward returns, and the first layer's input), and for eager attention each causal mask
+    /// it builds (`batch × 1 × q × kv` in the model's dtype; one more for sliding-window
+    /// layers).
+    pub(crate) fn prefill_held(&self, batch: u64, prompt: u64) -> Vec<u64> {
+        let c = self.precision.compute_bytes();
+        let tokens = batch.saturating_mul(prompt);
+        let mut held = vec![c.saturating_mul(self.model.facts.hidden_size).saturating_mul(tokens)];
+        if self.attention == AttentionImpl::Eager {
+            let layers = &self.model.facts.layers;
+            let windowed = layers.iter().filter(|l| l.attention_window.is_some()).count();
+            let kinds = usize::from(windowed > 0) + usize::from(windowed < layers.len());
+            held.extend(vec![c.saturating_mul(tokens).saturating_mul(prompt); kinds]);
+        }
+        held
+    }
+}
+
 /// Per token, what the LoRA adapters of one block keep for backward (PEFT's `lora.Linear`):
 /// `lora_A` keeps its input, which PEFT first casts to the adapter's dtype
 /// (`_cast_input_dtype`): a copy of its own when that differs from the activations' (fp32
@@ -398,16 +435,8 @@ fn formula(m: &ActivationModel, layer: usize, batch: u64, seq: u64) -> BlockActi
                 }
             }
             if attention == AttentionImpl::Eager {
-                // The softmax is fp32 under autocast and where the eager function asks for it
-                // (`softmax(..., dtype=torch.float32)`): Llama-style models, GPT-NeoX, Phi,
-                // OPT, BLOOM, GPTBigCode (`upcast_masked_softmax`); GPT-2, Falcon, BERT and
-                // XLNet take it in the scores' dtype.
-                let fp32_softmax = sh.rms
-                    || matches!(
-                        model.facts.model_type.as_str(),
-                        "gpt_neox" | "phi" | "opt" | "bloom" | "gpt_bigcode"
-                    );
-                let softmax = if fp32_softmax || precision.autocast { 4 } else { c };
+                // The softmax is fp32 under autocast and where the eager function asks for it.
+                let softmax = if fp32_softmax(model, &sh) || precision.autocast { 4 } else { c };
                 if sh.softcap {
                     per_sequence_sq.push(c); // tanh of the scaled scores
                 }
@@ -497,13 +526,22 @@ fn formula(m: &ActivationModel, layer: usize, batch: u64, seq: u64) -> BlockActi
     let eager = attention == AttentionImpl::Eager;
     let forward_transient =
         if eager { 2 * c * scores } else { 0 } + residual * h * tokens + c * sh.intermediate * tokens;
-    // With nothing kept (inference, a checkpointed block's forward) the working set is charged
-    // as the forward transient: one hidden state and one MLP intermediate. The traced runtime
-    // holds more at a gated MLP's product (the model's input embeddings, the residual and the
-    // norm's output; act(gate), up and their product): charging that leaves large prefills on
-    // the GPU that runs offloaded units fragmenting the replay's allocator past what the plan's
-    // refinement cures (docs/memory-model.md, "Known gaps").
-    let working_set = forward_transient;
+    // With nothing kept (inference, a checkpointed block's forward): what the layer's frames
+    // hold at its widest op (`working_set.rs`), besides its input, which the program holds.
+    let working_set = super::working_set::working_set(
+        &sh,
+        &super::working_set::Forward {
+            compute: precision.compute,
+            residual,
+            autocast: precision.autocast,
+            attention,
+            fp32_softmax: fp32_softmax(model, &sh) || precision.autocast,
+            activation: &model.facts.activation,
+            keeps_attention_output: super::working_set::keeps_attention_output(&model.facts.model_type),
+            tokens,
+            scores,
+        },
+    );
     let backward_transient = if eager { 2 * 4 * scores } else { 3 * c * a * d * tokens }
         .max(3 * c * sh.intermediate * tokens)
         + 2 * residual * h * tokens;

@@ -60,7 +60,7 @@ impl Declared {
                 let mut acts = formula();
                 acts.saved.extend(inside.saved);
                 acts.forward_transient += inside.forward_transient;
-                acts.working_set += inside.working_set;
+                acts.working_set.extend(inside.working_set);
                 acts
             }
         }
@@ -162,11 +162,11 @@ pub(crate) fn unit(
     let input = residual.saturating_mul(model.facts.hidden_size).saturating_mul(batch).saturating_mul(seq);
     let total = bytes.iter().fold(0u64, |a, b| a.saturating_add(*b));
     let training = workload.mode == Mode::Train;
-    let saved = if training { bytes } else { Vec::new() };
+    let saved = if training { bytes.clone() } else { Vec::new() };
     // In inference nothing is kept: the declaration is what the module holds while it runs.
     let forward_transient = if training { 0 } else { total };
     let acts =
-        BlockActivations { saved, forward_transient, working_set: total, backward_transient: 0, input };
+        BlockActivations { saved, forward_transient, working_set: bytes, backward_transient: 0, input };
     Some(if module.activations.is_some() { Declared::Whole(acts) } else { Declared::Inside(acts) })
 }
 

@@ -7,3 +7,4 @@ pub(crate) mod activations;
 pub(crate) mod declared;
 pub(crate) mod precision;
 pub(crate) mod units;
+mod working_set;

@@ -116,6 +116,15 @@ impl Builder {
                     }
                 }
             }
+            if !streamed.is_empty() {
+                // accelerate runs offloaded modules on the map's first GPU: this one only if it
+                // holds something, so nothing is offloaded while it holds nothing.
+                let on_this_gpu = holders.iter().fold(Expression::default(), |e, &b| e + self.count(b, d));
+                for &(_, b, h) in &streamed {
+                    let present = self.presence(b, h);
+                    self.rows.push((present - on_this_gpu.clone()).leq(0.0));
+                }
+            }
             let largest_workspace = holders
                 .iter()
                 .map(|&b| self.blocks[b].transient)
