@@ -102,7 +102,7 @@ pub(crate) fn device_map_needs_one_copy(key: &str, fix: &str) -> InputError {
 /// decides: every GPU loads the same weights): the stored layout where it has the kernels, the
 /// dequantized model where it falls back (with a warning), or a refusal where it stops.
 /// llama.cpp reads GGUF files, not the checkpoint's layout.
-fn held_by_runtime(
+pub(crate) fn held_by_runtime(
     model: vramplan_profiles::model::ModelDescription,
     hardware: &hardware::HardwareProfile,
     workload: &Workload,

@@ -9,6 +9,7 @@
 mod check;
 mod estimate;
 mod plan;
+mod validate;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
@@ -21,6 +22,8 @@ use vramplan_profiles::model::{self, ImportOptions, Naming};
 pub const EXIT_NEGATIVE: i32 = 1;
 /// Exit code for bad input.
 pub const EXIT_BAD_INPUT: i32 = 2;
+/// Exit code when `validate`'s backend has no usable device here.
+pub const EXIT_NO_DEVICE: i32 = validate::EXIT_NO_DEVICE;
 /// Exit code when `--time-limit` ran out before an answer either way.
 pub const EXIT_NO_ANSWER: i32 = 4;
 
@@ -61,6 +64,9 @@ enum Command {
     Plan(Box<plan::PlanArgs>),
     /// Check a device map: per-device memory, and the device mismatches the target runtime hits.
     Check(Box<check::CheckArgs>),
+    /// Run a plan on a device (after the static checks) and set what it measured beside the
+    /// prediction.
+    Validate(Box<validate::ValidateArgs>),
 }
 
 #[derive(Subcommand, Debug)]
@@ -106,6 +112,7 @@ where
         Command::Estimate(args) => estimate::run(&args, out),
         Command::Plan(args) => plan::run(&args, out),
         Command::Check(args) => check::run(&args, out),
+        Command::Validate(args) => validate::run(&args, out, err),
     };
     match result {
         Ok(code) => code,

@@ -5,11 +5,13 @@ mod check;
 mod estimate;
 mod plan;
 mod table;
+mod validate;
 
 pub use check::check_table;
 pub use estimate::{data_parallel_line, estimate_table};
 pub use plan::{accelerate_loading, change_flags, change_words, plan_table};
 pub use table::{Table, group_digits};
+pub use validate::{unavailable_message, validate_table};
 
 use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::Summary;

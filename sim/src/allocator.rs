@@ -13,6 +13,10 @@
 //!   raises the reserve only where memory allows it. A request that still does not fit is an
 //!   out-of-memory error; the model goes on, without further releases, and the reserve shows by
 //!   how much.
+//!
+//! The simulator replays a step program with it; the validator (`vramplan-validate`) drives a
+//! real device with it, taking each segment from the driver as the model creates it and
+//! giving it back as the model releases it ([`CachingAllocator::take_segment_changes`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -39,9 +43,26 @@ struct Segment {
     blocks: BTreeMap<u64, (u64, bool)>,
 }
 
+/// A segment the allocator took from the driver (`cudaMalloc`) or gave back to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentChange {
+    /// Segment `segment` (numbered in order of creation) of `bytes` was created.
+    Created {
+        /// The segment's number.
+        segment: usize,
+        /// Its size.
+        bytes: u64,
+    },
+    /// Segment `segment` was returned to the driver.
+    Released {
+        /// The segment's number.
+        segment: usize,
+    },
+}
+
 /// The allocator's state: segments, free blocks per pool, live allocations.
 #[derive(Debug)]
-pub(crate) struct CachingAllocator {
+pub struct CachingAllocator {
     /// The most it may reserve before it returns free segments (the device's usable memory).
     capacity: u64,
     /// Segments that may be one free block, which release would return (`idle` says which
@@ -57,7 +78,11 @@ pub(crate) struct CachingAllocator {
     free: [BTreeSet<Block>; 2],
     /// Live allocations by id (ids are handed out in sequence): (segment, offset).
     live: Vec<Option<(usize, u64)>>,
+    /// Segment changes not yet taken, when they are recorded.
+    changes: Option<Vec<SegmentChange>>,
+    /// Bytes of live allocations, each as charged (rounded, or the whole unsplit block).
     pub allocated: u64,
+    /// Bytes of segments held from the driver.
     pub reserved: u64,
 }
 
@@ -73,7 +98,7 @@ impl Default for CachingAllocator {
 
 impl CachingAllocator {
     /// An allocator for a device of `capacity` usable bytes.
-    pub(crate) fn with_capacity(capacity: u64) -> CachingAllocator {
+    pub fn with_capacity(capacity: u64) -> CachingAllocator {
         CachingAllocator {
             capacity,
             idle_list: Vec::new(),
@@ -82,9 +107,22 @@ impl CachingAllocator {
             segments: Vec::new(),
             free: [BTreeSet::new(), BTreeSet::new()],
             live: Vec::new(),
+            changes: None,
             allocated: 0,
             reserved: 0,
         }
+    }
+
+    /// The same, recording every segment it creates and releases for
+    /// [`CachingAllocator::take_segment_changes`].
+    pub fn recording_segments(capacity: u64) -> CachingAllocator {
+        CachingAllocator { changes: Some(Vec::new()), ..CachingAllocator::with_capacity(capacity) }
+    }
+
+    /// The segments created and released since the last call, in order (none unless made by
+    /// [`CachingAllocator::recording_segments`]).
+    pub fn take_segment_changes(&mut self) -> Vec<SegmentChange> {
+        self.changes.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// Returns every wholly free segment to the driver.
@@ -98,12 +136,15 @@ impl CachingAllocator {
                 self.free[usize::from(segment.small)].remove(&Block { size, segment: index, offset: 0 });
                 segment.blocks.clear();
                 self.reserved -= size;
+                if let Some(changes) = &mut self.changes {
+                    changes.push(SegmentChange::Released { segment: index });
+                }
             }
         }
     }
 
     /// Allocates `bytes` under `id`; returns the bytes charged to `allocated` (rounded).
-    pub(crate) fn alloc(&mut self, id: u64, bytes: u64) -> u64 {
+    pub fn alloc(&mut self, id: u64, bytes: u64) -> u64 {
         let size = round(bytes);
         let small = size <= SMALL_REQUEST;
         let pool = usize::from(small);
@@ -128,6 +169,9 @@ impl CachingAllocator {
                 self.segments.push(Segment { small, blocks });
                 self.idle.push(false);
                 self.reserved += segment_size;
+                if let Some(changes) = &mut self.changes {
+                    changes.push(SegmentChange::Created { segment, bytes: segment_size });
+                }
                 let block = Block { size: segment_size, segment, offset: 0 };
                 self.free[pool].insert(block);
                 block
@@ -163,7 +207,7 @@ impl CachingAllocator {
 
     /// Frees allocation `id`, merging with free neighbours; returns the bytes released from
     /// `allocated` (0 if unknown).
-    pub(crate) fn free(&mut self, id: u64) -> u64 {
+    pub fn free(&mut self, id: u64) -> u64 {
         let Some((segment, offset)) = self.live.get_mut(id as usize).and_then(Option::take) else { return 0 };
         let Segment { small, blocks, .. } = &mut self.segments[segment];
         let pool = usize::from(*small);
@@ -270,5 +314,30 @@ mod tests {
         // shortfall).
         a.alloc(10, 60 * MIB);
         assert_eq!(a.reserved, 130 * MIB);
+    }
+
+    #[test]
+    fn segment_changes_are_recorded_in_order() {
+        let mut a = CachingAllocator::recording_segments(100 * MIB);
+        for id in 0..4 {
+            a.alloc(id, 20 * MIB);
+        }
+        a.free(0);
+        a.free(2);
+        a.alloc(9, 30 * MIB);
+        let created = |segment| SegmentChange::Created { segment, bytes: 20 * MIB };
+        assert_eq!(
+            a.take_segment_changes(),
+            vec![
+                created(0),
+                created(1),
+                created(2),
+                created(3),
+                SegmentChange::Released { segment: 0 },
+                SegmentChange::Released { segment: 2 },
+                SegmentChange::Created { segment: 4, bytes: 30 * MIB },
+            ]
+        );
+        assert!(a.take_segment_changes().is_empty());
     }
 }

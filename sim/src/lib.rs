@@ -2,7 +2,7 @@
 //! and component, placements, and the per-device step timeline with its peak. It reads models
 //! and hardware from `vramplan-profiles` and knows nothing about solving.
 
-mod allocator;
+pub mod allocator;
 pub mod charges;
 mod closed_form;
 pub mod device_map;

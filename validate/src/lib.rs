@@ -1,3 +1,156 @@
-//! The plan validator (to come): runs a plan on real CUDA devices (cudarc, loaded at run time),
-//! on the CPU with candle-core at reduced scale, or statically checks it for the device
-//! mismatches the target runtime would hit.
+//! The plan validator: runs a plan's step program (`vramplan_sim::program`, the one list of
+//! allocations the simulator replays) on a device and reports what happened there, beside the
+//! prediction.
+//!
+//! Backends:
+//! - `cuda` (`cuda.rs`): the program's allocations on real CUDA devices, through the
+//!   simulator's model of PyTorch's caching allocator (`vramplan_sim::allocator`): each segment
+//!   the model creates is taken from the driver (`cuMemAlloc`) and each it releases given back,
+//!   so the driver's own count of used memory (`cuMemGetInfo`) is measured at every event. The
+//!   driver is loaded at run time: where there is none, [`Unavailable`] names what is missing.
+//! - `torch` (the real runtime through a Python harness) and `cpu` (candle at reduced scale):
+//!   to come; they answer [`Unavailable::NotBuilt`].
+//!
+//! Typed results only: the sentences are made by `vramplan-reports` and the CLI.
+
+mod cuda;
+
+use serde::Serialize;
+use vramplan_profiles::hardware::HardwareProfile;
+use vramplan_sim::program::StepProgram;
+
+/// Where a plan is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    /// Real CUDA devices (cudarc, loaded at run time).
+    Cuda,
+    /// The real runtime (transformers, accelerate) through a Python harness.
+    Torch,
+    /// candle on the CPU at reduced scale, with virtual devices.
+    Cpu,
+}
+
+impl Backend {
+    /// The backend's name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Cuda => "cuda",
+            Backend::Torch => "torch",
+            Backend::Cpu => "cpu",
+        }
+    }
+}
+
+/// Why a backend cannot run here: the validator's "no usable device" answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Unavailable {
+    /// No CUDA driver library could be loaded.
+    NoDriver {
+        /// The library names tried, in order.
+        tried: Vec<String>,
+    },
+    /// The driver loaded but did not start (`cuInit` failed): its error.
+    DriverFailed {
+        /// The CUDA error, as the driver names it.
+        error: String,
+    },
+    /// Fewer CUDA devices than the plan uses.
+    TooFewDevices {
+        /// GPUs the plan places something on (their indices in the profile).
+        needed: Vec<u32>,
+        /// CUDA devices visible here.
+        found: u32,
+    },
+    /// This backend is not built yet.
+    NotBuilt {
+        /// The backend.
+        backend: Backend,
+    },
+}
+
+/// What one device held at one event of the run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Sample {
+    /// The event, as the simulator names it (`backward of model.layers.3 (step 2)`).
+    pub event: String,
+    /// The plan's GPU index.
+    pub device: u32,
+    /// Bytes of live allocations (the allocator's count).
+    pub allocated_bytes: u64,
+    /// Bytes of segments held from the driver.
+    pub reserved_bytes: u64,
+    /// The driver's used bytes on the device (total − free, every process's).
+    pub driver_used_bytes: u64,
+}
+
+/// One device's peaks over the run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DevicePeaks {
+    /// The plan's GPU index.
+    pub device: u32,
+    /// The CUDA device's name.
+    pub name: String,
+    /// Peak allocated bytes.
+    pub allocated_bytes: u64,
+    /// Peak reserved bytes.
+    pub reserved_bytes: u64,
+    /// Peak driver-used bytes.
+    pub driver_used_bytes: u64,
+    /// Driver-used bytes before the run took anything (the context and other processes).
+    pub driver_used_before_bytes: u64,
+    /// The event at which driver-used peaked.
+    pub peak_event: String,
+}
+
+/// How the run ended.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Outcome {
+    /// Every allocation of the program succeeded.
+    Completed,
+    /// The driver refused a segment: the event, the device, and the segment asked for.
+    OutOfMemory {
+        /// The event running when it happened.
+        event: String,
+        /// The plan's GPU index.
+        device: u32,
+        /// The segment's size.
+        requested_bytes: u64,
+        /// The device's free bytes then, as the driver counts them.
+        free_bytes: u64,
+    },
+}
+
+/// What a run saw.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Validation {
+    /// The backend that ran it.
+    pub backend: Backend,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Per device used, its peaks.
+    pub devices: Vec<DevicePeaks>,
+    /// Every event's samples, in order (for timelines).
+    pub samples: Vec<Sample>,
+}
+
+/// Runs `program` (made for `hardware`) on `backend`. Whatever the run took is given back
+/// before this returns, an out-of-memory included.
+pub fn run(
+    program: &StepProgram,
+    hardware: &HardwareProfile,
+    backend: Backend,
+) -> Result<Validation, Unavailable> {
+    match backend {
+        Backend::Cuda => cuda::run(program, hardware),
+        Backend::Torch | Backend::Cpu => Err(Unavailable::NotBuilt { backend }),
+    }
+}
+
+/// Whether a CUDA driver can be loaded here, without loading it for use: the probe `run` makes
+/// first.
+pub fn cuda_driver_present() -> Result<(), Unavailable> {
+    cuda::driver_library().map(|_| ())
+}

@@ -1,0 +1,100 @@
+//! `vramplan validate` as users run it: a plan from `plan -o plan.yaml`, on the `cuda` backend.
+//! Where no CUDA driver is installed (CI), it answers exit 3 with what is missing, never a
+//! panic; where one is, the run completes or reports its out-of-memory. The static check runs
+//! first: a plan file whose map splits a tied embedding from its head is refused with exit 1
+//! before anything is allocated.
+
+use vramplan_tests::{Output, vramplan};
+
+fn plan_file(dir: &std::path::Path, args: &[&str]) -> String {
+    let path = dir.join("plan.yaml").display().to_string();
+    let mut full = vec!["plan"];
+    full.extend_from_slice(args);
+    full.extend_from_slice(&["-o", &path]);
+    let out = vramplan(&full);
+    assert_eq!(out.code, 0, "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    path
+}
+
+fn no_panic(out: &Output) {
+    assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+}
+
+#[test]
+fn cuda_backend_without_a_driver_exits_3_and_says_what_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan =
+        plan_file(dir.path(), &["llama-3.2-1b", "--hardware", "t4", "--mode", "inference", "--seq", "1024"]);
+    let out = vramplan(&["validate", &plan]);
+    no_panic(&out);
+    if vramplan_validate::cuda_driver_present().is_ok() {
+        // A machine with a driver runs it: completed, or a reported out-of-memory.
+        assert!(out.code == 0 || out.code == 1 || out.code == 3, "{}\n{}", out.stdout, out.stderr);
+        return;
+    }
+    assert_eq!(out.code, 3, "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("no CUDA driver here"), "{}", out.stderr);
+    assert!(out.stderr.contains("libcuda.so.1"), "{}", out.stderr);
+    // With --json the prediction and the reason are on stdout, as one document.
+    let out = vramplan(&["validate", &plan, "--json"]);
+    assert_eq!(out.code, 3);
+    let doc = out.json();
+    assert_eq!(doc["unavailable"]["kind"], "no_driver");
+    assert!(doc["predicted"][0]["peak_allocated_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(doc["ok"], false);
+}
+
+#[test]
+fn backends_not_built_yet_say_so_with_exit_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = plan_file(dir.path(), &["gpt2", "--hardware", "t4", "--mode", "inference", "--seq", "512"]);
+    for backend in ["cpu", "torch"] {
+        let out = vramplan(&["validate", &plan, "--backend", backend]);
+        no_panic(&out);
+        assert_eq!(out.code, 3, "{}", out.stderr);
+        assert!(out.stderr.contains("not built yet"), "{}", out.stderr);
+    }
+}
+
+/// Llama 3.2 1B ties its head to its input embedding: a map that puts them on two GPUs is a
+/// mismatch the static rules find (`tied-split`), so nothing is run and the answer is 1.
+#[test]
+fn the_static_check_runs_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = plan_file(
+        dir.path(),
+        &[
+            "llama-3.2-1b",
+            "--hardware",
+            "t4x2",
+            "--mode",
+            "inference",
+            "--seq",
+            "1024",
+            "--pin",
+            "model.embed_tokens=0",
+        ],
+    );
+    let text = std::fs::read_to_string(&plan).unwrap();
+    let planted = text.replace("lm_head: 0", "lm_head: 1");
+    assert_ne!(planted, text, "the plan puts lm_head on GPU 0:\n{text}");
+    std::fs::write(&plan, planted).unwrap();
+    let out = vramplan(&["validate", &plan]);
+    no_panic(&out);
+    assert_eq!(out.code, 1, "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("the static check found a mismatch, so nothing was run"), "{}", out.stdout);
+    assert!(out.stdout.contains("lm_head"), "{}", out.stdout);
+    let out = vramplan(&["validate", &plan, "--json"]);
+    assert_eq!(out.code, 1);
+    let doc = out.json();
+    assert!(!doc["findings"].as_array().unwrap().is_empty());
+    assert!(doc.get("run").is_none());
+}
+
+#[test]
+fn a_missing_plan_file_is_bad_input() {
+    let out = vramplan(&["validate", "no-such-plan.yaml"]);
+    no_panic(&out);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("no-such-plan.yaml"), "{}", out.stderr);
+}
