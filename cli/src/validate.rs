@@ -1,4 +1,4 @@
-//! `vramplan validate PLAN [--backend cuda|torch|cpu] [--json]`: runs a plan written by
+//! `vramplan validate PLAN [--backend cuda|torch|cpu] [--python PATH] [--steps N] [--json]`: runs a plan written by
 //! `vramplan plan -o plan.yaml` (its model, hardware, target, workload and device map) on a
 //! backend, after `check`'s static rules, and prints the prediction beside what the run
 //! measured. Exit 0 when every allocation of the step succeeded; 1 when the static check finds
@@ -10,16 +10,19 @@ use clap::{Args, ValueEnum};
 use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;
+use vramplan_profiles::DType;
 use vramplan_profiles::InputError;
 use vramplan_profiles::hardware;
 use vramplan_profiles::model::{self, ImportOptions};
 use vramplan_sim::estimate::{DeviceEstimate, is_data_parallel};
 use vramplan_sim::program::step_program;
+use vramplan_sim::workload::{Engine, Finetune, GradCheckpointing, Mode, Quant, Workload};
 use vramplan_sim::{Placement, input};
 use vramplan_solver::Runtime;
 use vramplan_solver::check::{Finding, check_device_map, offloaded_in_training};
+use vramplan_solver::export::PlanTarget;
 use vramplan_solver::export::read_plan_file;
-use vramplan_validate::{Backend, Unavailable, Validation};
+use vramplan_validate::{Backend, TorchLora, TorchRequest, Unavailable, Validation};
 
 /// Exit code when the backend has no usable device here.
 pub const EXIT_NO_DEVICE: i32 = 3;
@@ -32,6 +35,19 @@ pub(crate) struct ValidateArgs {
     /// scale).
     #[arg(long, value_enum, default_value_t = BackendArg::Cuda)]
     backend: BackendArg,
+    /// The Python that runs the torch backend's harness (with torch, transformers, accelerate,
+    /// and peft for LoRA).
+    #[arg(long, value_name = "PATH", default_value = "python3")]
+    python: String,
+    /// Training steps the torch backend runs (the cuda backend runs the simulator's program:
+    /// two steps in training, the prefill in inference).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=100))]
+    steps: u32,
+    /// torch backend: run every module on the CPU instead of the plan's devices (where there is
+    /// no GPU): the model, the workload and the steps run with the real runtime, and nothing is
+    /// measured.
+    #[arg(long)]
+    cpu: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -70,6 +86,85 @@ struct ValidateOutput<'a> {
     unavailable: Option<&'a Unavailable>,
     /// No finding, and the run completed.
     ok: bool,
+}
+
+/// What the torch backend's harness runs for `plan`: the model's raw config (a built-in's, or
+/// the `config.json` of a file or folder), the plan's map as written, and the workload.
+fn torch_request(
+    plan: &vramplan_solver::export::PlanFile,
+    model: &model::ModelDescription,
+    workload: &Workload,
+    steps: u32,
+    origin: &str,
+) -> Result<TorchRequest, InputError> {
+    let unsupported = |what: &str| {
+        InputError::new(format!("{origin}: workload"), format!("the torch backend does not run {what} yet"))
+            .with_fix("use --backend cuda, or a plan without it")
+    };
+    let text = match model::catalog::builtin_config(&plan.model) {
+        Some(text) => text.to_string(),
+        None => {
+            let path = std::path::Path::new(&plan.model);
+            let file = if path.is_dir() { path.join("config.json") } else { path.to_path_buf() };
+            if file.extension().and_then(|e| e.to_str()) != Some("json") {
+                return Err(InputError::new(
+                    origin,
+                    format!(
+                        "the torch backend builds transformers models from a config.json; `{}` is not one",
+                        plan.model
+                    ),
+                )
+                .with_fix("use --backend cuda for a custom model"));
+            }
+            std::fs::read_to_string(&file)
+                .map_err(|e| InputError::new(file.display().to_string(), format!("cannot read it: {e}")))?
+        }
+    };
+    let config: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| InputError::new(plan.model.clone(), format!("not a JSON config: {e}")))?;
+    if workload.quant != Quant::None {
+        return Err(unsupported("quantized weights"));
+    }
+    if workload.engine != Engine::Transformers {
+        return Err(unsupported("another engine than transformers"));
+    }
+    let dtype = workload.weight_dtype.unwrap_or(model.dtype);
+    let dtype = match dtype {
+        DType::BF16 => "bf16",
+        DType::F16 => "fp16",
+        DType::F32 => "fp32",
+        _ => return Err(unsupported(&format!("{dtype} weights"))),
+    };
+    let lora = match &workload.finetune {
+        Finetune::Lora { rank, alpha, targets } => Some(TorchLora {
+            rank: *rank,
+            alpha: *alpha,
+            targets: targets.iter().filter(|t| *t != "all-linear").cloned().collect(),
+        }),
+        Finetune::Full => None,
+    };
+    let device_map = plan
+        .device_map
+        .iter()
+        .map(|(module, target)| {
+            let value = match target {
+                PlanTarget::Gpu(g) => serde_json::Value::from(*g),
+                PlanTarget::Host(h) => serde_json::Value::from(h.clone()),
+            };
+            (module.clone(), value)
+        })
+        .collect();
+    Ok(TorchRequest {
+        config,
+        device_map,
+        mode: if workload.mode == Mode::Train { "train" } else { "inference" }.to_string(),
+        batch: workload.batch,
+        seq: workload.seq,
+        dtype: dtype.to_string(),
+        lora,
+        grad_checkpointing: workload.grad_checkpointing != GradCheckpointing::Off,
+        steps,
+    })
 }
 
 /// Runs `vramplan validate`.
@@ -119,8 +214,20 @@ pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write)
 
     let placement = Placement::from_entries(entries);
     let estimate = vramplan_sim::estimate(&model, &hardware, &workload, &placement)?;
-    let program = step_program(&model, &hardware, &workload, &placement);
-    match vramplan_validate::run(&program, &hardware, backend) {
+    let outcome = match backend {
+        Backend::Cuda => {
+            vramplan_validate::run_cuda(&step_program(&model, &hardware, &workload, &placement), &hardware)
+        }
+        Backend::Torch => {
+            let mut request = torch_request(&plan, &model, &workload, args.steps, &origin)?;
+            if args.cpu {
+                request.device_map = [(String::new(), serde_json::Value::from("cpu"))].into();
+            }
+            vramplan_validate::run_torch(&request, &args.python)
+        }
+        Backend::Cpu => Err(Unavailable::NotBuilt { backend }),
+    };
+    match outcome {
         Err(why) => {
             let _ = writeln!(err, "{}", vramplan_reports::unavailable_message(backend, &why));
             if args.json {

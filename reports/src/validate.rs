@@ -10,9 +10,10 @@ use vramplan_validate::{Backend, Outcome, Unavailable, Validation};
 /// The human report of a run: the outcome, then predicted beside measured per device.
 pub fn validate_table(estimate: &Estimate, run: &Validation) -> String {
     let mut text = match &run.outcome {
-        Outcome::Completed => {
-            format!("validate on {}: every allocation of the step succeeded\n\n", run.backend.name())
-        }
+        Outcome::Completed => match run.backend {
+            Backend::Cuda => "validate on cuda: every allocation of the step succeeded\n\n".to_string(),
+            _ => format!("validate on {}: the workload's steps ran to the end\n\n", run.backend.name()),
+        },
         Outcome::OutOfMemory { event, device, requested_bytes, free_bytes } => format!(
             "validate on {}: out of memory on GPU {device} at \"{event}\": a segment of {} was refused \
              with {} free\n\n",
@@ -20,7 +21,21 @@ pub fn validate_table(estimate: &Estimate, run: &Validation) -> String {
             format_bytes(*requested_bytes),
             format_bytes(*free_bytes)
         ),
+        Outcome::RuntimeError { error, module, message } => {
+            let what = match error.as_str() {
+                "out_of_memory" => "out of memory",
+                "device_mismatch" => "a device mismatch",
+                _ => "an error",
+            };
+            let place = if module.is_empty() { String::new() } else { format!(" in {module}") };
+            let first = message.lines().next().unwrap_or("");
+            format!("validate on {}: {what}{place}: {first}\n\n", run.backend.name())
+        }
     };
+    if run.devices.is_empty() {
+        text += "no CUDA device was used, so no memory was measured\n";
+        return text;
+    }
     let mut table = Table::new(&[
         "device",
         "allocated (pred / meas)",
@@ -83,9 +98,19 @@ pub fn unavailable_message(backend: Backend, why: &Unavailable) -> String {
             needed.iter().map(u32::to_string).collect::<Vec<_>>().join(", "),
             if *found == 1 { "" } else { "s" }
         ),
+        Unavailable::NoPython { python, error } => format!(
+            "validate --backend {}: `{python}` did not run vramplan's harness ({error}); give the Python that \
+             has torch, transformers and accelerate with --python PATH",
+            backend.name()
+        ),
+        Unavailable::MissingLibrary { python, message } => format!(
+            "validate --backend {}: `{python}` lacks what the harness imports ({message}); install torch, \
+             transformers and accelerate (and peft for LoRA) there, or give another with --python PATH",
+            backend.name()
+        ),
         Unavailable::NotBuilt { backend } => format!(
             "validate --backend {}: this backend is not built yet; `--backend cuda` runs the plan on CUDA \
-             devices",
+             devices, `--backend torch` with the real runtime",
             backend.name()
         ),
     }

@@ -8,12 +8,16 @@
 //!   the model creates is taken from the driver (`cuMemAlloc`) and each it releases given back,
 //!   so the driver's own count of used memory (`cuMemGetInfo`) is measured at every event. The
 //!   driver is loaded at run time: where there is none, [`Unavailable`] names what is missing.
-//! - `torch` (the real runtime through a Python harness) and `cpu` (candle at reduced scale):
-//!   to come; they answer [`Unavailable::NotBuilt`].
+//! - `torch` (`torch.rs`): the real runtime (transformers, accelerate, PEFT) run by a Python
+//!   harness shipped in the binary, with the user's Python.
+//! - `cpu` (candle at reduced scale): to come; it answers [`Unavailable::NotBuilt`].
 //!
 //! Typed results only: the sentences are made by `vramplan-reports` and the CLI.
 
 mod cuda;
+mod torch;
+
+pub use torch::{TorchLora, TorchRequest};
 
 use serde::Serialize;
 use vramplan_profiles::hardware::HardwareProfile;
@@ -62,6 +66,20 @@ pub enum Unavailable {
         needed: Vec<u32>,
         /// CUDA devices visible here.
         found: u32,
+    },
+    /// The Python given for the `torch` backend did not run the harness.
+    NoPython {
+        /// The interpreter.
+        python: String,
+        /// What went wrong.
+        error: String,
+    },
+    /// The Python runs, but lacks torch, transformers or accelerate.
+    MissingLibrary {
+        /// The interpreter.
+        python: String,
+        /// The import error.
+        message: String,
     },
     /// This backend is not built yet.
     NotBuilt {
@@ -121,6 +139,15 @@ pub enum Outcome {
         /// The device's free bytes then, as the driver counts them.
         free_bytes: u64,
     },
+    /// The real runtime raised: `out_of_memory`, `device_mismatch` or `error`.
+    RuntimeError {
+        /// Which.
+        error: String,
+        /// The innermost module running then.
+        module: String,
+        /// The exception's message.
+        message: String,
+    },
 }
 
 /// What a run saw.
@@ -136,20 +163,18 @@ pub struct Validation {
     pub samples: Vec<Sample>,
 }
 
-/// Runs `program` (made for `hardware`) on `backend`. Whatever the run took is given back
-/// before this returns, an out-of-memory included.
-pub fn run(
-    program: &StepProgram,
-    hardware: &HardwareProfile,
-    backend: Backend,
-) -> Result<Validation, Unavailable> {
-    match backend {
-        Backend::Cuda => cuda::run(program, hardware),
-        Backend::Torch | Backend::Cpu => Err(Unavailable::NotBuilt { backend }),
-    }
+/// Runs `program` (made for `hardware`) on the CUDA devices here. Whatever the run took is
+/// given back before this returns, an out-of-memory included.
+pub fn run_cuda(program: &StepProgram, hardware: &HardwareProfile) -> Result<Validation, Unavailable> {
+    cuda::run(program, hardware)
 }
 
-/// Whether a CUDA driver can be loaded here, without loading it for use: the probe `run` makes
+/// Runs `request` with the real runtime, in the Python interpreter `python`.
+pub fn run_torch(request: &TorchRequest, python: &str) -> Result<Validation, Unavailable> {
+    torch::run(request, python)
+}
+
+/// Whether a CUDA driver can be loaded here, without loading it for use: the probe `run_cuda` makes
 /// first.
 pub fn cuda_driver_present() -> Result<(), Unavailable> {
     cuda::driver_library().map(|_| ())

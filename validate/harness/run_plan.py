@@ -1,0 +1,167 @@
+"""vramplan's `torch` backend harness: runs one plan with the real runtime and prints what it
+measured as one JSON document on stdout.
+
+Written to a temporary folder by `vramplan validate --backend torch` and run with the user's
+Python (`--python PATH`), which must have torch, transformers and accelerate (and peft for a
+LoRA plan). Nothing is downloaded: the model is built from its config with random weights.
+
+Request (argv[1], a JSON file): the model's raw `config.json` (`config`), the plan's
+`device_map` (module -> GPU index, "cpu" or "disk"), and the workload: `mode` (train |
+inference), `batch`, `seq`, `dtype` (bf16 | fp16 | fp32), `lora` (null or {rank, alpha,
+targets}), `grad_checkpointing`, `steps`.
+
+What it does, as a user's script would:
+- builds `architectures[0]` from the config on the meta device in `dtype`
+  (accelerate's `init_empty_weights`), then gives every parameter random values on the device
+  the map puts it on (a GPU, or the CPU for `cpu` and `disk`), and ties the weights;
+- `accelerate.dispatch_model(model, device_map)`: the hooks that move inputs between devices
+  and stream offloaded weights, exactly as `from_pretrained(device_map=...)` sets them;
+- LoRA through PEFT, gradient checkpointing through transformers;
+- `steps` training steps (forward with labels, backward, `torch.optim.AdamW(fused)` step,
+  `zero_grad`) or one prefill (`use_cache=True`, `logits_to_keep=1`, under `no_grad`);
+- per CUDA device: `max_memory_allocated`, `max_memory_reserved`, and the driver's used bytes
+  (`mem_get_info`) at the end.
+
+An exception ends the run and is reported with its kind (out_of_memory, device_mismatch,
+other), its message and the innermost module running then. Exit 0 with the document, or 3
+when torch, transformers or accelerate cannot be imported (the document says which).
+"""
+
+import json
+import sys
+
+
+def fail_import(error):
+    print(json.dumps({"outcome": "missing_library", "message": f"{type(error).__name__}: {error}"}))
+    sys.exit(3)
+
+
+try:
+    import torch
+    import transformers
+    import accelerate
+    from accelerate.utils import set_module_tensor_to_device
+except Exception as e:  # noqa: BLE001
+    fail_import(e)
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def device_of(name, device_map):
+    """The map's device for a parameter or buffer `name` (longest matching key)."""
+    best, where = -1, "cpu"
+    for key, target in device_map.items():
+        if key == "" or name == key or name.startswith(key + "."):
+            if len(key) > best:
+                best, where = len(key), target
+    if isinstance(where, int) or (isinstance(where, str) and where.isdigit()):
+        return torch.device("cuda", int(where))
+    return torch.device("cpu")
+
+
+def build(request):
+    raw = dict(request["config"])
+    raw.pop("quantization_config", None)
+    model_type = raw.pop("model_type")
+    config = transformers.AutoConfig.for_model(model_type, **raw)
+    cls = getattr(transformers, request["config"]["architectures"][0])
+    dtype = DTYPES[request["dtype"]]
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with accelerate.init_empty_weights():
+            model = cls(config)
+    finally:
+        torch.set_default_dtype(previous)
+    generator = torch.Generator().manual_seed(0)
+    for name, param in list(model.named_parameters()):
+        value = torch.randn(param.shape, generator=generator, dtype=torch.float32).mul_(0.02).to(param.dtype)
+        set_module_tensor_to_device(model, name, device_of(name, request["device_map"]), value=value)
+    for name, buf in list(model.named_buffers()):
+        if buf.device.type == "meta":
+            set_module_tensor_to_device(model, name, device_of(name, request["device_map"]),
+                                        value=torch.zeros(buf.shape, dtype=buf.dtype))
+    model.tie_weights()
+    return model, config
+
+
+def main():
+    request = json.load(open(sys.argv[1]))
+    versions = {"python": sys.version.split()[0], "torch": torch.__version__,
+                "transformers": transformers.__version__, "accelerate": accelerate.__version__}
+    cuda = torch.cuda.is_available()
+    devices = list(range(torch.cuda.device_count())) if cuda else []
+    needed = sorted({int(v) for v in request["device_map"].values() if isinstance(v, int) or str(v).isdigit()})
+    if needed and needed[-1] >= len(devices):
+        print(json.dumps({"outcome": "no_device", "needed": needed, "found": len(devices),
+                          "message": f"the plan uses GPUs {needed}; torch sees {len(devices)}"}))
+        sys.exit(3)
+    for d in devices:
+        torch.cuda.reset_peak_memory_stats(d)
+    running = []
+    outcome, message, module = "completed", "", ""
+    try:
+        model, config = build(request)
+        device_map = {k: (int(v) if isinstance(v, int) or str(v).isdigit() else v)
+                      for k, v in request["device_map"].items()}
+        gpus = [v for v in device_map.values() if isinstance(v, int)]
+        if gpus:
+            model = accelerate.dispatch_model(model, device_map=device_map)
+        train = request["mode"] == "train"
+        if request.get("grad_checkpointing") and train:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if request.get("lora") and train:
+            import peft
+            lora = request["lora"]
+            targets = lora["targets"] or "all-linear"
+            model = peft.get_peft_model(model, peft.LoraConfig(r=lora["rank"], lora_alpha=lora["alpha"],
+                                                              target_modules=targets))
+        def entered(module, args, name):
+            running.append(name)
+
+        def left(module, args, output, name):
+            if running:
+                running.pop()
+
+        for name, sub in model.named_modules():
+            sub.register_forward_pre_hook(lambda m, a, n=name: entered(m, a, n))
+            sub.register_forward_hook(lambda m, a, o, n=name: left(m, a, o, n))
+        model.train(train)
+        first = torch.device("cuda", gpus[0]) if gpus else torch.device("cpu")
+        vocab = config.get_text_config().vocab_size
+        generator = torch.Generator().manual_seed(1)
+        ids = torch.randint(0, vocab, (request["batch"], request["seq"]), generator=generator).to(first)
+        if train:
+            trainable = [p for p in model.parameters() if p.requires_grad]
+            optimizer = torch.optim.AdamW(trainable, lr=1e-5, fused=bool(gpus))
+            for _ in range(max(1, request.get("steps", 2))):
+                running.clear()
+                model(input_ids=ids, labels=ids).loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+        else:
+            with torch.no_grad():
+                model(input_ids=ids, use_cache=True, logits_to_keep=1)
+    except torch.OutOfMemoryError as e:
+        outcome, message = "out_of_memory", str(e)
+    except RuntimeError as e:
+        text = str(e)
+        outcome = "device_mismatch" if "Expected all tensors to be on the same device" in text else "error"
+        message = text
+    except Exception as e:  # noqa: BLE001
+        outcome, message = "error", f"{type(e).__name__}: {e}"
+    if outcome != "completed":
+        module = running[-1] if running else ""
+    report = []
+    for d in devices:
+        free, total = torch.cuda.mem_get_info(d)
+        report.append({"device": d, "name": torch.cuda.get_device_name(d),
+                       "allocated_bytes": torch.cuda.max_memory_allocated(d),
+                       "reserved_bytes": torch.cuda.max_memory_reserved(d),
+                       "driver_used_bytes": total - free})
+    print(json.dumps({"outcome": outcome, "message": message[:2000], "module": module,
+                      "devices": report, "versions": versions}))
+
+
+if __name__ == "__main__":
+    main()
