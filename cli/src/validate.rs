@@ -15,13 +15,14 @@ use vramplan_profiles::InputError;
 use vramplan_profiles::hardware;
 use vramplan_profiles::model::{self, ImportOptions};
 use vramplan_sim::estimate::{DeviceEstimate, is_data_parallel};
+use vramplan_sim::input::WorkloadFlags;
 use vramplan_sim::program::step_program;
 use vramplan_sim::workload::{Engine, Finetune, GradCheckpointing, Mode, Quant, Workload};
-use vramplan_sim::{Placement, input};
+use vramplan_sim::{Placement, Target, device_map, input};
 use vramplan_solver::Runtime;
 use vramplan_solver::check::{Finding, check_device_map, offloaded_in_training};
 use vramplan_solver::export::PlanTarget;
-use vramplan_solver::export::read_plan_file;
+use vramplan_solver::export::{PlanFile, read_plan_file};
 use vramplan_validate::{Backend, TorchLora, TorchRequest, Unavailable, Validation};
 
 /// Exit code when the backend has no usable device here.
@@ -29,8 +30,25 @@ pub const EXIT_NO_DEVICE: i32 = 3;
 
 #[derive(Args, Debug)]
 pub(crate) struct ValidateArgs {
-    /// A plan written by `vramplan plan -o plan.yaml`.
-    plan: PathBuf,
+    /// A plan written by `vramplan plan -o plan.yaml`; or, with --device-map, the model (as
+    /// `estimate` takes it).
+    plan: String,
+    /// An accelerate device_map JSON to run instead of a plan's; PLAN is then the model, with
+    /// --hardware and the workload flags.
+    #[arg(long, value_name = "FILE", requires = "hardware")]
+    device_map: Option<PathBuf>,
+    /// With --device-map: the hardware profile.
+    #[arg(long, requires = "device_map")]
+    hardware: Option<String>,
+    /// With --device-map: a workload YAML file (the workload flags override it).
+    #[arg(long, value_name = "FILE", requires = "device_map")]
+    workload: Option<PathBuf>,
+    /// With --device-map: the runtime that loads the map (accelerate | accelerate-v4).
+    #[arg(long, default_value = "accelerate")]
+    target: String,
+    /// The workload flags (docs/workloads.md), with --device-map.
+    #[command(flatten)]
+    flags: WorkloadFlags,
     /// Where to run it: cuda (real devices), torch (the real runtime), cpu (candle, reduced
     /// scale).
     #[arg(long, value_enum, default_value_t = BackendArg::Cuda)]
@@ -91,7 +109,7 @@ struct ValidateOutput<'a> {
 /// What the torch backend's harness runs for `plan`: the model's raw config (a built-in's, or
 /// the `config.json` of a file or folder), the plan's map as written, and the workload.
 fn torch_request(
-    plan: &vramplan_solver::export::PlanFile,
+    plan: &PlanFile,
     model: &model::ModelDescription,
     workload: &Workload,
     steps: u32,
@@ -167,10 +185,58 @@ fn torch_request(
     })
 }
 
+/// The plan `validate MODEL --device-map FILE --hardware HW [workload]` stands for: the map as
+/// read for the model, with the workload from the file and the flags.
+fn plan_of_map(
+    args: &ValidateArgs,
+    map: &std::path::Path,
+    hardware_spec: &str,
+) -> Result<PlanFile, InputError> {
+    let runtime = Runtime::parse(&args.target)?;
+    let model = model::load(&args.plan, ImportOptions { naming: runtime.naming() })?;
+    let hardware = hardware::load(hardware_spec)?;
+    let base = match &args.workload {
+        Some(path) => input::workload_from_yaml(path)?,
+        None => Workload::default(),
+    };
+    let workload = args.flags.apply(base)?;
+    let device_map = device_map::read_device_map(map, &model, &hardware)?
+        .into_iter()
+        .map(|(module, target)| {
+            let target = match target {
+                Target::Gpu(g) => PlanTarget::Gpu(g),
+                other => PlanTarget::Host(other.to_string()),
+            };
+            (module, target)
+        })
+        .collect();
+    Ok(PlanFile {
+        vramplan_plan: 1,
+        model: args.plan.clone(),
+        hardware: hardware_spec.to_string(),
+        target: runtime.name().to_string(),
+        workload,
+        device_map,
+    })
+}
+
 /// Runs `vramplan validate`.
 pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<i32, InputError> {
-    let origin = args.plan.display().to_string();
-    let plan = read_plan_file(&args.plan)?;
+    let plan = match (&args.device_map, &args.hardware) {
+        (Some(map), Some(hardware)) => plan_of_map(args, map, hardware)?,
+        _ => {
+            if args.target != "accelerate" || args.flags != WorkloadFlags::default() {
+                return Err(InputError::new(
+                    "validate",
+                    "a plan file carries its target and workload: --target and the workload flags go with \
+                     --device-map",
+                )
+                .with_fix("leave them out, or give MODEL --device-map FILE --hardware HW with them"));
+            }
+            read_plan_file(std::path::Path::new(&args.plan))?
+        }
+    };
+    let origin = args.device_map.as_ref().map_or_else(|| args.plan.clone(), |m| m.display().to_string());
     let runtime = Runtime::parse(&plan.target).map_err(|e| InputError::new(&origin, e.to_string()))?;
     let model = model::load(&plan.model, ImportOptions { naming: runtime.naming() })?;
     let hardware = hardware::load(&plan.hardware)?;

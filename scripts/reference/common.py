@@ -52,21 +52,10 @@ def load_raw_config(name):
     return json.loads((MODELS_DIR / f"{name}.json").read_text())
 
 
-def make_config(raw, strip_quant=True, **overrides):
-    """A transformers config object from the raw config.json dict (quantization_config
-    stripped unless strip_quant=False). Returns (config, had_quantization_config)."""
-    cfg = copy.deepcopy(raw)
-    had_q = "quantization_config" in cfg
-    if strip_quant:
-        cfg.pop("quantization_config", None)
-    cfg.update(overrides)
-    model_type = cfg.pop("model_type")
-    config = transformers.AutoConfig.for_model(model_type, **cfg)
-    return config, had_q
-
-
-def model_class(raw):
-    return getattr(transformers, raw["architectures"][0])
+# The model-building code vramplan's `validate --backend torch` harness ships with, shared so
+# that the reference fixtures and the validator build the same models from the same configs.
+sys.path.insert(0, str(REPO / "validate" / "harness"))
+from run_plan import make_config, model_class  # noqa: E402,F401
 
 
 def dtype_kw():

@@ -122,3 +122,43 @@ fn torch_backend_runs_a_tiny_plan_on_the_cpu() {
     assert_eq!(out.code, 0, "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
     assert_eq!(out.json()["run"]["outcome"]["kind"], "completed");
 }
+
+/// The other form: a model, a device map and the workload flags, as `estimate` takes them. GPT-2
+/// ties its head to `transformer.wte`; a map with the head on the other GPU is refused by the
+/// static check (exit 1); the map on one GPU passes it and reaches the backend.
+#[test]
+fn a_model_with_a_device_map_is_validated_as_a_plan_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let split = vramplan_tests::write(
+        dir.path(),
+        "split.json",
+        r#"{"transformer.wte": 0, "transformer.wpe": 0, "transformer.h": 0, "transformer.ln_f": 0, "lm_head": 1}"#,
+    );
+    let args = |map: &str| {
+        vec![
+            "validate",
+            "gpt2",
+            "--device-map",
+            map,
+            "--hardware",
+            "t4x2",
+            "--mode",
+            "inference",
+            "--seq",
+            "256",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>()
+    };
+    let run = |args: Vec<String>| vramplan(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let out = run(args(&split));
+    no_panic(&out);
+    assert_eq!(out.code, 1, "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("lm_head"), "{}", out.stdout);
+    let whole = vramplan_tests::write(dir.path(), "whole.json", r#"{"": 0}"#);
+    let out = run(args(&whole));
+    no_panic(&out);
+    let expected = if vramplan_validate::cuda_driver_present().is_ok() { [0, 1] } else { [3, 3] };
+    assert!(expected.contains(&out.code), "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+}

@@ -27,6 +27,7 @@ other), its message and the innermost module running then. Exit 0 with the docum
 when torch, transformers or accelerate cannot be imported (the document says which).
 """
 
+import copy
 import json
 import sys
 
@@ -59,12 +60,27 @@ def device_of(name, device_map):
     return torch.device("cpu")
 
 
+def make_config(raw, strip_quant=True, **overrides):
+    """A transformers config object from a raw config.json dict (its quantization_config
+    stripped unless strip_quant=False), and whether it had one. The reference scripts
+    (scripts/reference/common.py) build their models with this too."""
+    cfg = copy.deepcopy(raw)
+    had_quantization = "quantization_config" in cfg
+    if strip_quant:
+        cfg.pop("quantization_config", None)
+    cfg.update(overrides)
+    model_type = cfg.pop("model_type")
+    return transformers.AutoConfig.for_model(model_type, **cfg), had_quantization
+
+
+def model_class(raw):
+    """The transformers class a raw config names (`architectures[0]`)."""
+    return getattr(transformers, raw["architectures"][0])
+
+
 def build(request):
-    raw = dict(request["config"])
-    raw.pop("quantization_config", None)
-    model_type = raw.pop("model_type")
-    config = transformers.AutoConfig.for_model(model_type, **raw)
-    cls = getattr(transformers, request["config"]["architectures"][0])
+    config, _ = make_config(request["config"])
+    cls = model_class(request["config"])
     dtype = DTYPES[request["dtype"]]
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
@@ -102,7 +118,9 @@ def main():
     outcome, message, module = "completed", "", ""
     try:
         model, config = build(request)
-        device_map = {k: (int(v) if isinstance(v, int) or str(v).isdigit() else v)
+        # "disk" runs as "cpu": the weights stream from host memory either way, and no offload
+        # folder is needed for random weights.
+        device_map = {k: (int(v) if isinstance(v, int) or str(v).isdigit() else "cpu")
                       for k, v in request["device_map"].items()}
         gpus = [v for v in device_map.values() if isinstance(v, int)]
         if gpus:
@@ -133,7 +151,10 @@ def main():
         ids = torch.randint(0, vocab, (request["batch"], request["seq"]), generator=generator).to(first)
         if train:
             trainable = [p for p in model.parameters() if p.requires_grad]
-            optimizer = torch.optim.AdamW(trainable, lr=1e-5, fused=bool(gpus))
+            # The HF Trainer's default optimizer (`adamw_torch_fused`), where every parameter
+            # it steps is on a GPU (the fused kernel has no CPU path for mixed devices).
+            fused = bool(trainable) and all(p.is_cuda for p in trainable)
+            optimizer = torch.optim.AdamW(trainable, lr=1e-5, fused=fused)
             for _ in range(max(1, request.get("steps", 2))):
                 running.clear()
                 model(input_ids=ids, labels=ids).loss.backward()
