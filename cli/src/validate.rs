@@ -13,7 +13,8 @@ use std::path::PathBuf;
 use vramplan_profiles::DType;
 use vramplan_profiles::InputError;
 use vramplan_profiles::hardware;
-use vramplan_profiles::model::{self, ImportOptions};
+use vramplan_profiles::hardware::HardwareProfile;
+use vramplan_profiles::model::{self, ImportOptions, ModelDescription};
 use vramplan_sim::estimate::{DeviceEstimate, is_data_parallel};
 use vramplan_sim::input::WorkloadFlags;
 use vramplan_sim::program::step_program;
@@ -110,7 +111,7 @@ struct ValidateOutput<'a> {
 /// the `config.json` of a file or folder), the plan's map as written, and the workload.
 fn torch_request(
     plan: &PlanFile,
-    model: &model::ModelDescription,
+    model: &ModelDescription,
     workload: &Workload,
     steps: u32,
     origin: &str,
@@ -191,7 +192,7 @@ fn plan_of_map(
     args: &ValidateArgs,
     map: &std::path::Path,
     hardware_spec: &str,
-) -> Result<PlanFile, InputError> {
+) -> Result<(PlanFile, ModelDescription, HardwareProfile), InputError> {
     let runtime = Runtime::parse(&args.target)?;
     let model = model::load(&args.plan, ImportOptions { naming: runtime.naming() })?;
     let hardware = hardware::load(hardware_spec)?;
@@ -210,20 +211,25 @@ fn plan_of_map(
             (module, target)
         })
         .collect();
-    Ok(PlanFile {
+    let plan = PlanFile {
         vramplan_plan: 1,
         model: args.plan.clone(),
         hardware: hardware_spec.to_string(),
         target: runtime.name().to_string(),
         workload,
         device_map,
-    })
+    };
+    Ok((plan, model, hardware))
 }
 
 /// Runs `vramplan validate`.
 pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<i32, InputError> {
-    let plan = match (&args.device_map, &args.hardware) {
-        (Some(map), Some(hardware)) => plan_of_map(args, map, hardware)?,
+    // The plan, and the model and hardware where reading the map has loaded them already.
+    let (plan, loaded) = match (&args.device_map, &args.hardware) {
+        (Some(map), Some(hardware)) => {
+            let (plan, model, hardware) = plan_of_map(args, map, hardware)?;
+            (plan, Some((model, hardware)))
+        }
         _ => {
             if args.target != "accelerate" || args.flags != WorkloadFlags::default() {
                 return Err(InputError::new(
@@ -233,13 +239,18 @@ pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write)
                 )
                 .with_fix("leave them out, or give MODEL --device-map FILE --hardware HW with them"));
             }
-            read_plan_file(std::path::Path::new(&args.plan))?
+            (read_plan_file(std::path::Path::new(&args.plan))?, None)
         }
     };
     let origin = args.device_map.as_ref().map_or_else(|| args.plan.clone(), |m| m.display().to_string());
     let runtime = Runtime::parse(&plan.target).map_err(|e| InputError::new(&origin, e.to_string()))?;
-    let model = model::load(&plan.model, ImportOptions { naming: runtime.naming() })?;
-    let hardware = hardware::load(&plan.hardware)?;
+    let (model, hardware) = match loaded {
+        Some(loaded) => loaded,
+        None => (
+            model::load(&plan.model, ImportOptions { naming: runtime.naming() })?,
+            hardware::load(&plan.hardware)?,
+        ),
+    };
     let workload = plan.workload.clone();
     if is_data_parallel(&workload) {
         return Err(InputError::new(

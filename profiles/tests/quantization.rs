@@ -4,10 +4,10 @@
 //! hold on GPUs of each generation; `--dtype` (a cast) changing only the unquantized parts; and
 //! bad settings refused at their key.
 
+mod support;
+
 use serde_json::json;
-use std::fs::File;
-use std::io::Write;
-use std::path::Path;
+use support::write_safetensors;
 use vramplan_profiles::hardware::{self, ComputeCapability};
 use vramplan_profiles::model::quantization::held::{Handling, Loader, handling, held_on};
 use vramplan_profiles::model::safetensors::load_folder;
@@ -283,34 +283,6 @@ fn bad_quantization_settings_are_refused_at_their_key() {
         assert_eq!(err.location, Some(Location::Key(key.to_string())), "{settings}: {err}");
         assert!(err.fix.is_some(), "{settings}: {err}");
     }
-}
-
-/// Writes a safetensors file whose data section is zeros, returning its tensor bytes.
-fn write_safetensors(path: &Path, tensors: &[(String, &str, Vec<u64>)]) -> u64 {
-    let mut header = serde_json::Map::new();
-    let mut offset = 0u64;
-    for (name, dtype, shape) in tensors {
-        let size = match *dtype {
-            "BF16" => 2,
-            "U8" => 1,
-            other => panic!("test table lacks {other}"),
-        };
-        let bytes = shape.iter().product::<u64>() * size;
-        header.insert(
-            name.clone(),
-            json!({"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + bytes]}),
-        );
-        offset += bytes;
-    }
-    let mut text = serde_json::to_vec(&header).unwrap();
-    while !text.len().is_multiple_of(8) {
-        text.push(b' ');
-    }
-    let mut file = File::create(path).unwrap();
-    file.write_all(&(text.len() as u64).to_le_bytes()).unwrap();
-    file.write_all(&text).unwrap();
-    file.set_len(8 + text.len() as u64 + offset).unwrap();
-    offset
 }
 
 #[test]

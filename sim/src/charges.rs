@@ -197,10 +197,14 @@ pub fn unit_charges(model: &ModelDescription, hardware: &HardwareProfile, worklo
     Charges { units, handoff_bytes: program.handoff_bytes }
 }
 
+/// The least the caching allocator charges an allocation of `bytes`: its size rounded to 512 B.
+fn least(bytes: u64) -> u64 {
+    bytes.div_ceil(512).saturating_mul(512)
+}
+
 /// Each unit's live bytes, each allocation rounded to 512 B (the least the allocator charges),
 /// at the moment the whole program's live bytes peak.
 fn floors_at_the_peak(ops: &[Op], units: usize) -> Vec<u64> {
-    let least = |bytes: u64| bytes.div_ceil(512).saturating_mul(512);
     let mut sizes: Vec<(Option<usize>, u64)> = Vec::new();
     let (mut live, mut most, mut at) = (0u64, 0u64, 0usize);
     for (index, op) in ops.iter().enumerate() {
@@ -251,7 +255,6 @@ fn steady_start(ops: &[Op]) -> usize {
 
 /// Each unit's [`Steady`] holdings, from the program on one GPU.
 fn steady_holdings(ops: &[Op], units: usize) -> Vec<Steady> {
-    let least = |bytes: u64| bytes.div_ceil(512).saturating_mul(512);
     let start = steady_start(ops);
     // Each allocation's unit, rounded bytes, component, and where it was made.
     let mut allocations: Vec<Option<(usize, u64, Component, usize)>> = Vec::new();

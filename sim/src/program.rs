@@ -912,10 +912,14 @@ impl<'a> Builder<'a> {
             // input embeddings held above when on their GPU. Charged to the layer it feeds,
             // live while it runs: the previous layer's output outlives that layer only while
             // nothing else runs.
-            let input = match kind {
-                UnitKind::Block(layer) if follows && embeddings_on.take() != Some(device) => {
-                    let bytes = self.blocks.block(layer, w.batch, prompt).input;
-                    self.alloc(device, unit, Component::Activations, bytes)
+            let acts = match kind {
+                UnitKind::Block(layer) => Some(self.blocks.block(layer, w.batch, prompt)),
+                _ => None,
+            };
+            let first_block_with_embeddings = acts.is_some() && embeddings_on.take() == Some(device);
+            let input = match &acts {
+                Some(acts) if follows && !first_block_with_embeddings => {
+                    self.alloc(device, unit, Component::Activations, acts.input)
                 }
                 _ => None,
             };
@@ -930,9 +934,9 @@ impl<'a> Builder<'a> {
                 .map(|bytes| self.alloc(device, unit, Component::Weights, bytes))
                 .collect();
             match kind {
-                UnitKind::Block(layer) => {
-                    let acts = self.blocks.block(layer, w.batch, prompt).working_set;
-                    self.transient_activations(device, unit, &acts, self.dequant_transient(i));
+                UnitKind::Block(_) => {
+                    let working_set = acts.map(|a| a.working_set).unwrap_or_default();
+                    self.transient_activations(device, unit, &working_set, self.dequant_transient(i));
                 }
                 UnitKind::Head => {
                     let half = self.alloc(device, unit, Component::Logits, c * vocab * w.batch);

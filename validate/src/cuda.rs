@@ -299,13 +299,18 @@ mod tests {
         }
     }
 
-    fn program() -> StepProgram {
+    /// GPT-2 trained two steps on a T4 at batch 2 × 256: the program and the simulator's
+    /// estimate of it.
+    fn gpt2_training() -> (StepProgram, vramplan_sim::Estimate) {
         use vramplan_profiles::model::{self, ImportOptions};
         use vramplan_sim::workload::{Mode, Workload};
         let model = model::load("gpt2", ImportOptions::default()).unwrap();
         let hardware = vramplan_profiles::hardware::load("t4").unwrap();
         let workload = Workload { mode: Mode::Train, batch: 2, seq: 256, ..Workload::default() };
-        vramplan_sim::program::step_program(&model, &hardware, &workload, &vramplan_sim::Placement::single(0))
+        let placement = vramplan_sim::Placement::single(0);
+        let program = vramplan_sim::program::step_program(&model, &hardware, &workload, &placement);
+        let estimate = vramplan_sim::estimate(&model, &hardware, &workload, &placement).unwrap();
+        (program, estimate)
     }
 
     fn fake(total: u64) -> (Device, std::rc::Rc<std::cell::RefCell<BTreeMap<u64, u64>>>) {
@@ -319,22 +324,10 @@ mod tests {
     /// the run is over.
     #[test]
     fn the_driver_holds_the_models_segments_and_gets_them_back() {
-        let program = program();
+        let (program, predicted) = gpt2_training();
         let (device, held) = fake(64 << 30);
         let run = execute(&program, BTreeMap::from([(0, device)])).unwrap();
         assert_eq!(run.outcome, Outcome::Completed);
-        let predicted = vramplan_sim::estimate(
-            &vramplan_profiles::model::load("gpt2", Default::default()).unwrap(),
-            &vramplan_profiles::hardware::load("t4").unwrap(),
-            &vramplan_sim::workload::Workload {
-                mode: vramplan_sim::workload::Mode::Train,
-                batch: 2,
-                seq: 256,
-                ..Default::default()
-            },
-            &vramplan_sim::Placement::single(0),
-        )
-        .unwrap();
         let d = &run.devices[0];
         assert_eq!(d.reserved_bytes, predicted.devices[0].peak_reserved_bytes);
         assert_eq!(d.allocated_bytes, predicted.devices[0].peak_allocated_bytes);
@@ -347,7 +340,7 @@ mod tests {
     /// every segment taken before it is given back.
     #[test]
     fn an_out_of_memory_is_reported_and_everything_given_back() {
-        let program = program();
+        let (program, _) = gpt2_training();
         let (device, held) = fake(300 << 20);
         let run = execute(&program, BTreeMap::from([(0, device)])).unwrap();
         match &run.outcome {
