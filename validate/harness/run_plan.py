@@ -22,13 +22,28 @@ What it does, as a user's script would:
 - per CUDA device: `max_memory_allocated`, `max_memory_reserved`, and the driver's used bytes
   (`mem_get_info`) at the end.
 
+With `fake_gpus` N > 0 the run needs no GPU: the model is built under PyTorch's
+`FakeTensorMode` and `cuda:0` … `cuda:N-1` are fake devices. accelerate places the model on them
+exactly as on real ones, and every operation checks its operands' devices as on real ones
+(`FakeTensorDeviceMismatchError` carries PyTorch's "Expected all tensors to be on the same
+device" message), but nothing is allocated, so nothing is measured; the document says instead
+where each tensor ended up (`placed`: bytes per device after dispatch).
+
+A training run whose trainable parameters got no gradient in the first backward is reported as
+`not_trained` (the module of the first, and how many): what accelerate's offload does to the
+weights of a module listed on `cpu` or `disk` (it streams a new copy for each forward, and the
+gradient goes to the copy).
+
 An exception ends the run and is reported with its kind (out_of_memory, device_mismatch,
-other), its message and the innermost module running then. Exit 0 with the document, or 3
-when torch, transformers or accelerate cannot be imported (the document says which).
+other), its message, the devices it names and the innermost module running then. Exit 0 with
+the document, or 3 when torch, transformers or accelerate cannot be imported (the document says
+which).
 """
 
+import contextlib
 import copy
 import json
+import re
 import sys
 
 
@@ -78,6 +93,31 @@ def model_class(raw):
     return getattr(transformers, raw["architectures"][0])
 
 
+def fake_devices():
+    """`FakeTensorMode`, with the two things accelerate needs of a fake tensor that a real one
+    has: `set_module_tensor_to_device` makes a parameter anew with `type(param)(value,
+    requires_grad=...)`, and a fake parameter's type is `FakeTensor` (torch's `Parameter` keeps a
+    tensor subclass's type), so that call makes a `Parameter`; and `dispatch_model` keys tied
+    parameters by `data_ptr()`, which is 0 for every fake tensor, so it is the object's identity
+    (tied parameters are one object, as `find_tied_parameters` finds them). Data-dependent
+    shapes (transformers 4.x's loop over the experts a batch hit, `nonzero`) cannot run fake."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    made = FakeTensor.__new__
+
+    def new(cls, *args, **kwargs):
+        if len(args) == 1 and isinstance(args[0], torch.Tensor) and set(kwargs) <= {"requires_grad"}:
+            return torch.nn.Parameter(args[0], requires_grad=kwargs.get("requires_grad", True))
+        return made(cls, *args, **kwargs)
+
+    FakeTensor.__new__ = staticmethod(new)
+    FakeTensor.data_ptr = lambda self: id(self)
+    # transformers' MoE experts choose `torch._grouped_mm` by the GPU's compute capability;
+    # the fake GPUs are taken to be H100s (9.0), as the device runs this harness on.
+    torch.cuda.get_device_capability = lambda device=None: (9, 0)
+    return FakeTensorMode(allow_non_fake_inputs=True)
+
+
 def build(request):
     config, _ = make_config(request["config"])
     cls = model_class(request["config"])
@@ -85,84 +125,133 @@ def build(request):
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
-        with accelerate.init_empty_weights():
+        # Under fake devices the model is made whole (fake tensors hold no memory), as
+        # `init_empty_weights`' meta tensors cannot be given fake values.
+        with contextlib.nullcontext() if request.get("fake_gpus") else accelerate.init_empty_weights():
             model = cls(config)
     finally:
         torch.set_default_dtype(previous)
     generator = torch.Generator().manual_seed(0)
     for name, param in list(model.named_parameters()):
+        if request.get("fake_gpus"):
+            set_module_tensor_to_device(model, name, device_of(name, request["device_map"]))
+            continue
         value = torch.randn(param.shape, generator=generator, dtype=torch.float32).mul_(0.02).to(param.dtype)
         set_module_tensor_to_device(model, name, device_of(name, request["device_map"]), value=value)
     for name, buf in list(model.named_buffers()):
-        if buf.device.type == "meta":
+        if request.get("fake_gpus"):
+            set_module_tensor_to_device(model, name, device_of(name, request["device_map"]))
+        elif buf.device.type == "meta":
             set_module_tensor_to_device(model, name, device_of(name, request["device_map"]),
                                         value=torch.zeros(buf.shape, dtype=buf.dtype))
     model.tie_weights()
     return model, config
 
 
+def placed(model):
+    """Bytes of the model's parameters and buffers per device, each storage once: where
+    dispatch has put them (`meta` for weights offloaded to the CPU or disk)."""
+    seen, where = set(), {}
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        if id(tensor) in seen:
+            continue
+        seen.add(id(tensor))
+        key = str(tensor.device)
+        where[key] = where.get(key, 0) + tensor.numel() * tensor.element_size()
+    return dict(sorted(where.items()))
+
+
+def devices_named(message):
+    """The two devices of PyTorch's device-mismatch message."""
+    found = re.search(r"found at least two devices, ([\w:]+) and ([\w:]+)", message)
+    return list(found.groups()) if found else []
+
+
 def main():
     request = json.load(open(sys.argv[1]))
     versions = {"python": sys.version.split()[0], "torch": torch.__version__,
                 "transformers": transformers.__version__, "accelerate": accelerate.__version__}
-    cuda = torch.cuda.is_available()
+    fake = int(request.get("fake_gpus") or 0)
+    cuda = torch.cuda.is_available() and not fake
     devices = list(range(torch.cuda.device_count())) if cuda else []
     needed = sorted({int(v) for v in request["device_map"].values() if isinstance(v, int) or str(v).isdigit()})
-    if needed and needed[-1] >= len(devices):
-        print(json.dumps({"outcome": "no_device", "needed": needed, "found": len(devices),
-                          "message": f"the plan uses GPUs {needed}; torch sees {len(devices)}"}))
+    if needed and needed[-1] >= (fake or len(devices)):
+        print(json.dumps({"outcome": "no_device", "needed": needed, "found": fake or len(devices),
+                          "message": f"the plan uses GPUs {needed}; torch sees {fake or len(devices)}"}))
         sys.exit(3)
     for d in devices:
         torch.cuda.reset_peak_memory_stats(d)
     running = []
-    outcome, message, module = "completed", "", ""
+    outcome, message, module, where = "completed", "", "", {}
+    mode = fake_devices() if fake else contextlib.nullcontext()
     try:
-        model, config = build(request)
-        # "disk" runs as "cpu": the weights stream from host memory either way, and no offload
-        # folder is needed for random weights.
-        device_map = {k: (int(v) if isinstance(v, int) or str(v).isdigit() else "cpu")
-                      for k, v in request["device_map"].items()}
-        gpus = [v for v in device_map.values() if isinstance(v, int)]
-        if gpus:
-            model = accelerate.dispatch_model(model, device_map=device_map)
-        train = request["mode"] == "train"
-        if request.get("grad_checkpointing") and train:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if request.get("lora") and train:
-            import peft
-            lora = request["lora"]
-            targets = lora["targets"] or "all-linear"
-            model = peft.get_peft_model(model, peft.LoraConfig(r=lora["rank"], lora_alpha=lora["alpha"],
-                                                              target_modules=targets))
-        def entered(module, args, name):
-            running.append(name)
+        with mode:
+            model, config = build(request)
+            # "disk" runs as "cpu": the weights stream from host memory either way, and no
+            # offload folder is needed for random weights.
+            device_map = {k: (int(v) if isinstance(v, int) or str(v).isdigit() else "cpu")
+                          for k, v in request["device_map"].items()}
+            gpus = [v for v in device_map.values() if isinstance(v, int)]
+            if gpus:
+                model = accelerate.dispatch_model(model, device_map=device_map)
+            where = placed(model)
+            train = request["mode"] == "train"
+            if request.get("grad_checkpointing") and train:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if request.get("lora") and train:
+                import peft
+                lora = request["lora"]
+                targets = lora["targets"] or "all-linear"
+                model = peft.get_peft_model(model, peft.LoraConfig(r=lora["rank"], lora_alpha=lora["alpha"],
+                                                                  target_modules=targets))
 
-        def left(module, args, output, name):
-            if running:
-                running.pop()
+            def entered(module, args, name):
+                running.append(name)
 
-        for name, sub in model.named_modules():
-            sub.register_forward_pre_hook(lambda m, a, n=name: entered(m, a, n))
-            sub.register_forward_hook(lambda m, a, o, n=name: left(m, a, o, n))
-        model.train(train)
-        first = torch.device("cuda", gpus[0]) if gpus else torch.device("cpu")
-        vocab = config.get_text_config().vocab_size
-        generator = torch.Generator().manual_seed(1)
-        ids = torch.randint(0, vocab, (request["batch"], request["seq"]), generator=generator).to(first)
-        if train:
-            trainable = [p for p in model.parameters() if p.requires_grad]
-            # The HF Trainer's default optimizer (`adamw_torch_fused`), where every parameter
-            # it steps is on a GPU (the fused kernel has no CPU path for mixed devices).
-            fused = bool(trainable) and all(p.is_cuda for p in trainable)
-            optimizer = torch.optim.AdamW(trainable, lr=1e-5, fused=fused)
-            for _ in range(max(1, request.get("steps", 2))):
-                running.clear()
-                model(input_ids=ids, labels=ids).loss.backward()
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-        else:
-            with torch.no_grad():
-                model(input_ids=ids, use_cache=True, logits_to_keep=1)
+            def left(module, args, output, name):
+                if running:
+                    running.pop()
+
+            for name, sub in model.named_modules():
+                sub.register_forward_pre_hook(lambda m, a, n=name: entered(m, a, n))
+                sub.register_forward_hook(lambda m, a, o, n=name: left(m, a, o, n))
+            model.train(train)
+            first = torch.device("cuda", gpus[0]) if gpus else torch.device("cpu")
+            vocab = config.get_text_config().vocab_size
+            generator = torch.Generator().manual_seed(1)
+            ids = torch.randint(0, vocab, (request["batch"], request["seq"]), generator=generator).to(first)
+            if train:
+                named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+                trainable = [p for _, p in named]
+                # The HF Trainer's default optimizer (`adamw_torch_fused`), where every
+                # parameter it steps is on a GPU (the fused kernel has no CPU path for mixed
+                # devices).
+                fused = bool(trainable) and all(p.is_cuda for p in trainable) and not fake
+                optimizer = torch.optim.AdamW(trainable, lr=1e-5, fused=fused)
+                for step in range(max(1, request.get("steps", 2))):
+                    running.clear()
+                    loss = model(input_ids=ids, labels=ids).loss
+                    if fake:
+                        # autograd's engine asks the CUDA driver for each device's context, so
+                        # a backward cannot run on fake devices: the step is the forward with
+                        # its loss, and the parameters accelerate's offload left on meta are
+                        # those whose gradient goes to a streamed copy.
+                        untrained = [n for n, p in named if p.device.type == "meta"]
+                    else:
+                        loss.backward()
+                        untrained = [n for n, p in named if p.grad is None]
+                    if step == 0 and untrained:
+                        outcome, module = "not_trained", untrained[0].rsplit(".", 1)[0]
+                        message = (f"{len(untrained)} of {len(named)} trainable parameters get no gradient "
+                                   f"(accelerate's offload streams a new copy of them for each forward, and "
+                                   f"the gradient goes to the copy), {untrained[0]} first")
+                        break
+                    if not fake:
+                        optimizer.step()
+                        optimizer.zero_grad(set_to_none=True)
+            else:
+                with torch.no_grad():
+                    model(input_ids=ids, use_cache=True, logits_to_keep=1)
     except torch.OutOfMemoryError as e:
         outcome, message = "out_of_memory", str(e)
     except RuntimeError as e:
@@ -171,7 +260,7 @@ def main():
         message = text
     except Exception as e:  # noqa: BLE001
         outcome, message = "error", f"{type(e).__name__}: {e}"
-    if outcome != "completed":
+    if outcome not in ("completed", "not_trained"):
         module = running[-1] if running else ""
     report = []
     for d in devices:
@@ -181,7 +270,8 @@ def main():
                        "reserved_bytes": torch.cuda.max_memory_reserved(d),
                        "driver_used_bytes": total - free})
     print(json.dumps({"outcome": outcome, "message": message[:2000], "module": module,
-                      "devices": report, "versions": versions}))
+                      "mismatched": devices_named(message) if outcome == "device_mismatch" else [],
+                      "placed": where, "devices": report, "versions": versions}))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,108 @@
+"""Records what the real runtime does with planted device maps, on fake GPUs: for each case, the
+shipped `torch` backend harness (validate/harness/run_plan.py, run with this venv's Python and
+`fake_gpus`) builds a tiny model from its config under PyTorch's FakeTensorMode, places it with
+the map through accelerate's `dispatch_model`, and runs a prefill or training steps; PyTorch's
+own device rule, applied by the fake tensors, says whether an operation met two devices, and in
+which module. Writes fixtures/reference/mismatches/v5.json, which `cargo test` reads: the
+static check and the `cpu` backend must find the same mismatches (tests/tests/mismatches.rs).
+
+Run by scripts/reference/run mismatches (no GPU needed).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+HARNESS = os.path.join(ROOT, "validate", "harness", "run_plan.py")
+OUT = os.path.join(ROOT, "fixtures", "reference", "mismatches", "v5.json")
+
+# Tiny configs of the families the planted maps are about (fp32, so the fake run has no dtype
+# question): a decoder with tied embeddings, an MoE, and XLNet.
+LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+         "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "vocab_size": 256, "tie_word_embeddings": True,
+         "max_position_embeddings": 512, "torch_dtype": "float32"}
+LLAMA_UNTIED = dict(LLAMA, tie_word_embeddings=False)
+MIXTRAL = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 64,
+           "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "vocab_size": 256, "num_local_experts": 4,
+           "num_experts_per_tok": 2, "tie_word_embeddings": False, "max_position_embeddings": 512,
+           "torch_dtype": "float32"}
+XLNET = {"architectures": ["XLNetLMHeadModel"], "model_type": "xlnet", "d_model": 64, "n_layer": 2,
+         "n_head": 4, "d_inner": 128, "vocab_size": 256, "torch_dtype": "float32"}
+
+LLAMA_TWO = {"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 1, "model.norm": 1,
+             "model.rotary_emb": 1, "lm_head": 1}
+LLAMA_SAME = dict(LLAMA_TWO, lm_head=0)
+LLAMA_EMBEDDING_ON_CPU = {"model.embed_tokens": "cpu", "model.layers": 0, "model.norm": 0,
+                          "model.rotary_emb": 0, "lm_head": 0}
+MIXTRAL_TWO = {"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 1, "model.norm": 1,
+               "model.rotary_emb": 1, "lm_head": 1}
+MIXTRAL_EXPERTS_APART = {"model.embed_tokens": 0, "model.layers.0.self_attn": 0,
+                         "model.layers.0.input_layernorm": 0,
+                         "model.layers.0.post_attention_layernorm": 0, "model.layers.0.mlp.gate": 0,
+                         "model.layers.0.mlp.experts": 1, "model.layers.1": 1, "model.norm": 1,
+                         "model.rotary_emb": 1, "lm_head": 1}
+XLNET_TWO = {"transformer.word_embedding": 0, "transformer.mask_emb": 0, "transformer.layer.0": 0,
+             "transformer.layer.1": 1, "lm_loss": 0}
+XLNET_TIED_SPLIT = dict(XLNET_TWO, lm_loss=1)
+
+# name, config, map, modes, GPUs
+CASES = [
+    ("llama-two-gpus", LLAMA, LLAMA_SAME, ["inference", "train"], 2),
+    ("llama-tied-split", LLAMA, LLAMA_TWO, ["inference", "train"], 2),
+    ("llama-untied-two-gpus", LLAMA_UNTIED, LLAMA_TWO, ["inference", "train"], 2),
+    ("llama-embedding-on-cpu", LLAMA_UNTIED, LLAMA_EMBEDDING_ON_CPU, ["inference", "train"], 1),
+    ("mixtral-two-gpus", MIXTRAL, MIXTRAL_TWO, ["inference", "train"], 2),
+    ("mixtral-experts-apart", MIXTRAL, MIXTRAL_EXPERTS_APART, ["inference", "train"], 2),
+    ("xlnet-two-gpus", XLNET, XLNET_TWO, ["inference", "train"], 2),
+    ("xlnet-tied-split", XLNET, XLNET_TIED_SPLIT, ["inference"], 2),
+]
+
+
+def run(request):
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(request, f)
+    try:
+        out = subprocess.run([sys.executable, HARNESS, f.name], capture_output=True, text=True, timeout=600)
+    finally:
+        os.unlink(f.name)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise SystemExit(f"the harness printed nothing: {out.stderr[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def main():
+    records, versions = [], None
+    for name, config, device_map, modes, gpus in CASES:
+        for mode in modes:
+            reply = run({"config": config, "device_map": device_map, "mode": mode, "batch": 2, "seq": 16,
+                         "dtype": "fp32", "lora": None, "grad_checkpointing": False, "steps": 2,
+                         "fake_gpus": gpus})
+            versions = reply.pop("versions")
+            reply.pop("devices")
+            print(f"{name} {mode}: {reply['outcome']} {reply['module']} {reply['mismatched']}", file=sys.stderr)
+            records.append({"name": name, "mode": mode, "gpus": gpus, "config": config,
+                            "device_map": device_map, "batch": 2, "seq": 16, **reply})
+    document = {
+        "about": "What the real runtime does with planted device maps on fake GPUs (FakeTensorMode): "
+                 "scripts/reference/mismatches.py through validate/harness/run_plan.py. Training runs "
+                 "the forward with its loss (autograd cannot run a backward on fake CUDA devices).",
+        "versions": versions,
+        "records": records,
+    }
+    tmp = OUT + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(document, f, indent=1, sort_keys=False)
+        f.write("\n")
+    os.replace(tmp, OUT)
+    print(f"wrote {OUT}: {len(records)} records", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
