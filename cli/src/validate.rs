@@ -1,4 +1,5 @@
-//! `vramplan validate PLAN [--backend cuda|torch|cpu] [--python PATH] [--steps N] [--json]`: runs a plan written by
+//! `vramplan validate PLAN [--backend cuda|torch|cpu] [--python PATH] [--steps N] [--fake-gpus] [--run-anyway] [--json]`:
+//! runs a plan written by
 //! `vramplan plan -o plan.yaml` (its model, hardware, target, workload and device map) on a
 //! backend, after `check`'s static rules, and prints the prediction beside what the run
 //! measured. Exit 0 when every allocation of the step succeeded; 1 when the static check finds
@@ -65,8 +66,17 @@ pub(crate) struct ValidateArgs {
     /// torch backend: run every module on the CPU instead of the plan's devices (where there is
     /// no GPU): the model, the workload and the steps run with the real runtime, and nothing is
     /// measured.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "fake_gpus")]
     cpu: bool,
+    /// torch backend: the plan's GPUs as PyTorch fake CUDA devices (FakeTensorMode), where there
+    /// are none: accelerate places the model as on real ones and every operation checks its
+    /// operands' devices, but nothing is allocated (training runs the forward and its loss).
+    #[arg(long)]
+    fake_gpus: bool,
+    /// Run the backend even when the static check finds a mismatch, to see what the runtime
+    /// does with the map.
+    #[arg(long)]
+    run_anyway: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -183,6 +193,7 @@ fn torch_request(
         lora,
         grad_checkpointing: workload.grad_checkpointing != GradCheckpointing::Off,
         steps,
+        fake_gpus: 0,
     })
 }
 
@@ -268,7 +279,7 @@ pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write)
     // Static first: a mismatch the rules find needs no device.
     let mut findings = check_device_map(&model, &entries, runtime);
     findings.extend(offloaded_in_training(&model, &entries, runtime, &workload));
-    if !findings.is_empty() {
+    if !findings.is_empty() && !args.run_anyway {
         let text = if args.json {
             crate::json_text(&ValidateOutput {
                 findings: &findings,
@@ -289,7 +300,7 @@ pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write)
         return Ok(crate::EXIT_NEGATIVE);
     }
 
-    let placement = Placement::from_entries(entries);
+    let placement = Placement::from_entries(entries.clone());
     let estimate = vramplan_sim::estimate(&model, &hardware, &workload, &placement)?;
     let outcome = match backend {
         Backend::Cuda => {
@@ -300,9 +311,26 @@ pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write)
             if args.cpu {
                 request.device_map = [(String::new(), serde_json::Value::from("cpu"))].into();
             }
+            if args.fake_gpus {
+                request.fake_gpus = gpus;
+            }
             vramplan_validate::run_torch(&request, &args.python)
         }
-        Backend::Cpu => Err(Unavailable::NotBuilt { backend }),
+        Backend::Cpu => {
+            if !matches!(runtime, Runtime::Accelerate | Runtime::AccelerateV4) {
+                return Err(InputError::new(
+                    format!("{origin}: target"),
+                    format!("the cpu backend runs accelerate's placement; `{}` is another runtime's", runtime.name()),
+                )
+                .with_fix("validate a plan for --target accelerate or accelerate-v4 on it"));
+            }
+            let steps = (workload.mode == Mode::Train).then_some(args.steps);
+            let request = vramplan_validate::CpuRequest { model: &model, entries: &entries, train_steps: steps };
+            Ok(vramplan_validate::run_cpu(&request).map_err(|e| {
+                InputError::new("validate --backend cpu", format!("candle failed: {e}"))
+                    .with_fix("this is a fault of vramplan's cpu backend; please report it with the plan")
+            })?)
+        }
     };
     match outcome {
         Err(why) => {
@@ -320,7 +348,7 @@ pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write)
             Ok(EXIT_NO_DEVICE)
         }
         Ok(run) => {
-            let ok = run.outcome == vramplan_validate::Outcome::Completed;
+            let ok = findings.is_empty() && run.outcome == vramplan_validate::Outcome::Completed;
             let text = if args.json {
                 let output = ValidateOutput {
                     findings: &findings,
@@ -330,8 +358,11 @@ pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write)
                     ok,
                 };
                 crate::json_text(&output)
-            } else {
+            } else if findings.is_empty() {
                 vramplan_reports::validate_table(&estimate, &run)
+            } else {
+                let checked = vramplan_reports::check_table(runtime, None, Some("run with --run-anyway"), &findings);
+                format!("{checked}\n{}", vramplan_reports::validate_table(&estimate, &run))
             };
             crate::print(out, &text)?;
             Ok(if ok { 0 } else { crate::EXIT_NEGATIVE })

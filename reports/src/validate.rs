@@ -21,10 +21,11 @@ pub fn validate_table(estimate: &Estimate, run: &Validation) -> String {
             format_bytes(*requested_bytes),
             format_bytes(*free_bytes)
         ),
-        Outcome::RuntimeError { error, module, message } => {
+        Outcome::RuntimeError { error, module, message, .. } => {
             let what = match error.as_str() {
                 "out_of_memory" => "out of memory",
                 "device_mismatch" => "a device mismatch",
+                "not_trained" => "weights the steps never trained",
                 _ => "an error",
             };
             let place = if module.is_empty() { String::new() } else { format!(" in {module}") };
@@ -32,6 +33,11 @@ pub fn validate_table(estimate: &Estimate, run: &Validation) -> String {
             format!("validate on {}: {what}{place}: {first}\n\n", run.backend.name())
         }
     };
+    if !run.placed.is_empty() {
+        let placed: Vec<String> =
+            run.placed.iter().map(|(device, bytes)| format!("{} on {device}", format_bytes(*bytes))).collect();
+        text += &format!("the model's tensors were placed: {}\n", placed.join(", "));
+    }
     if run.devices.is_empty() {
         text += "no CUDA device was used, so no memory was measured\n";
         return text;

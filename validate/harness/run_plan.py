@@ -239,7 +239,9 @@ def main():
                         untrained = [n for n, p in named if p.device.type == "meta"]
                     else:
                         loss.backward()
-                        untrained = [n for n, p in named if p.grad is None]
+                        # On meta: weights the offload streams (a weight a plain step does not
+                        # use, such as XLNet's `mask_emb`, gets no gradient either).
+                        untrained = [n for n, p in named if p.grad is None and p.device.type == "meta"]
                     if step == 0 and untrained:
                         outcome, module = "not_trained", untrained[0].rsplit(".", 1)[0]
                         message = (f"{len(untrained)} of {len(named)} trainable parameters get no gradient "

@@ -204,6 +204,7 @@ fn execute(program: &StepProgram, mut devices: BTreeMap<u32, Device>) -> Result<
         outcome,
         devices: devices.into_values().map(|d| d.peaks).collect(),
         samples,
+        placed: Default::default(),
     })
 }
 

@@ -10,16 +10,22 @@
 //!   driver is loaded at run time: where there is none, [`Unavailable`] names what is missing.
 //! - `torch` (`torch.rs`): the real runtime (transformers, accelerate, PEFT) run by a Python
 //!   harness shipped in the binary, with the user's Python.
-//! - `cpu` (candle at reduced scale): to come; it answers [`Unavailable::NotBuilt`].
+//! - `cpu` (`cpu/`): the model run with candle on the CPU at a reduced scale, on virtual
+//!   devices placed as accelerate's `dispatch_model` places them, every operation checking
+//!   PyTorch's device rule: the map, the hooks and the mismatch rules exercised where there is no
+//!   GPU. It measures no memory; it says where the bytes went (`placed`).
 //!
 //! Typed results only: the sentences are made by `vramplan-reports` and the CLI.
 
+mod cpu;
 mod cuda;
 mod torch;
 
+pub use cpu::CpuRequest;
 pub use torch::{TorchLora, TorchRequest};
 
 use serde::Serialize;
+use std::collections::BTreeMap;
 use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_sim::program::StepProgram;
 
@@ -139,14 +145,17 @@ pub enum Outcome {
         /// The device's free bytes then, as the driver counts them.
         free_bytes: u64,
     },
-    /// The real runtime raised: `out_of_memory`, `device_mismatch` or `error`.
+    /// The run stopped: `out_of_memory`, `device_mismatch`, `not_trained` (trainable weights
+    /// no step changed) or `error`.
     RuntimeError {
         /// Which.
         error: String,
-        /// The innermost module running then.
+        /// The innermost module running then (for `not_trained`, the first weight's module).
         module: String,
         /// The exception's message.
         message: String,
+        /// The two devices a mismatch met (`cuda:1`, `cuda:0`), as PyTorch names them.
+        devices: Vec<String>,
     },
 }
 
@@ -161,6 +170,9 @@ pub struct Validation {
     pub devices: Vec<DevicePeaks>,
     /// Every event's samples, in order (for timelines).
     pub samples: Vec<Sample>,
+    /// Bytes of the model's tensors per device once placed (`cuda:0`, `cpu`, `meta` for
+    /// weights accelerate streams), each storage once; empty where the backend does not say.
+    pub placed: BTreeMap<String, u64>,
 }
 
 /// Runs `program` (made for `hardware`) on the CUDA devices here. Whatever the run took is
@@ -172,6 +184,12 @@ pub fn run_cuda(program: &StepProgram, hardware: &HardwareProfile) -> Result<Val
 /// Runs `request` with the real runtime, in the Python interpreter `python`.
 pub fn run_torch(request: &TorchRequest, python: &str) -> Result<Validation, Unavailable> {
     torch::run(request, python)
+}
+
+/// Runs `request` with candle on the CPU, on virtual devices. `Err` carries candle's error
+/// (a fault of this backend, not of the plan).
+pub fn run_cpu(request: &CpuRequest) -> Result<Validation, String> {
+    cpu::run(request)
 }
 
 /// Whether a CUDA driver can be loaded here, without loading it for use: the probe `run_cuda` makes

@@ -34,6 +34,9 @@ pub struct TorchRequest {
     pub grad_checkpointing: bool,
     /// Training steps (inference runs one prefill).
     pub steps: u32,
+    /// Run on this many fake GPUs (`FakeTensorMode`: placement and the device rule, no memory);
+    /// 0 for the real ones.
+    pub fake_gpus: u32,
 }
 
 /// LoRA as PEFT's `LoraConfig` takes it.
@@ -61,6 +64,10 @@ struct Reply {
     module: String,
     #[serde(default)]
     devices: Vec<ReplyDevice>,
+    #[serde(default)]
+    mismatched: Vec<String>,
+    #[serde(default)]
+    placed: BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -122,9 +129,12 @@ pub(crate) fn run(request: &TorchRequest, python: &str) -> Result<Validation, Un
 fn validation(reply: Reply) -> Validation {
     let outcome = match reply.outcome.as_str() {
         "completed" => Outcome::Completed,
-        kind => {
-            Outcome::RuntimeError { error: kind.to_string(), module: reply.module, message: reply.message }
-        }
+        kind => Outcome::RuntimeError {
+            error: kind.to_string(),
+            module: reply.module,
+            message: reply.message,
+            devices: reply.mismatched,
+        },
     };
     Validation {
         backend: Backend::Torch,
@@ -143,5 +153,6 @@ fn validation(reply: Reply) -> Validation {
             })
             .collect(),
         samples: Vec::new(),
+        placed: reply.placed,
     }
 }
