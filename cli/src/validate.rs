@@ -320,12 +320,16 @@ pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write)
             if !matches!(runtime, Runtime::Accelerate | Runtime::AccelerateV4) {
                 return Err(InputError::new(
                     format!("{origin}: target"),
-                    format!("the cpu backend runs accelerate's placement; `{}` is another runtime's", runtime.name()),
+                    format!(
+                        "the cpu backend runs accelerate's placement; `{}` is another runtime's",
+                        runtime.name()
+                    ),
                 )
                 .with_fix("validate a plan for --target accelerate or accelerate-v4 on it"));
             }
             let steps = (workload.mode == Mode::Train).then_some(args.steps);
-            let request = vramplan_validate::CpuRequest { model: &model, entries: &entries, train_steps: steps };
+            let request =
+                vramplan_validate::CpuRequest { model: &model, entries: &entries, train_steps: steps };
             Ok(vramplan_validate::run_cpu(&request).map_err(|e| {
                 InputError::new("validate --backend cpu", format!("candle failed: {e}"))
                     .with_fix("this is a fault of vramplan's cpu backend; please report it with the plan")
@@ -361,7 +365,8 @@ pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write)
             } else if findings.is_empty() {
                 vramplan_reports::validate_table(&estimate, &run)
             } else {
-                let checked = vramplan_reports::check_table(runtime, None, Some("run with --run-anyway"), &findings);
+                let checked =
+                    vramplan_reports::check_table(runtime, None, Some("run with --run-anyway"), &findings);
                 format!("{checked}\n{}", vramplan_reports::validate_table(&estimate, &run))
             };
             crate::print(out, &text)?;

@@ -34,8 +34,11 @@ pub fn validate_table(estimate: &Estimate, run: &Validation) -> String {
         }
     };
     if !run.placed.is_empty() {
-        let placed: Vec<String> =
-            run.placed.iter().map(|(device, bytes)| format!("{} on {device}", format_bytes(*bytes))).collect();
+        let placed: Vec<String> = run
+            .placed
+            .iter()
+            .map(|(device, bytes)| format!("{} on {device}", format_bytes(*bytes)))
+            .collect();
         text += &format!("the model's tensors were placed: {}\n", placed.join(", "));
     }
     if run.devices.is_empty() {
@@ -112,11 +115,6 @@ pub fn unavailable_message(backend: Backend, why: &Unavailable) -> String {
         Unavailable::MissingLibrary { python, message } => format!(
             "validate --backend {}: `{python}` lacks what the harness imports ({message}); install torch, \
              transformers and accelerate (and peft for LoRA) there, or give another with --python PATH",
-            backend.name()
-        ),
-        Unavailable::NotBuilt { backend } => format!(
-            "validate --backend {}: this backend is not built yet; `--backend cuda` runs the plan on CUDA \
-             devices, `--backend torch` with the real runtime",
             backend.name()
         ),
     }

@@ -84,12 +84,8 @@ fn the_cpu_backend_and_the_static_check_agree_with_the_real_runtime_on_every_pla
 #[test]
 fn a_mixtral_expert_apart_from_its_router_under_accelerate_v4_stops_in_the_moe_block() {
     let doc = fixture();
-    let config = doc["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["name"] == "mixtral-two-gpus")
-        .unwrap()["config"]
+    let config = doc["records"].as_array().unwrap().iter().find(|r| r["name"] == "mixtral-two-gpus").unwrap()
+        ["config"]
         .to_string();
     let dir = tempfile::tempdir().unwrap();
     let config = write(dir.path(), "config.json", config);
@@ -101,8 +97,24 @@ fn a_mixtral_expert_apart_from_its_router_under_accelerate_v4_stops_in_the_moe_b
     let map = write(dir.path(), "map.json", map);
     for mode in ["inference", "train"] {
         let out = vramplan(&[
-            "validate", &config, "--device-map", &map, "--hardware", "2xt4", "--target", "accelerate-v4",
-            "--mode", mode, "--batch", "2", "--seq", "16", "--backend", "cpu", "--run-anyway", "--json",
+            "validate",
+            &config,
+            "--device-map",
+            &map,
+            "--hardware",
+            "2xt4",
+            "--target",
+            "accelerate-v4",
+            "--mode",
+            mode,
+            "--batch",
+            "2",
+            "--seq",
+            "16",
+            "--backend",
+            "cpu",
+            "--run-anyway",
+            "--json",
         ]);
         assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
         let got = out.json();
@@ -134,10 +146,27 @@ fn a_custom_models_state_buffer_apart_from_its_module_stops_in_that_module() {
     entries.push(r#""transformer.memory.state": 0"#.to_string());
     let dir = tempfile::tempdir().unwrap();
     let map = write(dir.path(), "map.json", format!("{{{}}}", entries.join(", ")));
-    let out = vramplan(&[
-        "validate", model, "--device-map", &map, "--hardware", "2xt4", "--mode", "train", "--batch", "2",
-        "--seq", "16", "--backend", "cpu", "--run-anyway", "--json",
-    ]);
+    let validate = |extra: &[&str]| {
+        let base = [
+            "validate",
+            model,
+            "--device-map",
+            &map,
+            "--hardware",
+            "2xt4",
+            "--mode",
+            "train",
+            "--batch",
+            "2",
+            "--seq",
+            "16",
+            "--backend",
+            "cpu",
+            "--json",
+        ];
+        vramplan(&[&base[..], extra].concat())
+    };
+    let out = validate(&["--run-anyway"]);
     assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
     let got = out.json();
     let outcome = &got["run"]["outcome"];
@@ -146,10 +175,7 @@ fn a_custom_models_state_buffer_apart_from_its_module_stops_in_that_module() {
     assert_eq!(devices(&outcome["devices"]), BTreeSet::from(["cuda:0".into(), "cuda:1".into()]));
     assert!(got["findings"].as_array().unwrap().iter().any(|f| f["rule"] == "split-block"));
     // Without --run-anyway the static finding alone answers, and nothing runs.
-    let out = vramplan(&[
-        "validate", model, "--device-map", &map, "--hardware", "2xt4", "--mode", "train", "--batch", "2",
-        "--seq", "16", "--backend", "cpu", "--json",
-    ]);
+    let out = validate(&[]);
     assert_eq!(out.code, 1);
     assert!(out.json().get("run").is_none());
 }

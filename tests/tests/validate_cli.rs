@@ -101,7 +101,7 @@ fn a_missing_plan_file_is_bad_input() {
 }
 
 /// The torch backend end to end on the CPU: GPT-2's training plan, its modules run on the CPU
-/// (`--cpu`) by the real transformers + accelerate for two steps. Needs a Python with torch,
+/// (`--cpu`) by the real transformers + accelerate for two steps, and a split map on fake GPUs. Needs a Python with torch,
 /// transformers and accelerate, given by `VRAMPLAN_PYTHON` (`scripts/reference/run venvs`
 /// makes one); without it the test says so and checks only that a Python without torch is
 /// answered with exit 3.
@@ -124,6 +124,38 @@ fn torch_backend_runs_a_tiny_plan_on_the_cpu() {
     no_panic(&out);
     assert_eq!(out.code, 0, "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
     assert_eq!(out.json()["run"]["outcome"]["kind"], "completed");
+    // The plan's two GPUs as fake CUDA devices: GPT-2's head on the other GPU than its tied
+    // `transformer.wte`; accelerate reties the one storage to `lm_head.weight`'s GPU (sorted
+    // first), so the embedding meets it there.
+    let split = vramplan_tests::write(
+        dir.path(),
+        "split.json",
+        r#"{"transformer.wte": 0, "transformer.wpe": 0, "transformer.h": 0, "transformer.ln_f": 0, "lm_head": 1}"#,
+    );
+    let out = vramplan(&[
+        "validate",
+        "gpt2",
+        "--device-map",
+        &split,
+        "--hardware",
+        "t4x2",
+        "--mode",
+        "inference",
+        "--seq",
+        "32",
+        "--backend",
+        "torch",
+        "--python",
+        &python,
+        "--fake-gpus",
+        "--run-anyway",
+        "--json",
+    ]);
+    no_panic(&out);
+    assert_eq!(out.code, 1, "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    let outcome = &out.json()["run"]["outcome"];
+    assert_eq!(outcome["error"], "device_mismatch", "{outcome}");
+    assert_eq!(outcome["module"], "transformer.wte", "{outcome}");
 }
 
 /// The other form: a model, a device map and the workload flags, as `estimate` takes them. GPT-2

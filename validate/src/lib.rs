@@ -87,11 +87,6 @@ pub enum Unavailable {
         /// The import error.
         message: String,
     },
-    /// This backend is not built yet.
-    NotBuilt {
-        /// The backend.
-        backend: Backend,
-    },
 }
 
 /// What one device held at one event of the run.

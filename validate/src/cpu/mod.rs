@@ -110,7 +110,13 @@ impl Run<'_> {
     }
 
     /// One operation: the input times each of `weights`, plus the other inputs.
-    fn operation(&self, name: &'static str, input: &Placed, others: &[Placed], weights: &[Placed]) -> Result<Placed, Stop> {
+    fn operation(
+        &self,
+        name: &'static str,
+        input: &Placed,
+        others: &[Placed],
+        weights: &[Placed],
+    ) -> Result<Placed, Stop> {
         let mut all: Vec<&Placed> = vec![input];
         all.extend(others);
         all.extend(weights);
@@ -312,7 +318,8 @@ pub(crate) fn run(request: &CpuRequest) -> Result<Validation, String> {
                             continue;
                         };
                         {
-                            let next = (var.as_tensor() - (g * RATE).map_err(&mut fail)?).map_err(&mut fail)?;
+                            let next =
+                                (var.as_tensor() - (g * RATE).map_err(&mut fail)?).map_err(&mut fail)?;
                             var.set(&next).map_err(&mut fail)?;
                         }
                     }
@@ -334,20 +341,20 @@ pub(crate) fn run(request: &CpuRequest) -> Result<Validation, String> {
             }
         }
     }
-    if outcome == Outcome::Completed {
-        if let Some(first) = untrained.first() {
-            let count = run.trainable.values().filter(|t| **t).count();
-            outcome = Outcome::RuntimeError {
-                error: "not_trained".to_string(),
-                module: first.rsplit_once('.').map_or(first.as_str(), |(m, _)| m).to_string(),
-                message: format!(
-                    "{} of {count} trainable tensors got no gradient (accelerate's offload streams a new copy \
-                     of them for each forward, and the gradient goes to the copy), {first} first",
-                    untrained.len()
-                ),
-                devices: Vec::new(),
-            };
-        }
+    if outcome == Outcome::Completed
+        && let Some(first) = untrained.first()
+    {
+        let count = run.trainable.values().filter(|t| **t).count();
+        outcome = Outcome::RuntimeError {
+            error: "not_trained".to_string(),
+            module: first.rsplit_once('.').map_or(first.as_str(), |(m, _)| m).to_string(),
+            message: format!(
+                "{} of {count} trainable tensors got no gradient (accelerate's offload streams a new copy \
+                 of them for each forward, and the gradient goes to the copy), {first} first",
+                untrained.len()
+            ),
+            devices: Vec::new(),
+        };
     }
     Ok(Validation { backend: Backend::Cpu, outcome, devices: Vec::new(), samples: Vec::new(), placed })
 }
