@@ -148,6 +148,19 @@ impl Placement {
         Placement { entries }
     }
 
+    /// A map's entries as the runtime reads them (`json.load` builds a Python dict): a name
+    /// listed twice keeps its first position and its last target.
+    pub fn as_read(written: &[(String, Target)]) -> Placement {
+        let mut entries: Vec<(String, Target)> = Vec::new();
+        for (key, target) in written {
+            match entries.iter_mut().find(|(k, _)| k == key) {
+                Some(entry) => entry.1 = *target,
+                None => entries.push((key.clone(), *target)),
+            }
+        }
+        Placement { entries }
+    }
+
     /// The model's blocks split into `gpus` contiguous ranges of (nearly) equal count, in
     /// order; what comes before the blocks goes to the first GPU, what comes after to the last.
     /// A plain starting point for naive model parallelism, not an optimised plan.

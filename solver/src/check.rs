@@ -198,16 +198,9 @@ struct Map<'a> {
 
 impl<'a> Map<'a> {
     fn new(model: &'a ModelDescription, written: &[(String, Target)], runtime: Runtime) -> Map<'a> {
-        let mut entries: Vec<(String, Target)> = Vec::new();
-        for (key, target) in written {
-            match entries.iter_mut().find(|(k, _)| k == key) {
-                Some(entry) => entry.1 = *target,
-                None => entries.push((key.clone(), *target)),
-            }
-        }
-        let main =
-            entries.iter().map(|(_, t)| *t).find(|t| matches!(t, Target::Gpu(_))).unwrap_or(Target::Cpu);
-        let placement = Placement::from_entries(entries.clone());
+        let placement = Placement::as_read(written);
+        let entries = placement.entries().to_vec();
+        let main = placement.main_gpu().map_or(Target::Cpu, Target::Gpu);
         Map { model, entries, placement, main, runtime }
     }
 

@@ -10,7 +10,7 @@
 
 use serde_json::Value;
 use std::collections::BTreeSet;
-use vramplan_tests::{vramplan, write};
+use vramplan_tests::{Output, vramplan, write};
 
 fn fixture() -> Value {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/reference/mismatches/v5.json");
@@ -25,6 +25,39 @@ fn devices(v: &Value) -> BTreeSet<String> {
     v.as_array().unwrap().iter().map(|d| d.as_str().unwrap().to_string()).collect()
 }
 
+/// `validate MODEL --device-map MAP --hardware HW --batch 2 --seq 16 --backend cpu --json`, and
+/// `extra` (the mode, the target, `--run-anyway`).
+fn validate_cpu(model: &str, map: &str, hardware: &str, extra: &[&str]) -> Output {
+    let base = [
+        "validate",
+        model,
+        "--device-map",
+        map,
+        "--hardware",
+        hardware,
+        "--batch",
+        "2",
+        "--seq",
+        "16",
+        "--backend",
+        "cpu",
+        "--json",
+    ];
+    vramplan(&[&base[..], extra].concat())
+}
+
+/// The run stopped in `module` on a mismatch between GPU 0 and GPU 1, and the static check
+/// found `rule` (exit 1 either way).
+fn assert_stopped(out: &Output, module: &str, rule: &str) {
+    assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
+    let got = out.json();
+    let outcome = &got["run"]["outcome"];
+    assert_eq!(outcome["error"], "device_mismatch", "{outcome}");
+    assert_eq!(outcome["module"], module, "{outcome}");
+    assert_eq!(devices(&outcome["devices"]), BTreeSet::from(["cuda:0".into(), "cuda:1".into()]));
+    assert!(got["findings"].as_array().unwrap().iter().any(|f| f["rule"] == rule), "{}", got["findings"]);
+}
+
 #[test]
 fn the_cpu_backend_and_the_static_check_agree_with_the_real_runtime_on_every_planted_map() {
     let doc = fixture();
@@ -36,26 +69,14 @@ fn the_cpu_backend_and_the_static_check_agree_with_the_real_runtime_on_every_pla
         let name = format!("{} {}", r["name"].as_str().unwrap(), r["mode"].as_str().unwrap());
         let config = write(dir.path(), &format!("config{i}.json"), r["config"].to_string());
         let map = write(dir.path(), &format!("map{i}.json"), r["device_map"].to_string());
-        let (batch, seq) = (r["batch"].to_string(), r["seq"].to_string());
-        let args = [
-            "validate",
-            config.as_str(),
-            "--device-map",
-            map.as_str(),
-            "--hardware",
+        assert_eq!((r["batch"].as_u64(), r["seq"].as_u64()), (Some(2), Some(16)), "{name}");
+        let mode = r["mode"].as_str().unwrap();
+        let out = validate_cpu(
+            &config,
+            &map,
             hardware(r["gpus"].as_u64().unwrap()),
-            "--mode",
-            r["mode"].as_str().unwrap(),
-            "--batch",
-            &batch,
-            "--seq",
-            &seq,
-            "--backend",
-            "cpu",
-            "--run-anyway",
-            "--json",
-        ];
-        let out = vramplan(&args);
+            &["--mode", mode, "--run-anyway"],
+        );
         assert!(out.code == 0 || out.code == 1, "{name}: {}\n{}", out.stdout, out.stderr);
         let got = out.json();
         let run = &got["run"];
@@ -96,34 +117,14 @@ fn a_mixtral_expert_apart_from_its_router_under_accelerate_v4_stops_in_the_moe_b
         "model.layers.1": 1, "model.norm": 1, "model.rotary_emb": 1, "lm_head": 1}"#;
     let map = write(dir.path(), "map.json", map);
     for mode in ["inference", "train"] {
-        let out = vramplan(&[
-            "validate",
+        let out = validate_cpu(
             &config,
-            "--device-map",
             &map,
-            "--hardware",
             "2xt4",
-            "--target",
-            "accelerate-v4",
-            "--mode",
-            mode,
-            "--batch",
-            "2",
-            "--seq",
-            "16",
-            "--backend",
-            "cpu",
-            "--run-anyway",
-            "--json",
-        ]);
-        assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
-        let got = out.json();
-        let outcome = &got["run"]["outcome"];
-        assert_eq!(outcome["error"], "device_mismatch", "{outcome}");
+            &["--target", "accelerate-v4", "--mode", mode, "--run-anyway"],
+        );
         // Not the expert, whose hook moved its input to GPU 1: the block that weights its output.
-        assert_eq!(outcome["module"], "model.layers.0.block_sparse_moe", "{outcome}");
-        assert_eq!(devices(&outcome["devices"]), BTreeSet::from(["cuda:0".into(), "cuda:1".into()]));
-        assert!(got["findings"].as_array().unwrap().iter().any(|f| f["rule"] == "experts-apart-from-router"));
+        assert_stopped(&out, "model.layers.0.block_sparse_moe", "experts-apart-from-router");
     }
 }
 
@@ -146,36 +147,10 @@ fn a_custom_models_state_buffer_apart_from_its_module_stops_in_that_module() {
     entries.push(r#""transformer.memory.state": 0"#.to_string());
     let dir = tempfile::tempdir().unwrap();
     let map = write(dir.path(), "map.json", format!("{{{}}}", entries.join(", ")));
-    let validate = |extra: &[&str]| {
-        let base = [
-            "validate",
-            model,
-            "--device-map",
-            &map,
-            "--hardware",
-            "2xt4",
-            "--mode",
-            "train",
-            "--batch",
-            "2",
-            "--seq",
-            "16",
-            "--backend",
-            "cpu",
-            "--json",
-        ];
-        vramplan(&[&base[..], extra].concat())
-    };
-    let out = validate(&["--run-anyway"]);
-    assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
-    let got = out.json();
-    let outcome = &got["run"]["outcome"];
-    assert_eq!(outcome["error"], "device_mismatch", "{outcome}");
-    assert_eq!(outcome["module"], "transformer.memory", "{outcome}");
-    assert_eq!(devices(&outcome["devices"]), BTreeSet::from(["cuda:0".into(), "cuda:1".into()]));
-    assert!(got["findings"].as_array().unwrap().iter().any(|f| f["rule"] == "split-block"));
+    let out = validate_cpu(model, &map, "2xt4", &["--mode", "train", "--run-anyway"]);
+    assert_stopped(&out, "transformer.memory", "split-block");
     // Without --run-anyway the static finding alone answers, and nothing runs.
-    let out = validate(&[]);
+    let out = validate_cpu(model, &map, "2xt4", &["--mode", "train"]);
     assert_eq!(out.code, 1);
     assert!(out.json().get("run").is_none());
 }

@@ -184,7 +184,7 @@ pub fn run_torch(request: &TorchRequest, python: &str) -> Result<Validation, Una
 /// Runs `request` with candle on the CPU, on virtual devices. `Err` carries candle's error
 /// (a fault of this backend, not of the plan).
 pub fn run_cpu(request: &CpuRequest) -> Result<Validation, String> {
-    cpu::run(request)
+    cpu::run(request).map_err(|e| e.to_string())
 }
 
 /// Whether a CUDA driver can be loaded here, without loading it for use: the probe `run_cuda` makes

@@ -34,7 +34,7 @@ use super::{DEVICE_ERROR, Finding, Rule, cuda, join, json_device, label, listed_
 use crate::runtime::Runtime;
 use vramplan_profiles::model::{ModelDescription, TensorKind};
 use vramplan_profiles::units::format_bytes;
-use vramplan_sim::placement::Target;
+use vramplan_sim::placement::{Placement, Target};
 use vramplan_sim::workload::{Mode, Workload};
 
 /// accelerate's guard on `model.to` once weights are offloaded (`dispatch_model`).
@@ -53,17 +53,12 @@ pub fn offloaded_in_training(
     if workload.mode != Mode::Train || !matches!(runtime, Runtime::Accelerate | Runtime::AccelerateV4) {
         return None;
     }
-    let mut map: Vec<(String, Target)> = Vec::new();
-    for (key, target) in entries {
-        match map.iter_mut().find(|(k, _)| k == key) {
-            Some(entry) => entry.1 = *target,
-            None => map.push((key.clone(), *target)),
-        }
-    }
+    let read = Placement::as_read(entries);
+    let map = read.entries();
     // The map's GPUs in the order it lists them; the first is the main device, as the rest of
     // the check and the simulation take `dispatch_model`'s `main_device` (`Placement::main_gpu`).
     let mut gpus: Vec<u32> = Vec::new();
-    for (_, t) in &map {
+    for (_, t) in map {
         if let Target::Gpu(g) = t
             && !gpus.contains(g)
         {

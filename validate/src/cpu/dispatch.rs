@@ -21,7 +21,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use vramplan_profiles::model::{ModelDescription, Module, TensorKind, join};
-use vramplan_sim::placement::Target;
+use vramplan_sim::placement::{Placement, Target};
 
 /// A device of the run: a GPU of the plan, or the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -70,52 +70,36 @@ fn device(target: Target) -> Device {
     }
 }
 
-fn covers(key: &str, path: &str) -> bool {
-    key.is_empty() || path == key || path.strip_prefix(key).is_some_and(|rest| rest.starts_with('.'))
-}
-
 /// Dispatches `model` with the map `entries` (file order; a name listed twice keeps its last
 /// device, as `json.load` reads it).
 pub(crate) fn dispatch(model: &ModelDescription, entries: &[(String, Target)]) -> Dispatched {
-    let mut map: Vec<(String, Target)> = Vec::new();
-    for (key, target) in entries {
-        match map.iter_mut().find(|(k, _)| k == key) {
-            Some(entry) => entry.1 = *target,
-            None => map.push((key.clone(), *target)),
-        }
-    }
-    let main = map
-        .iter()
-        .find_map(|(_, t)| if let Target::Gpu(g) = t { Some(Device::Gpu(*g)) } else { None })
-        .unwrap_or(Device::Cpu);
+    let map = Placement::as_read(entries);
+    let main = map.main_gpu().map_or(Device::Cpu, Device::Gpu);
     let mut homes: BTreeMap<String, Home> = BTreeMap::new();
-    let mut tensors: Vec<(String, bool, Option<String>)> = Vec::new();
+    let mut tied: Vec<(String, Option<String>)> = Vec::new();
     model.root.visit(&mut |m: &Module| {
         for t in &m.tensors {
             let path = join(&m.path, &t.name);
-            let buffer = matches!(t.kind, TensorKind::Buffer { .. });
-            tensors.push((path, buffer, t.tied_to.clone()));
+            homes.insert(path.clone(), Home::On(map.target_of(&path).map_or(Device::Cpu, device)));
+            tied.push((path, t.tied_to.clone()));
         }
     });
-    for (path, _, _) in &tensors {
-        let listed = map.iter().filter(|(k, _)| covers(k, path)).max_by_key(|(k, _)| k.len());
-        homes.insert(path.clone(), Home::On(listed.map_or(Device::Cpu, |(_, t)| device(*t))));
-    }
     let mut hooks = BTreeMap::new();
-    let distinct: std::collections::BTreeSet<Device> = map.iter().map(|(_, t)| device(*t)).collect();
-    let offloads = map.iter().any(|(_, t)| !matches!(t, Target::Gpu(_)));
+    let distinct: std::collections::BTreeSet<Device> =
+        map.entries().iter().map(|(_, t)| device(*t)).collect();
+    let offloads = map.entries().iter().any(|(_, t)| !matches!(t, Target::Gpu(_)));
     if distinct.len() > 1 || offloads {
-        let listed: BTreeMap<&str, Target> = map.iter().map(|(k, t)| (k.as_str(), *t)).collect();
-        hook(&model.root, &listed, main, None, &tensors, &mut homes, &mut hooks);
+        let listed: BTreeMap<&str, Target> = map.entries().iter().map(|(k, t)| (k.as_str(), *t)).collect();
+        hook(&model.root, &listed, main, None, &mut homes, &mut hooks);
     } else if let Some(only) = distinct.iter().next() {
         homes.values_mut().for_each(|h| *h = Home::On(*only));
     }
     // Tied groups: every name takes the first non-meta home in sorted order.
     let mut storage: BTreeMap<String, String> = BTreeMap::new();
     let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (path, _, tied) in &tensors {
-        let root = tied.clone().unwrap_or_else(|| path.clone());
-        groups.entry(root).or_default().push(path.clone());
+    for (path, tied_to) in tied {
+        let root = tied_to.unwrap_or_else(|| path.clone());
+        groups.entry(root).or_default().push(path);
     }
     let mut kept = BTreeMap::new();
     for (root, mut names) in groups {
@@ -136,25 +120,32 @@ fn hook(
     listed: &BTreeMap<&str, Target>,
     main: Device,
     outer: Option<Device>,
-    tensors: &[(String, bool, Option<String>)],
     homes: &mut BTreeMap<String, Home>,
     hooks: &mut BTreeMap<String, Device>,
 ) {
-    let under: Vec<(String, bool)> =
-        tensors.iter().filter(|(p, _, _)| covers(&m.path, p)).map(|(p, b, _)| (p.clone(), *b)).collect();
+    // Every tensor under `m`, with whether it is a buffer: what `place_submodules` moves.
+    let under = || {
+        let mut found = Vec::new();
+        m.visit(&mut |sub: &Module| {
+            for t in &sub.tensors {
+                found.push((join(&sub.path, &t.name), matches!(t.kind, TensorKind::Buffer { .. })));
+            }
+        });
+        found
+    };
     let mut outer = outer;
     match listed.get(m.path.as_str()) {
         Some(Target::Gpu(g)) => {
             let gpu = Device::Gpu(*g);
             hooks.insert(m.path.clone(), gpu);
-            for (p, _) in &under {
-                homes.insert(p.clone(), Home::On(gpu));
+            for (p, _) in under() {
+                homes.insert(p, Home::On(gpu));
             }
             outer = outer.or(Some(gpu));
         }
         Some(_) => {
-            for (p, buffer) in &under {
-                homes.insert(p.clone(), if *buffer { Home::On(main) } else { Home::Streamed });
+            for (p, buffer) in under() {
+                homes.insert(p, if buffer { Home::On(main) } else { Home::Streamed });
             }
             m.visit(&mut |sub: &Module| {
                 if !sub.tensors.is_empty() || sub.path == m.path {
@@ -172,7 +163,7 @@ fn hook(
         }
     }
     for child in &m.children {
-        hook(child, listed, main, outer, tensors, homes, hooks);
+        hook(child, listed, main, outer, homes, hooks);
     }
 }
 

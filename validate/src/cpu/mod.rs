@@ -263,36 +263,29 @@ fn is_moe(m: &Module) -> bool {
         && m.children.iter().any(|c| matches!(c.kind, ModuleKind::Experts { .. }))
 }
 
-/// Runs the request: `Ok` with the outcome, `Err` with candle's error.
-pub(crate) fn run(request: &CpuRequest) -> Result<Validation, String> {
+/// Runs the request: `Ok` with the outcome, `Err` when candle fails.
+pub(crate) fn run(request: &CpuRequest) -> candle_core::Result<Validation> {
     let dispatched = dispatch::dispatch(request.model, request.entries);
     let placed = dispatch::placed(request.model, &dispatched);
-    let mut weights = BTreeMap::new();
+    // Each storage once, with whether it is trained (parameters, not buffers or constants).
     let mut trainable = BTreeMap::new();
-    let mut k = 0u32;
-    let host = Host::Cpu;
-    let mut fail = |e: candle_core::Error| e.to_string();
     request.model.root.visit(&mut |m: &Module| {
         for t in &m.tensors {
             let path = join(&m.path, &t.name);
             if dispatched.storage[&path] == path {
-                k += 1;
-                let start = 0.1 + f64::from(k % 17) * 0.05;
-                trainable.insert(path.clone(), matches!(t.kind, TensorKind::Parameter));
-                weights.insert(path, start);
+                trainable.insert(path, matches!(t.kind, TensorKind::Parameter));
             }
         }
     });
-    let weights: BTreeMap<String, Var> = weights
-        .into_iter()
-        .map(|(path, start)| {
-            let values: Vec<f32> = (0..WIDTH).map(|i| (start + i as f64 * 0.01) as f32).collect();
-            Var::from_vec(values, WIDTH, &host).map(|v| (path, v))
-        })
-        .collect::<Result<_, _>>()
-        .map_err(&mut fail)?;
+    let host = Host::Cpu;
+    let mut weights = BTreeMap::new();
+    for (k, path) in trainable.keys().enumerate() {
+        let start = 0.1 + (k % 17) as f64 * 0.05;
+        let values: Vec<f32> = (0..WIDTH).map(|i| (start + i as f64 * 0.01) as f32).collect();
+        weights.insert(path.clone(), Var::from_vec(values, WIDTH, &host)?);
+    }
     let mut run = Run { dispatched: &dispatched, weights, trainable, running: Vec::new() };
-    let ids = Tensor::ones((TOKENS, WIDTH), DType::F32, &host).map_err(&mut fail)?;
+    let ids = Tensor::ones((TOKENS, WIDTH), DType::F32, &host)?;
     let steps = request.train_steps.unwrap_or(1);
     let mut outcome = Outcome::Completed;
     // PyTorch's `param.grad is None` after a backward: no gradient reached the weight.
@@ -303,8 +296,8 @@ pub(crate) fn run(request: &CpuRequest) -> Result<Validation, String> {
         match run.module(&request.model.root, input, &[]) {
             Ok(logits) => {
                 if request.train_steps.is_some() {
-                    let loss = logits.tensor.sum_all().map_err(&mut fail)?;
-                    let grads = loss.backward().map_err(&mut fail)?;
+                    let loss = logits.tensor.sum_all()?;
+                    let grads = loss.backward()?;
                     for (path, var) in &run.weights {
                         if !run.trainable[path] {
                             continue;
@@ -317,15 +310,11 @@ pub(crate) fn run(request: &CpuRequest) -> Result<Validation, String> {
                             }
                             continue;
                         };
-                        {
-                            let next =
-                                (var.as_tensor() - (g * RATE).map_err(&mut fail)?).map_err(&mut fail)?;
-                            var.set(&next).map_err(&mut fail)?;
-                        }
+                        var.set(&(var.as_tensor() - (g * RATE)?)?)?;
                     }
                 }
             }
-            Err(Stop::Candle(e)) => return Err(e.to_string()),
+            Err(Stop::Candle(e)) => return Err(e),
             Err(Stop::Mismatch { module, operation, devices }) => {
                 outcome = Outcome::RuntimeError {
                     error: "device_mismatch".to_string(),
