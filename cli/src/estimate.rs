@@ -73,8 +73,18 @@ impl Inputs {
     /// Reads the model with `naming` and the hardware, and the workload: the `--workload`
     /// file, else `fallback` (a plan file's), else the defaults, with the flags over it.
     pub(crate) fn load(&self, naming: Naming, fallback: Option<Workload>) -> Result<Loaded, InputError> {
+        self.load_on(naming, fallback, &self.hardware)
+    }
+
+    /// As [`Inputs::load`], on the hardware `spec` instead of `--hardware` (one of a list).
+    pub(crate) fn load_on(
+        &self,
+        naming: Naming,
+        fallback: Option<Workload>,
+        spec: &str,
+    ) -> Result<Loaded, InputError> {
         let model = model::load(&self.model, ImportOptions { naming })?;
-        let hardware = hardware::load(&self.hardware)?;
+        let hardware = hardware::load(spec)?;
         let base = match (&self.workload, fallback) {
             (Some(path), _) => input::workload_from_yaml(path)?,
             (None, Some(workload)) => workload,

@@ -10,6 +10,7 @@ mod check;
 mod estimate;
 mod plan;
 mod validate;
+mod whatif;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
@@ -67,6 +68,9 @@ enum Command {
     /// Run a plan on a device (after the static checks) and set what it measured beside the
     /// prediction.
     Validate(Box<validate::ValidateArgs>),
+    /// Capacity planning backwards: the largest batch or sequence, the sequences served at once,
+    /// the fewest GPUs, the cheapest hardware, the best precision, the trade-offs, a grid.
+    Whatif(Box<whatif::WhatifArgs>),
 }
 
 #[derive(Subcommand, Debug)]
@@ -88,6 +92,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
+    let args = whatif::grid_axis_args(args.into_iter().map(Into::into).collect());
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
@@ -113,6 +118,7 @@ where
         Command::Plan(args) => plan::run(&args, out),
         Command::Check(args) => check::run(&args, out),
         Command::Validate(args) => validate::run(&args, out, err),
+        Command::Whatif(args) => whatif::run(&args, out),
     };
     match result {
         Ok(code) => code,

@@ -203,7 +203,7 @@ fn refuse_map_export(args: &PlanArgs, workload: &vramplan_sim::workload::Workloa
 
 /// `10%` (an explicit percentage) or `0.1` (a share below 1) → 0.1. A bare number of 1 or more
 /// is refused: `2` could mean 2 % or 200 %, and one spelling has one meaning.
-fn parse_headroom(text: &str) -> Result<f64, InputError> {
+pub(crate) fn parse_headroom(text: &str) -> Result<f64, InputError> {
     let range = "keep from 0 to 90 %, e.g. `--headroom 10%` or `--headroom 0.1`";
     let bad = |what: &str| InputError::new("--headroom", format!("`{text}` {what}")).with_fix(range);
     let trimmed = text.trim();

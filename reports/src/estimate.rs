@@ -5,7 +5,7 @@
 
 use crate::table::{Table, group_digits};
 use vramplan_profiles::units::format_bytes;
-use vramplan_sim::estimate::{DeviceEstimate, Estimate};
+use vramplan_sim::estimate::{DeviceEstimate, Estimate, Part};
 use vramplan_sim::workload::Parallelism;
 
 /// What one rank holds under data parallelism, as the line that heads an estimate (or a check)
@@ -73,15 +73,12 @@ fn device_section(d: &DeviceEstimate) -> String {
     let mut text = format!("GPU {}  {}  {}\n", d.id, d.name, device_verdict(d));
     let c = &d.components;
     let mut parts = Table::new(&["at the peak", "bytes", "share"]).right_align(&[1, 2]);
-    for (name, bytes) in [
-        ("weights", c.weights),
-        ("gradients", c.gradients),
-        ("optimizer states", c.optimizer),
-        ("activations", c.activations),
-        ("KV cache", c.kv_cache),
-        ("logits and loss", c.logits),
-        ("overhead (CUDA context, workspaces, allocator slack)", c.overhead),
-    ] {
+    for part in Part::ALL {
+        let name = match part {
+            Part::Overhead => "overhead (CUDA context, workspaces, allocator slack)",
+            _ => part_name(part),
+        };
+        let bytes = c.get(part);
         parts.row(&[name, &format_bytes(bytes), &share(bytes, d.device_used_bytes)]);
     }
     text += &parts.render();
@@ -195,5 +192,18 @@ mod tests {
         let text = estimate_table(&e);
         assert!(text.contains("fits, 1.00 GiB to spare"), "{text}");
         assert!(text.contains("123,456 tokens"), "{text}");
+    }
+}
+
+/// A component's name in sentences and tables.
+pub fn part_name(part: Part) -> &'static str {
+    match part {
+        Part::Weights => "weights",
+        Part::Gradients => "gradients",
+        Part::Optimizer => "optimizer states",
+        Part::Activations => "activations",
+        Part::KvCache => "KV cache",
+        Part::Logits => "logits and loss",
+        Part::Overhead => "overhead",
     }
 }

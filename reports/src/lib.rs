@@ -6,12 +6,17 @@ mod estimate;
 mod plan;
 mod table;
 mod validate;
+mod whatif;
 
 pub use check::check_table;
 pub use estimate::{data_parallel_line, estimate_table};
 pub use plan::{accelerate_loading, change_flags, change_words, plan_table};
 pub use table::{Table, group_digits};
 pub use validate::{unavailable_message, validate_table};
+pub use whatif::{
+    binding_words, cheapest_text, concurrency_text, fewest_text, frontier_csv, frontier_text, grid_csv,
+    grid_text, largest_text, quant_name, quant_text, run_text,
+};
 
 use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::Summary;

@@ -37,6 +37,52 @@ impl Components {
     pub fn tensors(&self) -> u64 {
         self.weights + self.gradients + self.optimizer + self.activations + self.kv_cache + self.logits
     }
+
+    /// The bytes of one component.
+    pub fn get(&self, part: Part) -> u64 {
+        match part {
+            Part::Weights => self.weights,
+            Part::Gradients => self.gradients,
+            Part::Optimizer => self.optimizer,
+            Part::Activations => self.activations,
+            Part::KvCache => self.kv_cache,
+            Part::Logits => self.logits,
+            Part::Overhead => self.overhead,
+        }
+    }
+}
+
+/// One component of [`Components`], by name: a row of the breakdown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Part {
+    /// [`Components::weights`].
+    Weights,
+    /// [`Components::gradients`].
+    Gradients,
+    /// [`Components::optimizer`].
+    Optimizer,
+    /// [`Components::activations`].
+    Activations,
+    /// [`Components::kv_cache`].
+    KvCache,
+    /// [`Components::logits`].
+    Logits,
+    /// [`Components::overhead`].
+    Overhead,
+}
+
+impl Part {
+    /// Every component, in the breakdown's order.
+    pub const ALL: [Part; 7] = [
+        Part::Weights,
+        Part::Gradients,
+        Part::Optimizer,
+        Part::Activations,
+        Part::KvCache,
+        Part::Logits,
+        Part::Overhead,
+    ];
 }
 
 /// One device's simulated step.

@@ -8,7 +8,7 @@ mod flags;
 mod lora;
 
 pub use checks::validate;
-pub use flags::WorkloadFlags;
+pub use flags::{WorkloadFlags, parse_quant};
 pub use lora::lora_target_modules;
 
 use crate::workload::Workload;

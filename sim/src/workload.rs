@@ -199,6 +199,21 @@ pub enum Engine {
     },
 }
 
+impl Engine {
+    /// vLLM with its defaults: `--gpu-memory-utilization 0.9`, and `--max-num-batched-tokens`
+    /// 8192, the V1 engine's online serving default.
+    pub const VLLM_DEFAULT: Engine =
+        Engine::Vllm { gpu_memory_utilization: 0.9, max_num_batched_tokens: 8192 };
+
+    /// llama.cpp's default `--ubatch-size`.
+    pub const LLAMACPP_UBATCH: u64 = 512;
+
+    /// llama.cpp with a context of `n_ctx` tokens and its default micro-batch.
+    pub fn llamacpp(n_ctx: u64) -> Engine {
+        Engine::LlamaCpp { n_ctx, n_ubatch: Engine::LLAMACPP_UBATCH }
+    }
+}
+
 /// The training loop, where frameworks differ in what they hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]

@@ -13,6 +13,7 @@ pub mod ilp;
 pub mod plan;
 pub mod problem;
 pub mod runtime;
+pub mod whatif;
 
 pub use problem::{Assignment, Device, Problem, Steady, Unit};
 pub use runtime::Runtime;

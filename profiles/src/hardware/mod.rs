@@ -13,10 +13,13 @@
 //! loads), see [`Device::usable_bytes`].
 
 mod catalog;
+mod prices;
 mod resolve;
 mod schema;
 mod short_form;
 mod write;
+
+pub use prices::Prices;
 
 use crate::InputError;
 use crate::suggest::ticked_or;

@@ -125,12 +125,6 @@ const DEFAULT_LORA_ALPHA: u64 = 8;
 const DEFAULT_GROUP_SIZE: u32 = 128;
 /// fp8 weight scale tiles: 128×128, as DeepSeek-V3's `weight_block_size`.
 const DEFAULT_FP8_BLOCK: u32 = 128;
-/// vLLM's defaults: `gpu_memory_utilization=0.9`, and `max_num_batched_tokens` 8192 in the V1
-/// engine's online serving default.
-const DEFAULT_GPU_MEMORY_UTILIZATION: f64 = 0.9;
-const DEFAULT_MAX_NUM_BATCHED_TOKENS: u64 = 8192;
-/// llama.cpp's default `--ubatch-size`.
-const DEFAULT_N_UBATCH: u64 = 512;
 
 /// llama.cpp's quantization types as `llama-quantize` names them; those the simulator models
 /// (`engines::gguf::FileType`) are accepted, see [`gguf_type_names`].
@@ -339,11 +333,8 @@ impl WorkloadFlags {
                     w.engine.clone()
                 }
                 (EngineKind::Transformers, _) => Engine::Transformers,
-                (EngineKind::Vllm, _) => Engine::Vllm {
-                    gpu_memory_utilization: DEFAULT_GPU_MEMORY_UTILIZATION,
-                    max_num_batched_tokens: DEFAULT_MAX_NUM_BATCHED_TOKENS,
-                },
-                (EngineKind::LlamaCpp, _) => Engine::LlamaCpp { n_ctx: w.seq, n_ubatch: DEFAULT_N_UBATCH },
+                (EngineKind::Vllm, _) => Engine::VLLM_DEFAULT,
+                (EngineKind::LlamaCpp, _) => Engine::llamacpp(w.seq),
             };
         }
         match &mut w.engine {
@@ -483,7 +474,7 @@ fn parse_autocast(text: &str) -> Result<Option<DType>, InputError> {
 
 /// `none`, `int8`, `nf4`, `fp4`, `gptq` (4-bit; `gptq-8bit` …), `awq`, `fp8`, or a GGUF type
 /// (`Q4_K_M`). Settings of the same kind in `current` (the file's) are kept.
-fn parse_quant(text: &str, current: &Quant) -> Result<Quant, InputError> {
+pub fn parse_quant(text: &str, current: &Quant) -> Result<Quant, InputError> {
     let lower = text.trim().to_ascii_lowercase().replace('_', "-");
     let keep_double = match current {
         Quant::Nf4 { double_quant } | Quant::Fp4 { double_quant } => *double_quant,

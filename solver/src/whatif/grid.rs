@@ -1,0 +1,286 @@
+//! Sweeps: [`grid`] probes every point of two or three axes (batch, sequence, quantization, KV
+//! dtype, hardware), split over the machine's cores; [`frontier`] keeps the trade-offs: for every
+//! weight quantization × KV dtype × GPU count × offload choice and every sequence length of a
+//! doubling ladder, the largest batch that fits, and of those points the ones no other point
+//! beats on every axis at once (larger batch, longer sequence, more precise weights and KV cache,
+//! fewer GPUs, no offload).
+
+use super::queries::{QLORA_RANK, max_batch};
+use super::{Binding, Question, binding, fp8_capable, probe};
+use crate::build::Request;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use vramplan_profiles::hardware::{self, HardwareProfile};
+use vramplan_profiles::{DType, InputError};
+use vramplan_sim::workload::{Engine, Finetune, Mode, Quant, Workload};
+
+/// One value of one axis.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "axis", content = "value")]
+pub enum AxisValue {
+    /// `--batch`.
+    Batch(u64),
+    /// `--seq` (llama.cpp's `-c` follows it).
+    Seq(u64),
+    /// `--quant` (`none` is the model's dtype).
+    Quant(Quant),
+    /// `--kv-dtype`.
+    KvDtype(DType),
+    /// `--hardware`, as given.
+    Hardware(String),
+}
+
+/// An axis: its values in the order given.
+pub type Axis = Vec<AxisValue>;
+
+/// One point of a grid.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GridPoint {
+    /// The point's value on each axis, in the axes' order.
+    pub at: Vec<AxisValue>,
+    /// Whether it fits.
+    pub fits: bool,
+    /// The largest device-used figure.
+    pub peak_bytes: u64,
+    /// The largest peak reserved over its limit.
+    pub utilisation: f64,
+    /// Where it does not fit: the GPU, moment and largest component of the peak.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub binding: Option<Binding>,
+    /// The runtime refuses the point (why).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+}
+
+/// A grid's points, the first axis varying slowest.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Grid {
+    /// The points.
+    pub points: Vec<GridPoint>,
+}
+
+/// Probes every point of `axes` (the question's workload and hardware elsewhere); `progress` is
+/// told each point done (from any thread).
+pub fn grid(
+    question: &Question,
+    axes: &[Axis],
+    progress: &(dyn Fn(usize) + Sync),
+) -> Result<Grid, InputError> {
+    // Every hardware of the axes, loaded once.
+    let mut profiles: BTreeMap<String, HardwareProfile> = BTreeMap::new();
+    for value in axes.iter().flatten() {
+        if let AxisValue::Hardware(spec) = value
+            && !profiles.contains_key(spec)
+        {
+            profiles.insert(spec.clone(), hardware::load(spec)?);
+        }
+    }
+    let total: usize = axes.iter().map(|a| a.len()).product();
+    let coordinates = |mut index: usize| -> Vec<AxisValue> {
+        let mut at = vec![AxisValue::Batch(0); axes.len()];
+        for (slot, axis) in at.iter_mut().zip(axes).rev() {
+            *slot = axis[index % axis.len()].clone();
+            index /= axis.len();
+        }
+        at
+    };
+    let point = |index: usize| -> GridPoint {
+        let at = coordinates(index);
+        let mut workload = question.workload.clone();
+        let mut hw = question.hardware;
+        for value in &at {
+            match value {
+                AxisValue::Hardware(spec) => hw = &profiles[spec],
+                other => workload = apply(&workload, other),
+            }
+        }
+        let point = match probe(question, hw, &workload) {
+            Ok(fit) => GridPoint {
+                fits: fit.fits,
+                peak_bytes: fit.peak_bytes,
+                utilisation: fit.utilisation,
+                binding: if fit.fits { None } else { binding(None, &fit) },
+                refused: None,
+                at,
+            },
+            Err(e) => GridPoint {
+                at,
+                fits: false,
+                peak_bytes: 0,
+                utilisation: 0.0,
+                binding: None,
+                refused: Some(e.to_string()),
+            },
+        };
+        progress(1);
+        point
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(total.max(1));
+    let next = AtomicUsize::new(0);
+    let mut done: Vec<(usize, GridPoint)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= total {
+                            break mine;
+                        }
+                        mine.push((i, point(i)));
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().unwrap_or_default()).collect()
+    });
+    done.sort_by_key(|(i, _)| *i);
+    Ok(Grid { points: done.into_iter().map(|(_, p)| p).collect() })
+}
+
+/// `workload` with one axis value set.
+fn apply(workload: &Workload, value: &AxisValue) -> Workload {
+    let mut w = workload.clone();
+    match value {
+        AxisValue::Batch(b) => w.batch = *b,
+        AxisValue::Seq(s) => {
+            w.seq = *s;
+            w.prompt = w.prompt.map(|p| p.min(*s));
+            if let Engine::LlamaCpp { n_ubatch, .. } = w.engine {
+                w.engine = Engine::LlamaCpp { n_ctx: *s, n_ubatch };
+            }
+        }
+        AxisValue::Quant(q) => {
+            w.quant = q.clone();
+            // bitsandbytes weights train adapters, not the full model.
+            if w.mode == Mode::Train
+                && matches!(w.finetune, Finetune::Full)
+                && !matches!(q, Quant::None | Quant::Gguf { .. })
+            {
+                w.finetune = Finetune::Lora { rank: QLORA_RANK, alpha: 32, targets: Vec::new() };
+            }
+        }
+        AxisValue::KvDtype(d) => w.kv_dtype = Some(*d),
+        AxisValue::Hardware(_) => {}
+    }
+    w
+}
+
+/// One point of the frontier: the largest batch at one sequence length for one choice.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FrontierPoint {
+    /// Tokens per sequence.
+    pub seq: u64,
+    /// The largest batch that fits.
+    pub batch: u64,
+    /// The weights' quantization.
+    pub quant: Quant,
+    /// The KV cache's dtype (inference); `None` for the compute dtype.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_dtype: Option<DType>,
+    /// GPUs of the hardware used.
+    pub gpus: u64,
+    /// Layers may be offloaded to the CPU (inference under accelerate).
+    pub offload: bool,
+    /// The largest device-used figure.
+    pub peak_bytes: u64,
+    /// What stops one more sequence.
+    pub binding: Option<Binding>,
+}
+
+/// The points no other point beats.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Frontier {
+    /// The Pareto set, by quantization, KV dtype, GPUs, offload, then sequence.
+    pub points: Vec<FrontierPoint>,
+    /// Points found before the Pareto filter.
+    pub candidates: usize,
+}
+
+/// The trade-off set over batch × sequence × weight quantization × KV dtype × GPU count ×
+/// offload, on the question's hardware (counts: 1, 2, 4 … up to its GPUs, each the first GPUs of
+/// it; the count only varies for profiles of one GPU kind).
+pub fn frontier(question: &Question) -> Result<Frontier, InputError> {
+    let w = question.workload;
+    let inference = w.mode == Mode::Inference;
+    let transformers = matches!(w.engine, Engine::Transformers);
+    let quants: Vec<Quant> =
+        super::best_quant(question).into_iter().filter(|c| c.refused.is_none()).map(|c| c.quant).collect();
+    let mut kvs: Vec<Option<DType>> = vec![None];
+    if inference && fp8_capable(question.hardware) && !matches!(w.engine, Engine::LlamaCpp { .. }) {
+        kvs.push(Some(DType::F8E4M3));
+    }
+    let total = question.hardware.devices.len() as u64;
+    let kind = question.hardware.devices.first().and_then(|d| d.model.clone());
+    let one_kind = question.hardware.devices.iter().all(|d| d.model == kind);
+    let counts: Vec<u64> = if one_kind && kind.is_some() {
+        std::iter::successors(Some(1u64), |n| Some(n * 2)).take_while(|&n| n < total).chain([total]).collect()
+    } else {
+        vec![total]
+    };
+    let offloads: Vec<bool> = if inference && transformers { vec![false, true] } else { vec![false] };
+    let positions = question.model.facts.max_positions;
+    let top = if positions > 0 { positions } else { 1 << 17 };
+    let seqs: Vec<u64> = std::iter::successors(Some(256u64.min(top)), |s| Some(s * 2))
+        .take_while(|&s| s < top)
+        .chain(std::iter::once(top))
+        .collect();
+    let mut candidates = Vec::new();
+    for quant in &quants {
+        for &kv in &kvs {
+            for &gpus in &counts {
+                let hw = match (&kind, gpus == total) {
+                    (_, true) => question.hardware.clone(),
+                    (Some(k), false) => hardware::load(&format!("{gpus}x{k}"))?,
+                    (None, false) => continue,
+                };
+                for &offload in &offloads {
+                    let request = Request { offload, ..question.request.clone() };
+                    let mut start = w.batch;
+                    for &seq in &seqs {
+                        let base = apply(&apply(w, &AxisValue::Quant(quant.clone())), &AxisValue::Seq(seq));
+                        let workload = Workload { kv_dtype: kv.or(base.kv_dtype), batch: start, ..base };
+                        let q =
+                            Question { hardware: &hw, workload: &workload, request: &request, ..*question };
+                        let Ok(found) = max_batch(&q) else { break };
+                        let (Some(batch), Some(fit)) = (found.value, &found.fit) else { break };
+                        candidates.push(FrontierPoint {
+                            seq,
+                            batch,
+                            quant: quant.clone(),
+                            kv_dtype: kv,
+                            gpus,
+                            offload,
+                            peak_bytes: fit.peak_bytes,
+                            binding: found.binding.clone(),
+                        });
+                        start = batch;
+                    }
+                }
+            }
+        }
+    }
+    let rank = |q: &Quant| quants.iter().position(|x| x == q).unwrap_or(usize::MAX);
+    let kv_rank = |k: Option<DType>| kvs.iter().position(|x| *x == k).unwrap_or(usize::MAX);
+    // `a` is at least as good as `b` on every axis, and better on one.
+    let beats = |a: &FrontierPoint, b: &FrontierPoint| {
+        let at_least = a.batch >= b.batch
+            && a.seq >= b.seq
+            && rank(&a.quant) <= rank(&b.quant)
+            && kv_rank(a.kv_dtype) <= kv_rank(b.kv_dtype)
+            && a.gpus <= b.gpus
+            && (!a.offload || b.offload);
+        let better = a.batch > b.batch
+            || a.seq > b.seq
+            || rank(&a.quant) < rank(&b.quant)
+            || kv_rank(a.kv_dtype) < kv_rank(b.kv_dtype)
+            || a.gpus < b.gpus
+            || (!a.offload && b.offload);
+        at_least && better
+    };
+    let count = candidates.len();
+    let points: Vec<FrontierPoint> =
+        candidates.iter().filter(|b| !candidates.iter().any(|a| beats(a, b))).cloned().collect();
+    Ok(Frontier { points, candidates: count })
+}
