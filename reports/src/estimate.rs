@@ -143,6 +143,19 @@ fn share(part: u64, whole: u64) -> String {
     format!("{:.1}%", 100.0 * part as f64 / whole as f64)
 }
 
+/// A component's name in sentences and tables.
+pub fn part_name(part: Part) -> &'static str {
+    match part {
+        Part::Weights => "weights",
+        Part::Gradients => "gradients",
+        Part::Optimizer => "optimizer states",
+        Part::Activations => "activations",
+        Part::KvCache => "KV cache",
+        Part::Logits => "logits and loss",
+        Part::Overhead => "overhead",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,18 +205,5 @@ mod tests {
         let text = estimate_table(&e);
         assert!(text.contains("fits, 1.00 GiB to spare"), "{text}");
         assert!(text.contains("123,456 tokens"), "{text}");
-    }
-}
-
-/// A component's name in sentences and tables.
-pub fn part_name(part: Part) -> &'static str {
-    match part {
-        Part::Weights => "weights",
-        Part::Gradients => "gradients",
-        Part::Optimizer => "optimizer states",
-        Part::Activations => "activations",
-        Part::KvCache => "KV cache",
-        Part::Logits => "logits and loss",
-        Part::Overhead => "overhead",
     }
 }

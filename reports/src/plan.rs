@@ -399,24 +399,17 @@ pub fn accelerate_loading(
     workload: &vramplan_sim::workload::Workload,
 ) -> String {
     use vramplan_sim::workload::Quant;
+    use vramplan_solver::whatif::quantization_config;
     let on = |tier: Target| plan.device_map.iter().any(|(_, t)| *t == tier);
     let host = on(Target::Cpu) || on(Target::Disk);
     let mut args = vec![format!("device_map=json.load(open({file:?}))")];
     if let Some(dtype) = workload.weight_dtype.filter(|d| d.is_float()) {
         args.push(format!("dtype=torch.{}", dtype.torch_name()));
     }
-    let bnb = match &workload.quant {
-        Quant::Int8 => Some("load_in_8bit=True".to_string()),
-        Quant::Nf4 { double_quant } | Quant::Fp4 { double_quant } => {
-            let kind = if matches!(workload.quant, Quant::Nf4 { .. }) { "nf4" } else { "fp4" };
-            let double = if *double_quant { ", bnb_4bit_use_double_quant=True" } else { "" };
-            Some(format!("load_in_4bit=True, bnb_4bit_quant_type=\"{kind}\"{double}"))
-        }
-        _ => None,
-    };
-    if let Some(config) = bnb {
-        let offload = if host { ", llm_int8_enable_fp32_cpu_offload=True" } else { "" };
-        args.push(format!("quantization_config=BitsAndBytesConfig({config}{offload})"));
+    // bitsandbytes quantizes at load; pre-quantized checkpoints carry their own config.
+    let bitsandbytes = matches!(workload.quant, Quant::Int8 | Quant::Nf4 { .. } | Quant::Fp4 { .. });
+    if let Some(config) = quantization_config(&workload.quant, host).filter(|_| bitsandbytes) {
+        args.push(format!("quantization_config={config}"));
     }
     if on(Target::Disk) {
         args.push("offload_folder=\"offload\"".into());

@@ -16,9 +16,11 @@ use crate::Target;
 use crate::build::Request;
 use crate::plan::{Plan, Settings, Verdict, deadline_after, plan, seconds_left};
 use crate::runtime::Runtime;
+use crate::whatif::search;
 use serde::Serialize;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::time::Instant;
 use vramplan_profiles::hardware::{self, HardwareProfile};
 use vramplan_profiles::model::ModelDescription;
@@ -276,44 +278,20 @@ fn largest_utilisation(plan: &Plan) -> f64 {
     plan.devices.iter().filter(|d| d.estimate.is_some()).map(|d| d.utilisation).fold(0.0, f64::max)
 }
 
-/// The largest value in `low..=high` for which `ok` holds, assuming it is monotone; `None` when
-/// even `low` fails.
+/// The largest value in `low..=high` for which `ok` holds (the what-if boundary search, from
+/// `high` down); `None` when even `low` fails.
 fn largest(low: u64, high: u64, mut ok: impl FnMut(u64) -> bool) -> Option<u64> {
-    if low > high || !ok(low) {
-        return None;
-    }
-    let (mut good, mut bad) = (low, high + 1);
-    while bad - good > 1 {
-        let mid = good + (bad - good) / 2;
-        if ok(mid) { good = mid } else { bad = mid }
-    }
-    Some(good)
+    let found = search::largest::<(), Infallible>(low, high, high, |v| Ok((ok(v), ())));
+    found.ok()?.below.map(|(v, _)| v)
 }
 
-/// The smallest value in `low..=high` for which `ok` holds, assuming it is monotone: doubling
-/// until it holds, then bisecting.
+/// The smallest value in `low..=high` for which `ok` holds (the what-if boundary search, from
+/// `low` up); `None` when none does.
 fn fewest(low: u32, high: u32, mut ok: impl FnMut(u32) -> bool) -> Option<u32> {
-    let mut failed = low - 1;
-    let mut k = low;
-    loop {
-        if k > high {
-            return None;
-        }
-        if ok(k) {
-            break;
-        }
-        failed = k;
-        k = (k * 2).min(high.max(k + 1));
-        if failed == high {
-            return None;
-        }
-    }
-    let mut good = k;
-    while good - failed > 1 {
-        let mid = failed + (good - failed) / 2;
-        if ok(mid) { good = mid } else { failed = mid }
-    }
-    Some(good)
+    let found = search::smallest::<(), Infallible>(low.into(), high.into(), low.into(), |v| {
+        Ok((u32::try_from(v).is_ok_and(&mut ok), ()))
+    });
+    found.ok()?.above.and_then(|(v, _)| u32::try_from(v).ok())
 }
 
 /// The profile with `n` GPUs of its first GPU's kind, when it has a catalog kind.

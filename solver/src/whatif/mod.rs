@@ -26,7 +26,7 @@ pub use queries::{
     Cap, Cheapest, Concurrency, EngineKind, Fewest, Largest, PricedProfile, QuantChoice, Quantity,
     best_quant, cheapest, max_batch, max_concurrency, max_seq, min_gpus,
 };
-pub use run_flags::{RunFlags, run_flags};
+pub use run_flags::{RunFlags, quantization_config, run_flags};
 
 use crate::build::Request;
 use crate::plan::{Settings, Verdict, plan};

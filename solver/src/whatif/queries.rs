@@ -228,7 +228,7 @@ pub fn max_concurrency(question: &Question, seq: u64) -> Vec<Concurrency> {
         let answer = match engine {
             EngineKind::Transformers => {
                 let w = Workload { engine: Engine::Transformers, ..base.clone() };
-                concurrency_by_search(question, &w, engine, seq, |q| max_batch(q))
+                concurrency_by_search(question, &w, engine, seq, max_batch)
             }
             EngineKind::Vllm => vllm_concurrency(question, &base, seq),
             EngineKind::LlamaCpp => {

@@ -80,7 +80,7 @@ fn transformers(
 ) -> Vec<RunFlags> {
     let mut load = RunFlags::new("from_pretrained");
     load.arg("dtype", torch_dtype(answer.weight_dtype.unwrap_or(model.dtype)));
-    if let Some(config) = bitsandbytes_config(&answer.quant) {
+    if let Some(config) = quantization_config(&answer.quant, false) {
         load.arg("quantization_config", config);
     }
     let attention = match answer.attention {
@@ -134,17 +134,17 @@ fn transformers(
     out
 }
 
-/// transformers' `BitsAndBytesConfig` (or fp8's config) for `quant`, as a Python literal.
-fn bitsandbytes_config(quant: &Quant) -> Option<String> {
+/// transformers' `quantization_config` for `quant` as a Python literal (`BitsAndBytesConfig`,
+/// or `FineGrainedFP8Config` for fp8); `cpu_offload` adds bitsandbytes' switch for modules kept
+/// on the CPU (`llm_int8_enable_fp32_cpu_offload`). `None` for weights loaded as stored.
+pub fn quantization_config(quant: &Quant, cpu_offload: bool) -> Option<String> {
+    let offload = if cpu_offload { ", llm_int8_enable_fp32_cpu_offload=True" } else { "" };
     Some(match quant {
-        Quant::Int8 => "BitsAndBytesConfig(load_in_8bit=True)".to_string(),
+        Quant::Int8 => format!("BitsAndBytesConfig(load_in_8bit=True{offload})"),
         Quant::Nf4 { double_quant } | Quant::Fp4 { double_quant } => {
             let kind = if matches!(quant, Quant::Nf4 { .. }) { "nf4" } else { "fp4" };
-            let double = if *double_quant { "True" } else { "False" };
-            format!(
-                "BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"{kind}\", \
-                 bnb_4bit_use_double_quant={double})"
-            )
+            let double = if *double_quant { ", bnb_4bit_use_double_quant=True" } else { "" };
+            format!("BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"{kind}\"{double}{offload})")
         }
         Quant::Fp8 { block } => format!("FineGrainedFP8Config(weight_block_size=({block}, {block}))"),
         _ => return None,

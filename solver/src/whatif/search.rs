@@ -158,7 +158,7 @@ mod tests {
                 let b = search(1, 40, start, |v| v <= threshold);
                 let expected = (threshold >= 1).then_some(threshold);
                 assert_eq!(b.below.map(|(v, _)| v), expected, "threshold {threshold} start {start}");
-                let next = (threshold < 40).then_some(threshold.max(0) + 1);
+                let next = (threshold < 40).then_some(threshold + 1);
                 assert_eq!(b.above.map(|(v, _)| v), next, "threshold {threshold} start {start}");
                 assert!(b.monotone);
             }
