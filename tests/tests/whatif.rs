@@ -361,3 +361,46 @@ fn bad_whatif_input_is_refused_with_a_fix() {
     assert_refused(&vramplan(&["whatif", "cheapest", "gpt2", "--hardware", "t4,,l4"]), &["empty profile"]);
     assert_refused(&vramplan(&["whatif", "max-batch", "gpt2", "--hardware", "t4", "--csv"]), &["--csv"]);
 }
+
+#[test]
+fn frontier_points_are_boundaries_and_none_beats_another() {
+    let out = whatif(&["frontier", "gpt2", "--hardware", "t4", "--csv"]);
+    let rows: Vec<Vec<String>> =
+        out.stdout.lines().skip(1).map(|l| l.split(',').map(String::from).collect()).collect();
+    assert!(rows.len() >= 3, "{}", out.stdout);
+    let quant_rank = |q: &str| ["none", "int8", "nf4 (double quant)"].iter().position(|x| *x == q).unwrap();
+    for row in &rows {
+        let (quant, offload, seq, batch) =
+            (&row[0], row[3] == "true", &row[4], row[5].parse::<u64>().unwrap());
+        let mut args = vec!["gpt2", "--hardware", "t4", "--seq", seq];
+        match quant.as_str() {
+            "none" => {}
+            "int8" => args.extend(["--quant", "int8"]),
+            _ => args.extend(["--quant", "nf4", "--double-quant"]),
+        }
+        let fits = |b: u64| {
+            let b = b.to_string();
+            if offload {
+                // Layers may go to the CPU: a plan that allows it, judged at no headroom.
+                let out = vramplan(&[&["plan"], &args[..], &["--batch", &b, "--headroom", "0"]].concat());
+                out.code == 0
+            } else {
+                estimate_fits(&args, &["--batch", &b])
+            }
+        };
+        assert!(fits(batch) && !fits(batch + 1), "{row:?}");
+    }
+    // No point is at least as good as another on every axis and better on one.
+    let key = |r: &Vec<String>| {
+        (r[5].parse::<u64>().unwrap(), r[4].parse::<u64>().unwrap(), quant_rank(&r[0]), r[3] == "true")
+    };
+    for a in &rows {
+        for b in &rows {
+            let (ab, aseq, aq, aoff) = key(a);
+            let (bb, bseq, bq, boff) = key(b);
+            let no_worse = ab >= bb && aseq >= bseq && aq <= bq && (!aoff || boff);
+            let better = ab > bb || aseq > bseq || aq < bq || (!aoff && boff);
+            assert!(!(no_worse && better), "{a:?} beats {b:?}");
+        }
+    }
+}
