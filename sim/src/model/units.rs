@@ -198,10 +198,16 @@ pub(crate) fn head_path(model: &ModelDescription) -> Option<String> {
     let vocab = model.facts.vocab_size;
     let mut found = None;
     model.root.visit(&mut |m| {
-        let in_block = model.facts.layers.iter().any(|l| m.path.starts_with(&format!("{}.", l.path)));
+        let in_block = || {
+            model
+                .facts
+                .layers
+                .iter()
+                .any(|l| m.path.strip_prefix(&l.path).is_some_and(|rest| rest.starts_with('.')))
+        };
         if m.kind == ModuleKind::Linear
-            && !in_block
             && m.tensors.iter().any(|t| t.name == "weight" && t.shape.first() == Some(&vocab))
+            && !in_block()
         {
             found = Some(m.path.clone());
         }
