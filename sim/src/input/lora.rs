@@ -99,7 +99,7 @@ fn output_heads(model: &ModelDescription) -> BTreeSet<&str> {
     let vocab = model.facts.vocab_size;
     let mut heads = BTreeSet::new();
     model.root.visit(&mut |m| {
-        if m.kind != ModuleKind::Linear || blocks.iter().any(|b| within(b, &m.path)) {
+        if m.kind != ModuleKind::Linear {
             return;
         }
         let out_features =
@@ -109,7 +109,9 @@ fn output_heads(model: &ModelDescription) -> BTreeSet<&str> {
                 _ => t.shape.first().copied(),
             });
         let named = matches!(m.name(), "lm_head" | "embed_out");
-        if named || (vocab > 0 && out_features == Some(vocab)) {
+        // A head lies outside the blocks; that test comes last, as it walks every block.
+        if (named || (vocab > 0 && out_features == Some(vocab))) && !blocks.iter().any(|b| within(b, &m.path))
+        {
             heads.insert(m.path.as_str());
         }
     });
