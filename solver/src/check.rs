@@ -325,17 +325,31 @@ fn tied_weights(map: &Map) -> Vec<Finding> {
         let others: Vec<String> = apart.iter().map(|(m, t)| format!("`{m}` on {}", label(*t))).collect();
         let moves: Vec<String> =
             apart.iter().map(|(m, _)| format!("`\"{m}\": {}`", json_device(anchor_device))).collect();
+        // accelerate's `retie_parameters` points every name of the group at the parameter of the
+        // first name in sorted order (accelerate 1.15, recorded in fixtures/reference/mismatches:
+        // `lm_head.weight` keeps the storage, so the embedding is the module that fails).
+        let keeper = group
+            .iter()
+            .filter_map(|path| Some((path.as_str(), map.placement.target_of(path)?)))
+            .min_by(|a, b| a.0.cmp(b.0));
+        let (keeper_path, keeper_device) = keeper.unwrap_or((anchor, anchor_device));
+        let failing: Vec<(&str, Target)> =
+            placed.iter().copied().filter(|(_, t)| *t != keeper_device).collect();
+        let fails = match failing.first() {
+            Some(&(m, t)) => format!("`{m}` on {} meets it on {}", label(t), label(keeper_device)),
+            None => "a module meets it on another device".to_string(),
+        };
         let message = format!(
             "{} share one storage (tied weights), but the map puts `{anchor}` on {} and {}. accelerate warns \
-             \"Tied parameters are on different devices\" and keeps the one storage on a single device, so \
-             the module on the other device multiplies its inputs by a weight that is not there: \
-             `{DEVICE_ERROR}{}`. Fix: put {} with `{anchor}`: {}.",
+             \"Tied parameters are on different devices\" and keeps the one storage where `{keeper_path}` is \
+             (the group's first name in sorted order), so {fails}: `{DEVICE_ERROR}{}`. Fix: put {} with \
+             `{anchor}`: {}.",
             ticked(&group.iter().map(String::as_str).collect::<Vec<_>>()),
             label(anchor_device),
             others.join(", "),
-            match (anchor_device, apart[0].1) {
-                (Target::Gpu(_), Target::Gpu(_)) =>
-                    format!(", {} and {}!", cuda(apart[0].1), cuda(anchor_device)),
+            match (failing.first().map(|f| f.1), keeper_device) {
+                (Some(t @ Target::Gpu(_)), Target::Gpu(_)) =>
+                    format!(", {} and {}!", cuda(t), cuda(keeper_device)),
                 _ => "…".to_string(),
             },
             ticked(&apart.iter().map(|(m, _)| *m).collect::<Vec<_>>()),
