@@ -280,15 +280,15 @@ fn numbers(flag: &str, text: &str) -> Result<Vec<u64>, InputError> {
         if a > b {
             return Err(bad("runs backwards"));
         }
-        let count = match step {
-            Some(s) => (b - a) / s + 1,
-            None => u64::from(64 - (b / a).leading_zeros()) + 1,
-        };
-        if count > MAX_AXIS_POINTS {
-            return Err(bad(&format!("has {count} points, more than {MAX_AXIS_POINTS}")));
-        }
         let mut values: Vec<u64> = match step {
-            Some(s) => (0..count).map(|k| a + k * s).collect(),
+            // A doubling range has at most 64 points; a stepped one is bounded here.
+            Some(s) => {
+                let count = (b - a) / s + 1;
+                if count > MAX_AXIS_POINTS {
+                    return Err(bad(&format!("has {count} points, more than {MAX_AXIS_POINTS}")));
+                }
+                (0..count).map(|k| a + k * s).collect()
+            }
             None => std::iter::successors(Some(a), |v| v.checked_mul(2)).take_while(|&v| v <= b).collect(),
         };
         if values.last() != Some(&b) {

@@ -115,19 +115,19 @@ pub fn run_text(run: &[RunFlags]) -> String {
     if run.is_empty() {
         return String::new();
     }
-    let mut text = String::from("\nto run it:\n");
+    format!("\nto run it:\n{}", run_lines(run))
+}
+
+/// One line per call or command, indented.
+fn run_lines(run: &[RunFlags]) -> String {
+    let mut text = String::new();
     for flags in run {
-        let command = flags.call.contains(' ') || flags.call.starts_with("llama");
-        if command {
-            let mut args: Vec<String> = flags
+        if flags.command_line {
+            let args: Vec<String> = flags
                 .args
                 .iter()
                 .map(|(n, v)| if v.is_empty() { n.clone() } else { format!("{n} {v}") })
                 .collect();
-            // `vllm serve` takes the model first; llama-server takes it as `-m FILE`.
-            if flags.call == "vllm serve" {
-                args.insert(0, "MODEL".into());
-            }
             text += &format!("  {} {}\n", flags.call, args.join(" "));
         } else {
             let args: Vec<String> = flags.args.iter().map(|(n, v)| format!("{n}={v}")).collect();
@@ -170,8 +170,7 @@ pub fn concurrency_text(answers: &[Concurrency]) -> String {
     let mut text = format!("sequences of {} tokens served at once\n", group_digits(seq));
     text += &table.render();
     for a in answers.iter().filter(|a| !a.run.is_empty()) {
-        text += &format!("\n{}:", engine_name(a.engine));
-        text += run_text(&a.run).trim_start_matches('\n').trim_start_matches("to run it:");
+        text += &format!("\n{}:\n{}", engine_name(a.engine), run_lines(&a.run));
     }
     text
 }
@@ -267,8 +266,16 @@ fn axis_cell(value: &AxisValue) -> (&'static str, String) {
     }
 }
 
-/// The grid's rows: the axes, then fits, the peak, the share of the limit and what binds.
-fn grid_rows(grid: &Grid) -> (Vec<&'static str>, Vec<Vec<String>>) {
+/// How a table or CSV writes bytes: binary units for people, whole numbers for programs.
+type BytesCell = fn(u64) -> String;
+
+fn bytes_number(bytes: u64) -> String {
+    bytes.to_string()
+}
+
+/// The grid's rows: the axes, then fits, the peak (written by `bytes`), the share of the limit
+/// and what binds.
+fn grid_rows(grid: &Grid, bytes: BytesCell) -> (Vec<&'static str>, Vec<Vec<String>>) {
     let mut header: Vec<&'static str> =
         grid.points.first().map(|p| p.at.iter().map(|v| axis_cell(v).0).collect()).unwrap_or_default();
     header.extend(["fits", "peak_bytes", "utilisation", "binding"]);
@@ -278,7 +285,7 @@ fn grid_rows(grid: &Grid) -> (Vec<&'static str>, Vec<Vec<String>>) {
         .map(|p| {
             let mut row: Vec<String> = p.at.iter().map(|v| axis_cell(v).1).collect();
             row.push(if p.refused.is_some() { "refused".into() } else { p.fits.to_string() });
-            row.push(p.peak_bytes.to_string());
+            row.push(bytes(p.peak_bytes));
             row.push(format!("{:.4}", p.utilisation));
             row.push(match (&p.refused, &p.binding) {
                 (Some(why), _) => why.clone(),
@@ -293,12 +300,9 @@ fn grid_rows(grid: &Grid) -> (Vec<&'static str>, Vec<Vec<String>>) {
 
 /// The grid as a table.
 pub fn grid_text(grid: &Grid) -> String {
-    let (header, rows) = grid_rows(grid);
+    let (header, rows) = grid_rows(grid, format_bytes);
     let mut table = Table::new(&header).right_align(&[header.len() - 3, header.len() - 2]);
     for row in rows {
-        let mut row = row;
-        let n = row.len();
-        row[n - 3] = format_bytes(row[n - 3].parse().unwrap_or(0));
         let cells: Vec<&str> = row.iter().map(String::as_str).collect();
         table.row(&cells);
     }
@@ -308,11 +312,11 @@ pub fn grid_text(grid: &Grid) -> String {
 
 /// The grid as CSV (bytes unformatted).
 pub fn grid_csv(grid: &Grid) -> String {
-    let (header, rows) = grid_rows(grid);
+    let (header, rows) = grid_rows(grid, bytes_number);
     csv(&header, &rows)
 }
 
-fn frontier_rows(frontier: &Frontier) -> (Vec<&'static str>, Vec<Vec<String>>) {
+fn frontier_rows(frontier: &Frontier, bytes: BytesCell) -> (Vec<&'static str>, Vec<Vec<String>>) {
     let header = vec!["quant", "kv_dtype", "gpus", "offload", "seq", "batch", "peak_bytes", "binding"];
     let rows = frontier
         .points
@@ -325,7 +329,7 @@ fn frontier_rows(frontier: &Frontier) -> (Vec<&'static str>, Vec<Vec<String>>) {
                 p.offload.to_string(),
                 p.seq.to_string(),
                 p.batch.to_string(),
-                p.peak_bytes.to_string(),
+                bytes(p.peak_bytes),
                 p.binding
                     .as_ref()
                     .map_or_else(String::new, |b| format!("GPU {} {}", b.device, part_name(b.component))),
@@ -337,10 +341,9 @@ fn frontier_rows(frontier: &Frontier) -> (Vec<&'static str>, Vec<Vec<String>>) {
 
 /// The frontier as a table.
 pub fn frontier_text(frontier: &Frontier) -> String {
-    let (header, rows) = frontier_rows(frontier);
+    let (header, rows) = frontier_rows(frontier, format_bytes);
     let mut table = Table::new(&header).right_align(&[2, 4, 5, 6]);
-    for mut row in rows {
-        row[6] = format_bytes(row[6].parse().unwrap_or(0));
+    for row in rows {
         let cells: Vec<&str> = row.iter().map(String::as_str).collect();
         table.row(&cells);
     }
@@ -354,7 +357,7 @@ pub fn frontier_text(frontier: &Frontier) -> String {
 
 /// The frontier as CSV.
 pub fn frontier_csv(frontier: &Frontier) -> String {
-    let (header, rows) = frontier_rows(frontier);
+    let (header, rows) = frontier_rows(frontier, bytes_number);
     csv(&header, &rows)
 }
 

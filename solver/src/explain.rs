@@ -16,7 +16,7 @@ use crate::Target;
 use crate::build::Request;
 use crate::plan::{Plan, Settings, Verdict, deadline_after, plan, seconds_left};
 use crate::runtime::Runtime;
-use crate::whatif::search;
+use crate::whatif::{search, with_quant};
 use serde::Serialize;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -373,11 +373,8 @@ fn remedies(
     }
     let mut quantized = Vec::new();
     if workload.quant == Quant::None {
-        // bitsandbytes weights cannot be fully fine-tuned: quantized training is (Q)LoRA.
-        let finetune = if training && full { lora.clone() } else { workload.finetune.clone() };
-        let lora_rank = (training && full).then_some(LORA_RANK);
         for quant in [Bitsandbytes::Int8, Bitsandbytes::Nf4DoubleQuant] {
-            let w = Workload { quant: quant.quant(), finetune: finetune.clone(), ..workload.clone() };
+            let (w, lora_rank) = with_quant(workload, quant.quant());
             let quantization = Quantization { quant, lora_rank };
             quantized.push((w.clone(), Some(quantization)));
             offer(&mut out, Change::Quantize(quantization), try_workload(&w));

@@ -5,15 +5,16 @@
 //! beats on every axis at once (larger batch, longer sequence, more precise weights and KV cache,
 //! fewer GPUs, no offload).
 
-use super::queries::{QLORA_RANK, max_batch};
-use super::{Binding, Question, binding, fp8_capable, probe};
+use super::queries::{max_batch, quant_candidates};
+use super::{Binding, Question, binding, fp8_capable, probe, with_quant};
 use crate::build::Request;
 use serde::Serialize;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use vramplan_profiles::hardware::{self, HardwareProfile};
 use vramplan_profiles::{DType, InputError};
-use vramplan_sim::workload::{Engine, Finetune, Mode, Quant, Workload};
+use vramplan_sim::workload::{Engine, Mode, Quant, Workload};
 
 /// One value of one axis.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -151,16 +152,7 @@ fn apply(workload: &Workload, value: &AxisValue) -> Workload {
                 w.engine = Engine::LlamaCpp { n_ctx: *s, n_ubatch };
             }
         }
-        AxisValue::Quant(q) => {
-            w.quant = q.clone();
-            // bitsandbytes weights train adapters, not the full model.
-            if w.mode == Mode::Train
-                && matches!(w.finetune, Finetune::Full)
-                && !matches!(q, Quant::None | Quant::Gguf { .. })
-            {
-                w.finetune = Finetune::Lora { rank: QLORA_RANK, alpha: 32, targets: Vec::new() };
-            }
-        }
+        AxisValue::Quant(q) => w = with_quant(&w, q.clone()).0,
         AxisValue::KvDtype(d) => w.kv_dtype = Some(*d),
         AxisValue::Hardware(_) => {}
     }
@@ -205,8 +197,8 @@ pub fn frontier(question: &Question) -> Result<Frontier, InputError> {
     let w = question.workload;
     let inference = w.mode == Mode::Inference;
     let transformers = matches!(w.engine, Engine::Transformers);
-    let quants: Vec<Quant> =
-        super::best_quant(question).into_iter().filter(|c| c.refused.is_none()).map(|c| c.quant).collect();
+    // A precision the runtime refuses gives no point (its first search fails).
+    let quants = quant_candidates(question);
     let mut kvs: Vec<Option<DType>> = vec![None];
     if inference && fp8_capable(question.hardware) && !matches!(w.engine, Engine::LlamaCpp { .. }) {
         kvs.push(Some(DType::F8E4M3));
@@ -214,11 +206,14 @@ pub fn frontier(question: &Question) -> Result<Frontier, InputError> {
     let total = question.hardware.devices.len() as u64;
     let kind = question.hardware.devices.first().and_then(|d| d.model.clone());
     let one_kind = question.hardware.devices.iter().all(|d| d.model == kind);
-    let counts: Vec<u64> = if one_kind && kind.is_some() {
-        std::iter::successors(Some(1u64), |n| Some(n * 2)).take_while(|&n| n < total).chain([total]).collect()
-    } else {
-        vec![total]
-    };
+    // Each count's profile, loaded once: the first GPUs of the question's kind.
+    let mut counts: Vec<(u64, Cow<HardwareProfile>)> = Vec::new();
+    if let (true, Some(kind)) = (one_kind, &kind) {
+        for n in std::iter::successors(Some(1u64), |n| Some(n * 2)).take_while(|&n| n < total) {
+            counts.push((n, Cow::Owned(hardware::load(&format!("{n}x{kind}"))?)));
+        }
+    }
+    counts.push((total, Cow::Borrowed(question.hardware)));
     let offloads: Vec<bool> = if inference && transformers { vec![false, true] } else { vec![false] };
     let positions = question.model.facts.max_positions;
     let top = if positions > 0 { positions } else { 1 << 17 };
@@ -229,12 +224,8 @@ pub fn frontier(question: &Question) -> Result<Frontier, InputError> {
     let mut candidates = Vec::new();
     for quant in &quants {
         for &kv in &kvs {
-            for &gpus in &counts {
-                let hw = match (&kind, gpus == total) {
-                    (_, true) => question.hardware.clone(),
-                    (Some(k), false) => hardware::load(&format!("{gpus}x{k}"))?,
-                    (None, false) => continue,
-                };
+            for (gpus, hw) in &counts {
+                let (gpus, hw) = (*gpus, hw.as_ref());
                 for &offload in &offloads {
                     let request = Request { offload, ..question.request.clone() };
                     let mut start = w.batch;
@@ -242,7 +233,7 @@ pub fn frontier(question: &Question) -> Result<Frontier, InputError> {
                         let base = apply(&apply(w, &AxisValue::Quant(quant.clone())), &AxisValue::Seq(seq));
                         let workload = Workload { kv_dtype: kv.or(base.kv_dtype), batch: start, ..base };
                         let q =
-                            Question { hardware: &hw, workload: &workload, request: &request, ..*question };
+                            Question { hardware: hw, workload: &workload, request: &request, ..*question };
                         let Ok(found) = max_batch(&q) else { break };
                         let (Some(batch), Some(fit)) = (found.value, &found.fit) else { break };
                         candidates.push(FrontierPoint {

@@ -29,6 +29,7 @@ pub use queries::{
 pub use run_flags::{RunFlags, quantization_config, run_flags};
 
 use crate::build::Request;
+use crate::explain::LORA_RANK;
 use crate::plan::{Settings, Verdict, plan};
 use serde::Serialize;
 use vramplan_profiles::InputError;
@@ -36,7 +37,7 @@ use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::ModelDescription;
 use vramplan_sim::estimate::{DeviceEstimate, Part, estimate_within, is_data_parallel, limit_bytes};
 use vramplan_sim::placement::{Placement, Target};
-use vramplan_sim::workload::{Engine, Mode, Parallelism, Workload};
+use vramplan_sim::workload::{Engine, Finetune, Mode, Parallelism, Quant, Workload};
 
 /// What every query starts from: the model, the hardware, the workload as given, and how plans
 /// are made (the runtime, the headroom kept on each GPU).
@@ -138,6 +139,20 @@ fn placement_is_solved(hardware: &HardwareProfile, workload: &Workload, request:
         && matches!(workload.engine, Engine::Transformers)
         && workload.parallelism == Parallelism::Single
         && !is_data_parallel(workload)
+}
+
+/// `workload` with weights held as `quant`. Quantized weights (bitsandbytes, fp8) cannot be fully
+/// fine-tuned, so a full fine-tune becomes LoRA of rank [`LORA_RANK`] (QLoRA, alpha 32, PEFT's
+/// default targets); the rank is returned where that happened.
+pub fn with_quant(workload: &Workload, quant: Quant) -> (Workload, Option<u64>) {
+    let adapters = workload.mode == Mode::Train
+        && matches!(workload.finetune, Finetune::Full)
+        && !matches!(quant, Quant::None | Quant::Gguf { .. });
+    let mut w = Workload { quant, ..workload.clone() };
+    if adapters {
+        w.finetune = Finetune::Lora { rank: LORA_RANK, alpha: 32, targets: Vec::new() };
+    }
+    (w, adapters.then_some(LORA_RANK))
 }
 
 /// Whether every GPU of `hardware` computes in fp8 (Ada and Hopper, compute capability 8.9 and

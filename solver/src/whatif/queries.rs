@@ -13,12 +13,14 @@
 //! - [`cheapest`]: every profile of a list with its price per hour, and the cheapest that fits.
 
 use super::search::{self, Boundary};
-use super::{Binding, Fit, Question, RunFlags, binding, fp8_capable, probe, replay_on_map, run_flags};
+use super::{
+    Binding, Fit, Question, RunFlags, binding, fp8_capable, probe, replay_on_map, run_flags, with_quant,
+};
 use serde::Serialize;
 use vramplan_profiles::InputError;
 use vramplan_profiles::hardware::{self, HardwareProfile, Prices};
 use vramplan_sim::engines::vllm;
-use vramplan_sim::workload::{Engine, Finetune, Mode, Parallelism, Quant, Workload};
+use vramplan_sim::workload::{Engine, Mode, Parallelism, Quant, Workload};
 
 /// The largest batch searched.
 const MAX_BATCH: u64 = 1 << 20;
@@ -28,10 +30,6 @@ const MAX_SEQ: u64 = 1 << 24;
 
 /// The most GPUs `min-gpus` tries.
 const MAX_GPUS: u64 = 64;
-
-/// The LoRA rank `best-quant` trains quantized weights with when the workload is a full
-/// fine-tune (bitsandbytes weights cannot be fully fine-tuned: quantized training is QLoRA).
-pub const QLORA_RANK: u64 = 16;
 
 /// The quantity a [`Largest`] answer is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -454,46 +452,39 @@ pub struct QuantChoice {
     pub run: Vec<RunFlags>,
 }
 
-/// Every weight precision the engine offers, from the highest down, each probed; the first that
-/// fits is the answer. transformers: the model's dtype, fp8 (on GPUs with fp8), bitsandbytes
-/// int8 and nf4 (QLoRA rank [`QLORA_RANK`] where the workload was a full fine-tune); vLLM: the
-/// dtype, fp8, bitsandbytes 4-bit; llama.cpp: GGUF F16, Q8_0, Q6_K, Q5_K_M, Q4_K_M, Q3_K_M,
-/// Q2_K.
-pub fn best_quant(question: &Question) -> Vec<QuantChoice> {
+/// The weight precisions the workload's engine offers, from the highest down: transformers the
+/// model's dtype, fp8 (inference on GPUs with fp8), bitsandbytes int8 and nf4; vLLM the dtype,
+/// fp8, bitsandbytes 4-bit; llama.cpp GGUF F16, Q8_0, Q6_K, Q5_K_M, Q4_K_M, Q3_K_M, Q2_K.
+pub(crate) fn quant_candidates(question: &Question) -> Vec<Quant> {
     let w = question.workload;
-    let train_full = w.mode == Mode::Train && matches!(w.finetune, Finetune::Full);
     let fp8 = fp8_capable(question.hardware);
-    let mut candidates: Vec<(Quant, bool)> = vec![(Quant::None, false)];
     match w.engine {
         Engine::Transformers => {
-            if fp8 && w.mode == Mode::Inference {
-                candidates.push((Quant::Fp8 { block: 128 }, false));
-            }
-            candidates.push((Quant::Int8, train_full));
-            candidates.push((Quant::Nf4 { double_quant: true }, train_full));
+            let fp8 = (fp8 && w.mode == Mode::Inference).then_some(Quant::Fp8 { block: 128 });
+            [Some(Quant::None), fp8, Some(Quant::Int8), Some(Quant::Nf4 { double_quant: true })]
+                .into_iter()
+                .flatten()
+                .collect()
         }
         Engine::Vllm { .. } => {
-            if fp8 {
-                candidates.push((Quant::Fp8 { block: 128 }, false));
-            }
-            candidates.push((Quant::Nf4 { double_quant: false }, false));
+            let fp8 = fp8.then_some(Quant::Fp8 { block: 128 });
+            [Some(Quant::None), fp8, Some(Quant::Nf4 { double_quant: false })].into_iter().flatten().collect()
         }
-        Engine::LlamaCpp { .. } => {
-            candidates = ["F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q3_K_M", "Q2_K"]
-                .into_iter()
-                .map(|t| (Quant::Gguf { quant_type: t.to_string() }, false))
-                .collect();
-        }
+        Engine::LlamaCpp { .. } => ["F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q3_K_M", "Q2_K"]
+            .into_iter()
+            .map(|t| Quant::Gguf { quant_type: t.to_string() })
+            .collect(),
     }
+}
+
+/// Every weight precision of [`quant_candidates`] probed, from the highest down; the first that
+/// fits is the answer. Quantized weights of a full fine-tune train LoRA adapters ([`with_quant`]).
+pub fn best_quant(question: &Question) -> Vec<QuantChoice> {
+    let w = question.workload;
     let mut choices: Vec<QuantChoice> = Vec::new();
     let mut chosen = false;
-    for (quant, lora) in candidates {
-        let finetune = if lora {
-            Finetune::Lora { rank: QLORA_RANK, alpha: 32, targets: Vec::new() }
-        } else {
-            w.finetune.clone()
-        };
-        let candidate = Workload { quant: quant.clone(), finetune, ..w.clone() };
+    for quant in quant_candidates(question) {
+        let (candidate, lora_rank) = with_quant(w, quant.clone());
         let (fit, refused) = match probe(question, question.hardware, &candidate) {
             Ok(fit) => (Some(fit), None),
             Err(e) => (None, Some(e.to_string())),
@@ -505,7 +496,7 @@ pub fn best_quant(question: &Question) -> Vec<QuantChoice> {
             }
             _ => Vec::new(),
         };
-        choices.push(QuantChoice { quant, lora_rank: lora.then_some(QLORA_RANK), fit, refused, run });
+        choices.push(QuantChoice { quant, lora_rank, fit, refused, run });
     }
     choices
 }
@@ -540,49 +531,37 @@ pub struct Cheapest {
 /// Probes the workload on each of `profiles` (specs as `--hardware` takes them) and prices
 /// them with `prices`.
 pub fn cheapest(question: &Question, profiles: &[String], prices: &Prices) -> Result<Cheapest, InputError> {
-    let mut rows = Vec::new();
-    let mut loaded = Vec::new();
+    let mut rows: Vec<(PricedProfile, HardwareProfile)> = Vec::new();
     for spec in profiles {
         let h = hardware::load(spec)?;
-        let per_hour = prices.per_hour(&h);
         let (fit, refused) = match probe(question, &h, question.workload) {
             Ok(fit) => (Some(fit), None),
             Err(e) => (None, Some(e.to_string())),
         };
-        rows.push(PricedProfile {
+        let row = PricedProfile {
             hardware: spec.clone(),
             gpus: h.devices.len() as u64,
-            per_hour,
+            per_hour: prices.per_hour(&h),
             fit,
             refused,
-        });
-        loaded.push(h);
+        };
+        rows.push((row, h));
     }
+    // Those that fit first, priced before unpriced, by price; a stable sort keeps the list's
+    // order among equals.
     let fits = |r: &PricedProfile| r.fit.as_ref().is_some_and(|f| f.fits);
-    let mut order: Vec<usize> = (0..rows.len()).collect();
-    order.sort_by(|&a, &b| {
-        let key = |r: &PricedProfile| (!fits(r), r.per_hour.is_none());
-        key(&rows[a])
-            .cmp(&key(&rows[b]))
-            .then(rows[a].per_hour.unwrap_or(0.0).total_cmp(&rows[b].per_hour.unwrap_or(0.0)))
-            .then(a.cmp(&b))
+    rows.sort_by(|(a, _), (b, _)| {
+        (!fits(a), a.per_hour.is_none())
+            .cmp(&(!fits(b), b.per_hour.is_none()))
+            .then(a.per_hour.unwrap_or(0.0).total_cmp(&b.per_hour.unwrap_or(0.0)))
     });
-    let best = order.first().copied().filter(|&i| fits(&rows[i]) && rows[i].per_hour.is_some());
+    let best = rows.first().filter(|(r, _)| fits(r) && r.per_hour.is_some());
     let run = match best {
-        Some(i) => run_flags(
-            question.model,
-            &loaded[i],
-            question.workload,
-            question.workload,
-            rows[i].fit.as_ref().expect("fits"),
-        ),
-        None => Vec::new(),
+        Some((PricedProfile { fit: Some(fit), .. }, h)) => {
+            run_flags(question.model, h, question.workload, question.workload, fit)
+        }
+        _ => Vec::new(),
     };
-    let answer = best.map(|i| rows[i].hardware.clone());
-    let mut sorted = Vec::with_capacity(rows.len());
-    let mut taken: Vec<Option<PricedProfile>> = rows.into_iter().map(Some).collect();
-    for i in order {
-        sorted.extend(taken[i].take());
-    }
-    Ok(Cheapest { profiles: sorted, answer, run })
+    let answer = best.map(|(r, _)| r.hardware.clone());
+    Ok(Cheapest { profiles: rows.into_iter().map(|(r, _)| r).collect(), answer, run })
 }

@@ -22,12 +22,15 @@ use vramplan_sim::workload::{
 /// The arguments of one program or call, in order.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunFlags {
-    /// Where they go: `TrainingArguments`, `from_pretrained`, `LoraConfig`, `generate`,
-    /// `vllm serve`, `llama-server`.
+    /// Where they go: `SFTConfig`, `from_pretrained`, `LoraConfig`, `generate`, `vllm serve`,
+    /// `llama-server`.
     pub call: &'static str,
+    /// `call` is a program run from a shell (its arguments are flags), not a Python call (its
+    /// arguments are keywords).
+    pub command_line: bool,
     /// `(name, value)`: a flag and its value for command lines (`--max-model-len`, `8192`; a
-    /// switch has an empty value), a keyword and its Python literal for calls
-    /// (`per_device_train_batch_size`, `4`).
+    /// positional argument or a switch has an empty value), a keyword and its Python literal for
+    /// calls (`per_device_train_batch_size`, `4`).
     pub args: Vec<(String, String)>,
     /// The device map of the answer, for `from_pretrained(device_map=...)`.
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "super::optional_map")]
@@ -36,7 +39,11 @@ pub struct RunFlags {
 
 impl RunFlags {
     fn new(call: &'static str) -> RunFlags {
-        RunFlags { call, args: Vec::new(), device_map: None }
+        RunFlags { call, command_line: false, args: Vec::new(), device_map: None }
+    }
+
+    fn command(program: &'static str) -> RunFlags {
+        RunFlags { command_line: true, ..RunFlags::new(program) }
     }
 
     fn arg(&mut self, name: &str, value: impl ToString) {
@@ -68,10 +75,6 @@ pub fn run_flags(
     }
 }
 
-fn torch_dtype(dtype: DType) -> String {
-    format!("torch.{}", dtype.torch_name().trim_start_matches("torch."))
-}
-
 fn transformers(
     model: &ModelDescription,
     question: &Workload,
@@ -79,7 +82,7 @@ fn transformers(
     fit: &Fit,
 ) -> Vec<RunFlags> {
     let mut load = RunFlags::new("from_pretrained");
-    load.arg("dtype", torch_dtype(answer.weight_dtype.unwrap_or(model.dtype)));
+    load.arg("dtype", format!("torch.{}", answer.weight_dtype.unwrap_or(model.dtype).torch_name()));
     if let Some(config) = quantization_config(&answer.quant, false) {
         load.arg("quantization_config", config);
     }
@@ -164,14 +167,15 @@ fn optim(optimizer: Optimizer) -> &'static str {
 }
 
 fn vllm(answer: &Workload, gpu_memory_utilization: f64) -> RunFlags {
-    let mut serve = RunFlags::new("vllm serve");
+    let mut serve = RunFlags::command("vllm serve");
+    serve.arg("MODEL", "");
     serve.arg("--max-model-len", answer.seq);
     serve.arg("--gpu-memory-utilization", gpu_memory_utilization);
     if let Parallelism::Tensor { size } = answer.parallelism {
         serve.arg("--tensor-parallel-size", size);
     }
     if let Some(dtype) = answer.weight_dtype {
-        serve.arg("--dtype", dtype.torch_name().trim_start_matches("torch."));
+        serve.arg("--dtype", dtype.torch_name());
     }
     match answer.quant {
         Quant::Fp8 { .. } => serve.arg("--quantization", "fp8"),
@@ -193,7 +197,7 @@ fn llamacpp(
     n_ctx: u64,
     n_ubatch: u64,
 ) -> RunFlags {
-    let mut server = RunFlags::new("llama-server");
+    let mut server = RunFlags::command("llama-server");
     let file_type = match &answer.quant {
         Quant::Gguf { quant_type } => quant_type.clone(),
         _ => match answer.weight_dtype.unwrap_or(model.dtype) {
@@ -209,7 +213,7 @@ fn llamacpp(
     if hardware.devices.len() > 1 {
         server.arg("--split-mode", "layer");
     }
-    if n_ubatch != 512 {
+    if n_ubatch != Engine::LLAMACPP_UBATCH {
         server.arg("-ub", n_ubatch);
     }
     if answer.attention == AttentionImpl::Flash {
