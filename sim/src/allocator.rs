@@ -18,8 +18,6 @@
 //! real device with it, taking each segment from the driver as the model creates it and
 //! giving it back as the model releases it ([`CachingAllocator::take_segment_changes`]).
 
-use std::collections::{BTreeMap, BTreeSet};
-
 const ROUND: u64 = 512;
 const SMALL_REQUEST: u64 = 1 << 20;
 const SMALL_SEGMENT: u64 = 2 << 20;
@@ -35,12 +33,59 @@ struct Block {
     offset: u64,
 }
 
-/// One segment obtained with `cudaMalloc`: its pool, and its blocks by offset (size, free);
-/// no blocks once returned to the driver.
-#[derive(Debug)]
+/// A pool's free blocks, ordered by (size, segment, offset): the best fit for a request is the
+/// first block at least its size. A sorted list: a pool holds tens to hundreds of free blocks,
+/// where a binary search and a short move beat a tree's node allocations (the replay of a
+/// what-if grid spends most of its time here).
+#[derive(Debug, Clone, Default)]
+struct FreeBlocks(Vec<Block>);
+
+impl FreeBlocks {
+    fn best_fit(&self, size: u64) -> Option<Block> {
+        let index = self.0.partition_point(|b| b.size < size);
+        self.0.get(index).copied()
+    }
+
+    fn insert(&mut self, block: Block) {
+        if let Err(index) = self.0.binary_search(&block) {
+            self.0.insert(index, block);
+        }
+    }
+
+    fn remove(&mut self, block: &Block) {
+        if let Ok(index) = self.0.binary_search(block) {
+            self.0.remove(index);
+        }
+    }
+
+    /// Removes `old` and inserts `new`, moving only the blocks between their places.
+    fn replace(&mut self, old: &Block, new: Block) {
+        let Ok(from) = self.0.binary_search(old) else { return self.insert(new) };
+        let to = self.0.partition_point(|b| *b < new);
+        if to <= from {
+            self.0[to..=from].rotate_right(1);
+            self.0[to] = new;
+        } else {
+            self.0[from..to].rotate_left(1);
+            self.0[to - 1] = new;
+        }
+    }
+}
+
+/// One segment obtained with `cudaMalloc`: its pool, and its blocks in order of offset
+/// (offset, size, free), which tile it; no blocks once returned to the driver. A segment holds
+/// a few blocks, so a sorted list beats a tree.
+#[derive(Debug, Clone)]
 struct Segment {
     small: bool,
-    blocks: BTreeMap<u64, (u64, bool)>,
+    blocks: Vec<(u64, u64, bool)>,
+}
+
+impl Segment {
+    /// The index of the block at `offset`.
+    fn at(&self, offset: u64) -> Option<usize> {
+        self.blocks.binary_search_by_key(&offset, |b| b.0).ok()
+    }
 }
 
 /// A segment the allocator took from the driver (`cudaMalloc`) or gave back to it.
@@ -61,7 +106,7 @@ pub enum SegmentChange {
 }
 
 /// The allocator's state: segments, free blocks per pool, live allocations.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct CachingAllocator {
     /// The most it may reserve before it returns free segments (the device's usable memory).
     capacity: u64,
@@ -75,7 +120,7 @@ pub struct CachingAllocator {
     out_of_memory: bool,
     segments: Vec<Segment>,
     /// Free blocks per pool, ordered by size for best fit.
-    free: [BTreeSet<Block>; 2],
+    free: [FreeBlocks; 2],
     /// Live allocations by id (ids are handed out in sequence): (segment, offset).
     live: Vec<Option<(usize, u64)>>,
     /// Segment changes not yet taken, when they are recorded.
@@ -105,7 +150,7 @@ impl CachingAllocator {
             idle: Vec::new(),
             out_of_memory: false,
             segments: Vec::new(),
-            free: [BTreeSet::new(), BTreeSet::new()],
+            free: [FreeBlocks::default(), FreeBlocks::default()],
             live: Vec::new(),
             changes: None,
             allocated: 0,
@@ -132,7 +177,7 @@ impl CachingAllocator {
                 continue;
             }
             let segment = &mut self.segments[index];
-            if let Some((&0, &(size, true))) = segment.blocks.iter().next() {
+            if let Some(&(0, size, true)) = segment.blocks.first() {
                 self.free[usize::from(segment.small)].remove(&Block { size, segment: index, offset: 0 });
                 segment.blocks.clear();
                 self.reserved -= size;
@@ -148,8 +193,7 @@ impl CachingAllocator {
         let size = round(bytes);
         let small = size <= SMALL_REQUEST;
         let pool = usize::from(small);
-        let probe = Block { size, segment: 0, offset: 0 };
-        let block = match self.free[pool].range(probe..).next().copied() {
+        let block = match self.free[pool].best_fit(size) {
             Some(block) => block,
             None => {
                 let segment_size = if small {
@@ -164,9 +208,7 @@ impl CachingAllocator {
                     self.out_of_memory = self.reserved.saturating_add(segment_size) > self.capacity;
                 }
                 let segment = self.segments.len();
-                let mut blocks = BTreeMap::new();
-                blocks.insert(0, (segment_size, true));
-                self.segments.push(Segment { small, blocks });
+                self.segments.push(Segment { small, blocks: vec![(0, segment_size, true)] });
                 self.idle.push(false);
                 self.reserved += segment_size;
                 if let Some(changes) = &mut self.changes {
@@ -177,23 +219,21 @@ impl CachingAllocator {
                 block
             }
         };
-        self.free[pool].remove(&block);
         if let Some(idle) = self.idle.get_mut(block.segment) {
             *idle = false;
         }
         let remaining = block.size - size;
         let split = if small { remaining >= ROUND } else { remaining > SMALL_REQUEST };
-        let blocks = &mut self.segments[block.segment].blocks;
+        let segment = &mut self.segments[block.segment];
+        let index = segment.at(block.offset).expect("a free block is in its segment");
         if split {
-            blocks.insert(block.offset, (size, false));
-            blocks.insert(block.offset + size, (remaining, true));
-            self.free[pool].insert(Block {
-                size: remaining,
-                segment: block.segment,
-                offset: block.offset + size,
-            });
+            segment.blocks[index] = (block.offset, size, false);
+            segment.blocks.insert(index + 1, (block.offset + size, remaining, true));
+            let rest = Block { size: remaining, segment: block.segment, offset: block.offset + size };
+            self.free[pool].replace(&block, rest);
         } else {
-            blocks.insert(block.offset, (block.size, false));
+            segment.blocks[index].2 = false;
+            self.free[pool].remove(&block);
         }
         let charged = if split { size } else { block.size };
         let slot = id as usize;
@@ -209,32 +249,39 @@ impl CachingAllocator {
     /// `allocated` (0 if unknown).
     pub fn free(&mut self, id: u64) -> u64 {
         let Some((segment, offset)) = self.live.get_mut(id as usize).and_then(Option::take) else { return 0 };
-        let Segment { small, blocks, .. } = &mut self.segments[segment];
-        let pool = usize::from(*small);
-        let Some(&(size, _)) = blocks.get(&offset) else { return 0 };
+        let seg = &mut self.segments[segment];
+        let pool = usize::from(seg.small);
+        let Some(mut index) = seg.at(offset) else { return 0 };
+        let size = seg.blocks[index].1;
         self.allocated -= size;
         let (mut start, mut length) = (offset, size);
-        if let Some((&next_offset, &(next_size, true))) = blocks.range(offset + size..).next()
+        if let Some(&(next_offset, next_size, true)) = seg.blocks.get(index + 1)
             && next_offset == offset + size
         {
-            blocks.remove(&next_offset);
+            seg.blocks.remove(index + 1);
             self.free[pool].remove(&Block { size: next_size, segment, offset: next_offset });
             length += next_size;
         }
-        if let Some((&prev_offset, &(prev_size, true))) = blocks.range(..offset).next_back()
+        let mut merged_into = None;
+        if let Some(&(prev_offset, prev_size, true)) = index.checked_sub(1).and_then(|i| seg.blocks.get(i))
             && prev_offset + prev_size == offset
         {
-            blocks.remove(&offset);
-            self.free[pool].remove(&Block { size: prev_size, segment, offset: prev_offset });
+            seg.blocks.remove(index);
+            index -= 1;
+            merged_into = Some(Block { size: prev_size, segment, offset: prev_offset });
             start = prev_offset;
             length += prev_size;
         }
-        blocks.insert(start, (length, true));
-        if blocks.len() == 1 && !self.idle[segment] {
+        seg.blocks[index] = (start, length, true);
+        if seg.blocks.len() == 1 && !self.idle[segment] {
             self.idle[segment] = true;
             self.idle_list.push(segment);
         }
-        self.free[pool].insert(Block { size: length, segment, offset: start });
+        let free = Block { size: length, segment, offset: start };
+        match merged_into {
+            Some(previous) => self.free[pool].replace(&previous, free),
+            None => self.free[pool].insert(free),
+        }
         size
     }
 }

@@ -51,7 +51,8 @@ pub fn model_states(model: &ModelDescription, workload: &Workload, ranks: u64) -
 /// Bytes block `layer` (an index into `facts.layers`) keeps for backward under `workload`.
 pub fn saved_activation_bytes(model: &ModelDescription, workload: &Workload, layer: usize) -> u64 {
     let precision = Precision::of(model, workload);
-    let activations = activations::ActivationModel::new(model, workload, precision);
+    let targets = lora_targets(model, workload);
+    let activations = activations::ActivationModel::new(model, workload, precision, &targets);
     activations.block(layer, workload.batch, workload.seq).saved.iter().sum()
 }
 

@@ -165,10 +165,22 @@ pub fn estimate_within(
         return data_parallel_estimate(model, hardware, workload, placement, headroom);
     }
     let program = crate::program::step_program(model, hardware, workload, placement);
-    let capacity = |gpu: u32| {
+    let replay = crate::timeline::replay(&program, gpu_limits(hardware, headroom));
+    replayed_estimate(hardware, replay.devices)
+}
+
+/// Each GPU's limit under `headroom` ([`limit_bytes`]), by its index in `hardware`.
+pub(crate) fn gpu_limits(hardware: &HardwareProfile, headroom: f64) -> impl Fn(u32) -> u64 + '_ {
+    move |gpu: u32| {
         hardware.devices.get(gpu as usize).map_or(u64::MAX, |d| limit_bytes(d.usable_bytes(), headroom))
-    };
-    let runs = crate::timeline::replay(&program, capacity).devices;
+    }
+}
+
+/// The estimate from each GPU's replay of one program on `hardware`.
+pub(crate) fn replayed_estimate(
+    hardware: &HardwareProfile,
+    runs: std::collections::BTreeMap<u32, crate::timeline::DeviceRun>,
+) -> Result<Estimate, InputError> {
     let mut devices = Vec::new();
     for (gpu, run) in runs {
         let Some(device) = hardware.devices.get(gpu as usize) else {

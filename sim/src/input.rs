@@ -7,7 +7,7 @@ mod checks;
 mod flags;
 mod lora;
 
-pub use checks::validate;
+pub use checks::{validate, validate_configuration, validate_shape};
 pub use flags::{WorkloadFlags, parse_quant};
 pub use lora::lora_target_modules;
 

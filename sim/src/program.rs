@@ -28,6 +28,7 @@ use crate::model::units::{self, Unit, UnitKind};
 use crate::placement::{Placement, Target, covers};
 use crate::workload::{Finetune, GradCheckpointing, Mode, Parallelism, Quant, Trainer, Workload};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::{AttentionKind, ModelDescription, ModuleKind, NormKind, StackKind};
 
@@ -178,6 +179,9 @@ pub struct StepProgram {
     /// a paged optimizer. `max_memory_allocated` and `_reserved` do not see them; `nvidia-smi`
     /// does, while they are resident (the driver pages them to host memory under pressure).
     pub managed_bytes: BTreeMap<u32, u64>,
+    /// How many of `ops` load the model (weights, DDP's buckets, the cuBLAS workspaces): the
+    /// same operations at every batch and sequence length.
+    pub load_ops: usize,
 }
 
 impl StepProgram {
@@ -218,49 +222,18 @@ pub fn step_program(
     workload: &Workload,
     placement: &Placement,
 ) -> StepProgram {
-    let lora_targets = crate::closed_form::lora_targets(model, workload);
-    let mut builder = Builder::new(model, hardware, workload, placement, &lora_targets);
-    builder.load(hardware);
-    match workload.mode {
-        Mode::Train => {
-            builder.train_step(1);
-            builder.train_step(2);
-        }
-        Mode::Inference => builder.inference(),
-    }
-    let tokens = match workload.mode {
-        Mode::Train => workload.seq,
-        Mode::Inference => builder.prompt(),
-    };
-    let handoff_bytes = builder.handoff_bytes(tokens);
-    let units = builder
-        .units
-        .iter()
-        .zip(&builder.devices)
-        .map(|(u, device)| ProgramUnit {
-            path: u.path.clone(),
-            keys: u.keys.clone(),
-            role: match u.kind {
-                UnitKind::Block(layer) => UnitRole::Block(layer),
-                UnitKind::Embedding => UnitRole::Embedding,
-                UnitKind::Head => UnitRole::Head,
-                UnitKind::Other => UnitRole::Other,
-            },
-            device: *device,
-        })
-        .collect();
-    StepProgram { units, ops: builder.ops, handoff_bytes, managed_bytes: builder.managed }
+    Resolved::new(model, hardware, workload, placement).program(hardware, workload)
 }
 
-/// Writes the program: the model's units and what each allocates, resolved once.
-struct Builder<'a> {
+/// What the program takes from the model, the workload and the placement that does not depend
+/// on the batch or the sequence length, resolved once: the LoRA targets, the dtypes, the units
+/// and what each holds, the activation model's per-model traits, and where each unit runs. A
+/// sweep over shapes (`sweep.rs`) writes every point's program from one of these.
+pub(crate) struct Resolved<'a> {
     model: &'a ModelDescription,
-    workload: &'a Workload,
     precision: Precision,
     blocks: ActivationModel<'a>,
     units: Vec<Unit>,
-    /// Each unit's activations for one training step.
-    activations: Vec<BlockActivations>,
     /// The GPU each unit runs on: where it is placed, or for inference the main GPU when it is
     /// offloaded to `cpu` or `disk`.
     devices: Vec<Option<u32>>,
@@ -268,25 +241,20 @@ struct Builder<'a> {
     /// forward (accelerate's `AlignDevicesHook` with offload): their KV cache stays there.
     offloaded: Vec<bool>,
     shards: u64,
-    ops: Vec<Op>,
-    /// Live allocations by id: device and component.
-    live: Vec<Option<(u32, Component)>>,
-    /// Bytes per GPU in CUDA managed memory (paged optimizer states).
-    managed: BTreeMap<u32, u64>,
-    /// GPUs holding Unsloth's buffers for offloaded checkpoints.
-    offload_buffers: Vec<u32>,
+    /// The operations of the last program written: the next one's is about as long.
+    ops_hint: AtomicUsize,
 }
 
-impl<'a> Builder<'a> {
-    fn new(
+impl<'a> Resolved<'a> {
+    pub(crate) fn new(
         model: &'a ModelDescription,
         hardware: &HardwareProfile,
         workload: &'a Workload,
         placement: &Placement,
-        lora_targets: &[String],
-    ) -> Builder<'a> {
+    ) -> Resolved<'a> {
+        let lora_targets = crate::closed_form::lora_targets(model, workload);
         let precision = Precision::of(model, workload);
-        let units = units::units(model, workload, &precision, lora_targets);
+        let units = units::units(model, workload, &precision, &lora_targets);
         let main_gpu = placement.main_gpu().filter(|_| workload.mode == Mode::Inference);
         let mut offloaded = vec![false; units.len()];
         let devices: Vec<Option<u32>> = units
@@ -305,22 +273,86 @@ impl<'a> Builder<'a> {
             Parallelism::Zero { .. } => hardware.devices.len().max(1) as u64,
             _ => 1,
         };
-        let mut builder = Builder {
+        Resolved {
             model,
-            workload,
             precision,
-            blocks: ActivationModel::new(model, workload, precision),
+            blocks: ActivationModel::new(model, workload, precision, &lora_targets),
             units,
-            activations: Vec::new(),
             devices,
             offloaded,
             shards,
-            ops: Vec::new(),
+            ops_hint: AtomicUsize::new(0),
+        }
+    }
+
+    /// The program of `workload`, which differs from the one this was resolved for at most in
+    /// its batch, sequence and prompt lengths.
+    pub(crate) fn program(&self, hardware: &HardwareProfile, workload: &Workload) -> StepProgram {
+        let mut builder = Builder::new(self, workload);
+        builder.load(hardware);
+        let load_ops = builder.ops.len();
+        match workload.mode {
+            Mode::Train => {
+                builder.train_step(1);
+                builder.train_step(2);
+            }
+            Mode::Inference => builder.inference(),
+        }
+        let tokens = match workload.mode {
+            Mode::Train => workload.seq,
+            Mode::Inference => builder.prompt(),
+        };
+        let handoff_bytes = builder.handoff_bytes(tokens);
+        let units = self
+            .units
+            .iter()
+            .zip(&self.devices)
+            .map(|(u, device)| ProgramUnit {
+                path: u.path.clone(),
+                keys: u.keys.clone(),
+                role: match u.kind {
+                    UnitKind::Block(layer) => UnitRole::Block(layer),
+                    UnitKind::Embedding => UnitRole::Embedding,
+                    UnitKind::Head => UnitRole::Head,
+                    UnitKind::Other => UnitRole::Other,
+                },
+                device: *device,
+            })
+            .collect();
+        self.ops_hint.store(builder.ops.len(), Ordering::Relaxed);
+        StepProgram { units, ops: builder.ops, handoff_bytes, managed_bytes: builder.managed, load_ops }
+    }
+}
+
+/// Writes one shape's program from what is [`Resolved`].
+struct Builder<'r, 'a> {
+    r: &'r Resolved<'a>,
+    model: &'a ModelDescription,
+    workload: &'r Workload,
+    /// Each unit's activations for one training step.
+    activations: Vec<BlockActivations>,
+    ops: Vec<Op>,
+    /// Live allocations by id: device and component.
+    live: Vec<Option<(u32, Component)>>,
+    /// Bytes per GPU in CUDA managed memory (paged optimizer states).
+    managed: BTreeMap<u32, u64>,
+    /// GPUs holding Unsloth's buffers for offloaded checkpoints.
+    offload_buffers: Vec<u32>,
+}
+
+impl<'r, 'a> Builder<'r, 'a> {
+    fn new(r: &'r Resolved<'a>, workload: &'r Workload) -> Builder<'r, 'a> {
+        let mut builder = Builder {
+            r,
+            model: r.model,
+            workload,
+            activations: Vec::with_capacity(r.units.len()),
+            ops: Vec::with_capacity(r.ops_hint.load(Ordering::Relaxed)),
             live: Vec::new(),
             managed: BTreeMap::new(),
             offload_buffers: Vec::new(),
         };
-        builder.activations = (0..builder.units.len()).map(|i| builder.activations_of(i)).collect();
+        builder.activations = (0..r.units.len()).map(|i| builder.activations_of(i)).collect();
         builder
     }
 
@@ -372,10 +404,10 @@ impl<'a> Builder<'a> {
     /// cuBLAS workspaces.
     fn load(&mut self, hardware: &HardwareProfile) {
         self.compute(None, None, Event::Load);
-        for i in 0..self.units.len() {
-            let Some(device) = self.devices[i].filter(|_| !self.offloaded[i]) else { continue };
+        for i in 0..self.r.units.len() {
+            let Some(device) = self.r.devices[i].filter(|_| !self.r.offloaded[i]) else { continue };
             let held: Vec<u64> =
-                self.units[i].weight_tensors.iter().map(|b| self.held_tensor_bytes(*b)).collect();
+                self.r.units[i].weight_tensors.iter().map(|b| self.held_tensor_bytes(*b)).collect();
             for bytes in held {
                 self.alloc(device, Some(i), Component::Weights, bytes);
             }
@@ -385,7 +417,7 @@ impl<'a> Builder<'a> {
         for (device, bytes) in self.ddp_bucket_bytes() {
             self.alloc_held(device, Component::Gradients, bytes);
         }
-        let mut used: Vec<u32> = self.devices.iter().flatten().copied().collect();
+        let mut used: Vec<u32> = self.r.devices.iter().flatten().copied().collect();
         used.sort_unstable();
         used.dedup();
         for g in used {
@@ -418,8 +450,8 @@ impl<'a> Builder<'a> {
             return Vec::new();
         }
         let mut buckets: Vec<(u32, u64)> = Vec::new();
-        for i in 0..self.units.len() {
-            let Some(device) = self.devices[i] else { continue };
+        for i in 0..self.r.units.len() {
+            let Some(device) = self.r.devices[i] else { continue };
             let bytes = self.trainable_grad_bytes(i);
             match buckets.iter_mut().find(|(d, _)| *d == device) {
                 Some((_, total)) => *total += bytes,
@@ -447,7 +479,7 @@ impl<'a> Builder<'a> {
     fn held_tensor_bytes(&self, bytes: u64) -> u64 {
         match self.workload.parallelism {
             Parallelism::Zero { offload_params: true, .. } => 0,
-            Parallelism::Zero { stage: 3, .. } => bytes.div_ceil(self.shards),
+            Parallelism::Zero { stage: 3, .. } => bytes.div_ceil(self.r.shards),
             _ => bytes,
         }
     }
@@ -456,16 +488,16 @@ impl<'a> Builder<'a> {
     /// the bytes in PyTorch's allocator, and those a paged optimizer keeps in CUDA managed
     /// memory.
     fn optimizer_state_held(&self, unit: usize) -> (u64, u64) {
-        let tensors = &self.units[unit].trainable_tensors;
+        let tensors = &self.r.units[unit].trainable_tensors;
         if tensors.is_empty()
             || matches!(self.workload.parallelism, Parallelism::Zero { offload_optimizer: true, .. })
         {
             return (0, 0);
         }
-        let dtype = units::trainable_dtype(self.workload, &self.precision);
+        let dtype = units::trainable_dtype(self.workload, &self.r.precision);
         let all = units::optimizer_state_bytes(self.workload, tensors, dtype);
         let paged = units::paged_state_bytes(self.workload.optimizer, tensors).min(all);
-        ((all - paged).div_ceil(self.shards), paged.div_ceil(self.shards))
+        ((all - paged).div_ceil(self.r.shards), paged.div_ceil(self.r.shards))
     }
 
     /// Creates unit `unit`'s optimizer states on `device` (the optimizer's first step of it).
@@ -480,14 +512,14 @@ impl<'a> Builder<'a> {
     /// Hidden states of `tokens` tokens per sequence as they pass between units (fp32 residual
     /// stream under autocast).
     fn handoff_bytes(&self, tokens: u64) -> u64 {
-        let residual = if self.precision.autocast { 4 } else { self.precision.compute_bytes() };
+        let residual = if self.r.precision.autocast { 4 } else { self.r.precision.compute_bytes() };
         residual * self.model.facts.hidden_size * self.workload.batch * tokens.max(1)
     }
 
     /// Per unit, the KV cache its block holds for the whole context (0 for other units).
     fn kv_cache_bytes(&self) -> Vec<u64> {
         let w = self.workload;
-        let kv_dtype = w.kv_dtype.unwrap_or(self.precision.compute);
+        let kv_dtype = w.kv_dtype.unwrap_or(self.r.precision.compute);
         let f = &self.model.facts;
         let per_token_layer = match &f.attention {
             AttentionKind::MultiLatent { qk_nope_head_dim, qk_rope_head_dim, v_head_dim, .. } => {
@@ -496,7 +528,8 @@ impl<'a> Builder<'a> {
             }
             AttentionKind::Standard => 2 * f.num_kv_heads * f.head_dim,
         };
-        self.units
+        self.r
+            .units
             .iter()
             .map(|u| match u.kind {
                 // Encoder blocks (BERT, T5's encoder) attend once and cache nothing.
@@ -517,14 +550,14 @@ impl<'a> Builder<'a> {
     /// the first unit under it.
     fn activations_of(&self, unit: usize) -> BlockActivations {
         let w = self.workload;
-        let mut acts = match self.units[unit].kind {
-            UnitKind::Block(layer) => self.blocks.block(layer, w.batch, w.seq),
+        let mut acts = match self.r.units[unit].kind {
+            UnitKind::Block(layer) => self.r.blocks.block(layer, w.batch, w.seq),
             UnitKind::Other | UnitKind::Embedding => self.norm_unit_activations(unit),
             UnitKind::Head => self
                 .declared_outside_blocks(unit)
                 .map_or_else(BlockActivations::default, |d| d.or_formula(BlockActivations::default)),
         };
-        let (p, model, units) = (&self.precision, self.model, &self.units);
+        let (p, model, units) = (&self.r.precision, self.model, &self.r.units);
         if let Some(above) = declared::above(model, units, unit, w, p, w.batch, w.seq) {
             acts.saved.extend(above.saved);
             acts.working_set.extend(above.working_set);
@@ -538,7 +571,7 @@ impl<'a> Builder<'a> {
     fn norm_unit_activations(&self, unit: usize) -> BlockActivations {
         let w = self.workload;
         let norm = || {
-            let has_norm = self.model.root.find(&self.units[unit].path).is_some_and(|m| {
+            let has_norm = self.model.root.find(&self.r.units[unit].path).is_some_and(|m| {
                 let mut found = false;
                 m.visit(&mut |x| found |= x.kind == ModuleKind::Norm);
                 found
@@ -548,11 +581,11 @@ impl<'a> Builder<'a> {
             }
             let tokens = w.batch * w.seq;
             let h = self.model.facts.hidden_size;
-            let c = self.precision.compute_bytes();
+            let c = self.r.precision.compute_bytes();
             let saved = if self.model.facts.norm == NormKind::RmsNorm {
-                vec![4 * h * tokens, self.precision.upcast_bytes() * h * tokens, c * h * tokens]
+                vec![4 * h * tokens, self.r.precision.upcast_bytes() * h * tokens, c * h * tokens]
             } else {
-                vec![self.precision.upcast_bytes() * h * tokens, c * h * tokens]
+                vec![self.r.precision.upcast_bytes() * h * tokens, c * h * tokens]
             };
             BlockActivations {
                 saved,
@@ -571,14 +604,14 @@ impl<'a> Builder<'a> {
     /// What a custom model declares for unit `unit` outside the blocks (`model/declared.rs`).
     fn declared_outside_blocks(&self, unit: usize) -> Option<declared::Declared> {
         let w = self.workload;
-        declared::outside_blocks(self.model, &self.units, unit, w, &self.precision, w.batch, w.seq)
+        declared::outside_blocks(self.model, &self.r.units, unit, w, &self.r.precision, w.batch, w.seq)
     }
 
     /// When unit `to` runs on another GPU than unit `from`, the hidden states (forward) or their
     /// gradient (backward) cross over: both GPUs hold a copy while the transfer is in flight.
     fn cross_boundary(&mut self, to: usize, from: Option<usize>, event: Event) {
-        let (Some(from), Some(dst)) = (from, self.devices[to]) else { return };
-        let Some(src) = self.devices[from] else { return };
+        let (Some(from), Some(dst)) = (from, self.r.devices[to]) else { return };
+        let Some(src) = self.r.devices[from] else { return };
         if src == dst {
             return;
         }
@@ -598,10 +631,10 @@ impl<'a> Builder<'a> {
         let Parallelism::Zero { stage: 3, offload_params, .. } = self.workload.parallelism else { return 0 };
         let missing = |u: &Unit| {
             let full = u.weight_bytes();
-            if offload_params { full } else { full - full.div_ceil(self.shards) }
+            if offload_params { full } else { full - full.div_ceil(self.r.shards) }
         };
-        let next = self.units.get(unit + 1).map(missing).unwrap_or(0);
-        missing(&self.units[unit]) + next
+        let next = self.r.units.get(unit + 1).map(missing).unwrap_or(0);
+        missing(&self.r.units[unit]) + next
     }
 
     /// A full fine-tune of a model whose head shares its weight with a unit before it (tied
@@ -614,8 +647,8 @@ impl<'a> Builder<'a> {
         if self.workload.mode != Mode::Train || !matches!(self.workload.finetune, Finetune::Full) {
             return None;
         }
-        let head = self.units.iter().position(|u| u.kind == UnitKind::Head)?;
-        let module = self.model.root.find(&self.units[head].path)?;
+        let head = self.r.units.iter().position(|u| u.kind == UnitKind::Head)?;
+        let module = self.model.root.find(&self.r.units[head].path)?;
         let mut tied = None;
         module.visit(&mut |m| {
             for t in &m.tensors {
@@ -625,16 +658,16 @@ impl<'a> Builder<'a> {
             }
         });
         let (target, numel) = tied?;
-        let owner = self.units.iter().position(|u| covers(&u.keys[0], &target))?;
+        let owner = self.r.units.iter().position(|u| covers(&u.keys[0], &target))?;
         // An embedding off the GPUs runs no backward there: nothing to hold for it.
-        self.devices[owner]?;
-        let dtype = units::trainable_dtype(self.workload, &self.precision);
+        self.r.devices[owner]?;
+        let dtype = units::trainable_dtype(self.workload, &self.r.precision);
         (owner != head).then(|| (owner, dtype.bytes_for(numel)))
     }
 
     fn trainable_grad_bytes(&self, unit: usize) -> u64 {
-        let dtype = units::trainable_dtype(self.workload, &self.precision);
-        dtype.bytes_for(self.units[unit].trainable_params())
+        let dtype = units::trainable_dtype(self.workload, &self.r.precision);
+        dtype.bytes_for(self.r.units[unit].trainable_params())
     }
 
     /// Bytes of the dequantized weight a 4-bit linear materialises for its matmul, in the
@@ -644,10 +677,10 @@ impl<'a> Builder<'a> {
             Quant::Nf4 { .. } | Quant::Fp4 { .. } => {
                 // Unsloth sets every Linear4bit's compute dtype to the model's.
                 let bytes = match self.workload.trainer {
-                    Trainer::Unsloth => self.precision.compute_bytes(),
+                    Trainer::Unsloth => self.r.precision.compute_bytes(),
                     _ => self.workload.autocast.map(|d| d.bits() / 8).unwrap_or(4),
                 };
-                self.units[unit].largest_quantized_linear * bytes
+                self.r.units[unit].largest_quantized_linear * bytes
             }
             _ => 0,
         }
@@ -659,17 +692,17 @@ impl<'a> Builder<'a> {
         let checkpoint = w.grad_checkpointing == GradCheckpointing::Full;
         let offload = w.switches.activation_offload;
         // What each unit keeps from its forward to its backward.
-        let mut kept: Vec<Vec<Option<AllocId>>> = Vec::with_capacity(self.units.len());
+        let mut kept: Vec<Vec<Option<AllocId>>> = Vec::with_capacity(self.r.units.len());
         // Forward.
-        for i in 0..self.units.len() {
+        for i in 0..self.r.units.len() {
             self.cross_boundary(i, i.checked_sub(1), Event::ActivationsTo(i, step));
-            let Some(device) = self.devices[i] else {
+            let Some(device) = self.r.devices[i] else {
                 kept.push(Vec::new());
                 continue;
             };
             let acts = self.activations[i].clone();
-            let is_block = matches!(self.units[i].kind, UnitKind::Block(_));
-            let autocast = 2 * self.units[i].autocast_params;
+            let is_block = matches!(self.r.units[i].kind, UnitKind::Block(_));
+            let autocast = 2 * self.r.units[i].autocast_params;
             let dequant = self.dequant_transient(i);
             let gathered = self.gathered_weights(i);
             let unit = Some(i);
@@ -710,14 +743,14 @@ impl<'a> Builder<'a> {
             kept.push(ids);
         }
         // Loss, on the head's device, as part of the head's run.
-        let head = self.units.iter().position(|u| u.kind == UnitKind::Head);
+        let head = self.r.units.iter().position(|u| u.kind == UnitKind::Head);
         let mut logits_ids = Vec::new();
         if let Some(h) = head
-            && let Some(device) = self.devices[h]
+            && let Some(device) = self.r.devices[h]
         {
             let tokens = w.batch * w.seq;
             let vocab = self.model.facts.vocab_size;
-            let c = self.precision.compute_bytes();
+            let c = self.r.precision.compute_bytes();
             let unit = Some(h);
             self.compute(unit, Some(device), Event::Loss(step));
             if w.trainer == Trainer::Unsloth {
@@ -793,12 +826,12 @@ impl<'a> Builder<'a> {
         let zero2 = matches!(w.parallelism, Parallelism::Zero { stage: 2.., .. });
         let tied = self.tied_head_gradient();
         let mut tied_part = None;
-        for i in (0..self.units.len()).rev() {
-            let from = (i + 1 < self.units.len()).then_some(i + 1);
+        for i in (0..self.r.units.len()).rev() {
+            let from = (i + 1 < self.r.units.len()).then_some(i + 1);
             self.cross_boundary(i, from, Event::GradientsTo(i, step));
-            let Some(device) = self.devices[i] else { continue };
+            let Some(device) = self.r.devices[i] else { continue };
             let acts = self.activations[i].clone();
-            let is_block = matches!(self.units[i].kind, UnitKind::Block(_));
+            let is_block = matches!(self.r.units[i].kind, UnitKind::Block(_));
             let grads = self.trainable_grad_bytes(i);
             // Gradients zeroed in place stay allocated from the first backward on.
             let grads_new = if w.switches.keep_gradients && !first { 0 } else { grads };
@@ -815,7 +848,7 @@ impl<'a> Builder<'a> {
             let mut sum = None;
             match tied {
                 Some((owner, bytes)) if Some(i) == head => {
-                    let shared = self.devices[owner].unwrap_or(device);
+                    let shared = self.r.devices[owner].unwrap_or(device);
                     tied_part = self.alloc(shared, unit, Component::Gradients, bytes);
                 }
                 Some((owner, bytes)) if owner == i && tied_part.is_some() => {
@@ -853,15 +886,15 @@ impl<'a> Builder<'a> {
             } else if zero2 {
                 // Reduce-scatter keeps this rank's shard of the gradients.
                 self.free(grad);
-                self.alloc(device, unit, Component::Gradients, grads_new.div_ceil(self.shards));
+                self.alloc(device, unit, Component::Gradients, grads_new.div_ceil(self.r.shards));
             }
         }
         // Optimizer step: the first creates the states (and master weights) it keeps; in
         // backward, each unit's were created by its own first step there.
         self.compute(None, None, Event::OptimizerStep(step));
         if first && !w.switches.optimizer_in_backward {
-            for i in 0..self.units.len() {
-                if let Some(device) = self.devices[i] {
+            for i in 0..self.r.units.len() {
+                if let Some(device) = self.r.devices[i] {
                     self.create_optimizer_states(i, device);
                 }
             }
@@ -880,20 +913,20 @@ impl<'a> Builder<'a> {
         let w = self.workload;
         let prompt = self.prompt();
         for (i, bytes) in self.kv_cache_bytes().into_iter().enumerate() {
-            if let Some(device) = self.devices[i] {
+            if let Some(device) = self.r.devices[i] {
                 self.alloc(device, Some(i), Component::KvCache, bytes);
             }
         }
         let vocab = self.model.facts.vocab_size;
-        let c = self.precision.compute_bytes();
-        let follows = self.blocks.runs_transformers_forward();
+        let c = self.r.precision.compute_bytes();
+        let follows = self.r.blocks.runs_transformers_forward();
         // What the model's own forward holds across its layers, made at the embedding.
         let mut model_held: Vec<Option<AllocId>> = Vec::new();
         // The GPU of the input embeddings, while they are the hidden states the loop names.
         let mut embeddings_on: Option<u32> = None;
-        for i in 0..self.units.len() {
-            let Some(device) = self.devices[i] else { continue };
-            let kind = self.units[i].kind;
+        for i in 0..self.r.units.len() {
+            let Some(device) = self.r.devices[i] else { continue };
+            let kind = self.r.units[i].kind;
             let unit = Some(i);
             let event = if kind == UnitKind::Head { Event::LastLogits } else { Event::Prefill(i) };
             if kind == UnitKind::Head {
@@ -902,7 +935,7 @@ impl<'a> Builder<'a> {
             }
             self.compute(unit, Some(device), event);
             if kind == UnitKind::Embedding && follows && model_held.is_empty() {
-                let held = self.blocks.prefill_held(w.batch, prompt);
+                let held = self.r.blocks.prefill_held(w.batch, prompt);
                 model_held =
                     held.into_iter().map(|b| self.alloc(device, unit, Component::Activations, b)).collect();
                 embeddings_on = Some(device);
@@ -913,7 +946,7 @@ impl<'a> Builder<'a> {
             // live while it runs: the previous layer's output outlives that layer only while
             // nothing else runs.
             let acts = match kind {
-                UnitKind::Block(layer) => Some(self.blocks.block(layer, w.batch, prompt)),
+                UnitKind::Block(layer) => Some(self.r.blocks.block(layer, w.batch, prompt)),
                 _ => None,
             };
             let first_block_with_embeddings = acts.is_some() && embeddings_on.take() == Some(device);
@@ -924,8 +957,8 @@ impl<'a> Builder<'a> {
                 _ => None,
             };
             // accelerate's pre-forward hook loads an offloaded unit's weights to the GPU.
-            let streamed: Vec<u64> = if self.offloaded[i] {
-                self.units[i].weight_tensors.iter().map(|b| self.held_tensor_bytes(*b)).collect()
+            let streamed: Vec<u64> = if self.r.offloaded[i] {
+                self.r.units[i].weight_tensors.iter().map(|b| self.held_tensor_bytes(*b)).collect()
             } else {
                 Vec::new()
             };

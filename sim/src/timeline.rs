@@ -8,7 +8,7 @@ use crate::program::{Alloc, AllocId, Component, Compute, Event, Op, StepProgram}
 use std::collections::BTreeMap;
 
 /// One device's replay.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Track {
     allocator: CachingAllocator,
     /// Bytes charged (rounded by the allocator) by component.
@@ -86,65 +86,95 @@ pub(crate) struct Replay {
 /// Replays `program`; `capacity` gives a GPU's memory (where its allocator returns free
 /// segments rather than reserve past it).
 pub(crate) fn replay(program: &StepProgram, capacity: impl Fn(u32) -> u64) -> Replay {
-    let mut tracks: BTreeMap<u32, Track> = BTreeMap::new();
-    for device in program.units.iter().filter_map(|u| u.device) {
-        tracks.entry(device).or_insert_with(|| Track::new(capacity(device)));
+    let mut state = ReplayState::new(program, &capacity);
+    state.run(&program.ops, &capacity);
+    state.finish(program)
+}
+
+/// A replay part way through a program: every device's allocator and peaks, and the live
+/// allocations. A sweep over shapes replays the load, the same at every shape, once, and goes
+/// on from a copy of this for each shape.
+#[derive(Debug, Clone)]
+pub(crate) struct ReplayState {
+    tracks: BTreeMap<u32, Track>,
+    /// Live allocations by id: device, component, bytes charged.
+    live: Vec<Option<(u32, Component, u64)>>,
+    sizes: Vec<u64>,
+}
+
+impl ReplayState {
+    /// Nothing replayed yet, on the GPUs `program`'s units run on.
+    pub(crate) fn new(program: &StepProgram, capacity: impl Fn(u32) -> u64) -> ReplayState {
+        let mut tracks: BTreeMap<u32, Track> = BTreeMap::new();
+        for device in program.units.iter().filter_map(|u| u.device) {
+            tracks.entry(device).or_insert_with(|| Track::new(capacity(device)));
+        }
+        // (Ids are handed out in order, one per allocation: fewer than the operations.)
+        let ops = program.ops.len();
+        ReplayState { tracks, live: Vec::with_capacity(ops), sizes: Vec::with_capacity(ops) }
     }
-    // Live allocations by id: device, component, bytes charged.
-    let mut live: Vec<Option<(u32, Component, u64)>> = Vec::new();
-    let mut sizes: Vec<u64> = Vec::new();
-    for op in &program.ops {
-        match *op {
-            Op::Compute(Compute { device: Some(device), event, .. }) => {
-                if let Some(track) = tracks.get_mut(&device) {
-                    track.mark(event);
+
+    /// Replays `ops`, the next operations of the program.
+    pub(crate) fn run(&mut self, ops: &[Op], capacity: impl Fn(u32) -> u64) {
+        let ReplayState { tracks, live, sizes } = self;
+        for op in ops {
+            match *op {
+                Op::Compute(Compute { device: Some(device), event, .. }) => {
+                    if let Some(track) = tracks.get_mut(&device) {
+                        track.mark(event);
+                    }
                 }
-            }
-            Op::Compute(Compute { device: None, event, .. }) => {
-                tracks.values_mut().for_each(|t| t.mark(event))
-            }
-            Op::Alloc(Alloc { id, device, component, bytes, .. }) => {
-                let track = tracks.entry(device).or_insert_with(|| Track::new(capacity(device)));
-                let charged = track.alloc(id, component, bytes);
-                if live.len() <= id {
-                    live.resize(id + 1, None);
-                    sizes.resize(id + 1, 0);
+                Op::Compute(Compute { device: None, event, .. }) => {
+                    tracks.values_mut().for_each(|t| t.mark(event))
                 }
-                live[id] = Some((device, component, charged));
-                sizes[id] = charged;
-            }
-            Op::Free(id) => {
-                if let Some((device, component, charged)) = live.get_mut(id).and_then(Option::take)
-                    && let Some(track) = tracks.get_mut(&device)
-                {
-                    track.free(id, component, charged);
+                Op::Alloc(Alloc { id, device, component, bytes, .. }) => {
+                    let track = tracks.entry(device).or_insert_with(|| Track::new(capacity(device)));
+                    let charged = track.alloc(id, component, bytes);
+                    if live.len() <= id {
+                        live.resize(id + 1, None);
+                        sizes.resize(id + 1, 0);
+                    }
+                    live[id] = Some((device, component, charged));
+                    sizes[id] = charged;
+                }
+                Op::Free(id) => {
+                    if let Some((device, component, charged)) = live.get_mut(id).and_then(Option::take)
+                        && let Some(track) = tracks.get_mut(&device)
+                    {
+                        track.free(id, component, charged);
+                    }
                 }
             }
         }
     }
-    let devices = tracks
-        .into_iter()
-        .map(|(g, t)| {
-            let p = |c: Component| t.peak_components[c.index()];
-            let components = Components {
-                weights: p(Component::Weights),
-                gradients: p(Component::Gradients),
-                optimizer: p(Component::Optimizer),
-                activations: p(Component::Activations),
-                kv_cache: p(Component::KvCache),
-                logits: p(Component::Logits),
-                overhead: p(Component::Workspace),
-            };
-            let run = DeviceRun {
-                peak_allocated: t.peak_allocated,
-                peak_reserved: t.peak_reserved,
-                peak_at: program.describe(t.peak_at),
-                components,
-                steady: t.by_component.iter().sum(),
-                managed: program.managed_bytes.get(&g).copied().unwrap_or(0),
-            };
-            (g, run)
-        })
-        .collect();
-    Replay { devices, charged: sizes }
+
+    /// What the replay of `program` found.
+    pub(crate) fn finish(self, program: &StepProgram) -> Replay {
+        let devices = self
+            .tracks
+            .into_iter()
+            .map(|(g, t)| {
+                let p = |c: Component| t.peak_components[c.index()];
+                let components = Components {
+                    weights: p(Component::Weights),
+                    gradients: p(Component::Gradients),
+                    optimizer: p(Component::Optimizer),
+                    activations: p(Component::Activations),
+                    kv_cache: p(Component::KvCache),
+                    logits: p(Component::Logits),
+                    overhead: p(Component::Workspace),
+                };
+                let run = DeviceRun {
+                    peak_allocated: t.peak_allocated,
+                    peak_reserved: t.peak_reserved,
+                    peak_at: program.describe(t.peak_at),
+                    components,
+                    steady: t.by_component.iter().sum(),
+                    managed: program.managed_bytes.get(&g).copied().unwrap_or(0),
+                };
+                (g, run)
+            })
+            .collect();
+        Replay { devices, charged: self.sizes }
+    }
 }

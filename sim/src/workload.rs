@@ -317,3 +317,12 @@ impl Default for Workload {
         }
     }
 }
+
+impl Workload {
+    /// Whether `other` is this workload at another shape: it differs at most in `batch`, `seq`
+    /// and `prompt`. What the step takes from the model and the placement is then the same
+    /// (a sweep over shapes resolves it once, `sweep.rs`).
+    pub fn same_but_shape(&self, other: &Workload) -> bool {
+        *other == Workload { batch: other.batch, seq: other.seq, prompt: other.prompt, ..self.clone() }
+    }
+}

@@ -1,12 +1,14 @@
 //! The invariants ARCHITECTURE.md states for every estimate, checked over every built-in model
 //! in inference and training: per device, allocated ≤ reserved ≤ device-used (PyTorch's
 //! caching allocator reserves what it allocates, and `nvidia-smi` adds the CUDA context), and
-//! the same inputs give the same figures.
+//! the same inputs give the same figures; a sweep over shapes, which resolves a configuration
+//! once, gives every shape the figures of a whole estimate.
 
 use vramplan_profiles::hardware;
 use vramplan_profiles::model::{self, ImportOptions, catalog};
+use vramplan_sim::estimate::estimate_within;
 use vramplan_sim::workload::{Finetune, GradCheckpointing, Mode, Workload};
-use vramplan_sim::{Placement, estimate};
+use vramplan_sim::{Placement, Sweep, Target, estimate};
 
 fn workloads() -> Vec<(&'static str, Workload)> {
     vec![
@@ -209,4 +211,56 @@ fn charges_bound_each_gpu_of_an_even_split_within_what_they_miss() {
     }
     assert!(checked >= 300, "only {checked} devices checked");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The shapes a sweep is held to: batch and sequence up and down from the workload's, and a
+/// prompt shorter than the context.
+fn shapes(workload: &Workload) -> Vec<Workload> {
+    let at = |batch: u64, seq: u64, prompt: Option<u64>| Workload { batch, seq, prompt, ..workload.clone() };
+    vec![at(1, 128, None), at(3, 1000, None), at(8, 4096, None), at(2, 3000, Some(700)), workload.clone()]
+}
+
+#[test]
+fn a_sweep_gives_every_shape_the_figures_of_a_whole_estimate() {
+    let one = hardware::load("h100-80gb").expect("profile");
+    let eight = hardware::load("h100-80gb-x8").expect("profile");
+    let examples = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/examples");
+    let mut models: Vec<String> = catalog::builtin_names().iter().map(|n| n.to_string()).collect();
+    for example in ["timeseries-transformer.yaml", "graph-network.yaml", "xlnet-memory-mixture.yaml"] {
+        models.push(examples.join(example).to_string_lossy().into_owned());
+    }
+    let mut differences = Vec::new();
+    let mut checked = 0;
+    for name in &models {
+        let model = model::load(name, ImportOptions::default()).expect("model");
+        // One GPU; layers over eight; and in inference half the layers offloaded to the CPU.
+        let mut offloaded = Placement::even_layers(&model, 2).entries().to_vec();
+        for (_, target) in offloaded.iter_mut() {
+            if *target == Target::Gpu(1) {
+                *target = Target::Cpu;
+            }
+        }
+        let placements = [
+            (&one, Placement::single(0)),
+            (&eight, Placement::even_layers(&model, 8)),
+            (&one, Placement::from_entries(offloaded)),
+        ];
+        for (label, workload) in workloads() {
+            for (hw, placement) in &placements {
+                let sweep = Sweep::new(&model, hw, &workload, placement.clone(), 0.1);
+                for shape in shapes(&workload) {
+                    let whole = estimate_within(&model, hw, &shape, placement, 0.1);
+                    if sweep.estimate(&shape) != whole {
+                        differences.push(format!(
+                            "{name} {label} on {} at batch {} seq {} prompt {:?}",
+                            hw.name, shape.batch, shape.seq, shape.prompt
+                        ));
+                    }
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 500, "only {checked} shapes checked");
+    assert!(differences.is_empty(), "{} of {checked} differ:\n{}", differences.len(), differences.join("\n"));
 }

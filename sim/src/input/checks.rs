@@ -21,8 +21,24 @@ pub fn validate(
     model: &ModelDescription,
     hardware: &HardwareProfile,
 ) -> Result<Vec<String>, InputError> {
+    validate_shape(workload, model)?;
+    validate_configuration(workload, model, hardware)?;
+    Ok(warnings(workload, model, hardware))
+}
+
+/// The checks of [`validate`] that read the batch, sequence and prompt lengths: what a sweep
+/// over shapes checks at every point, having checked the rest once.
+pub fn validate_shape(workload: &Workload, model: &ModelDescription) -> Result<(), InputError> {
     check_sizes(workload)?;
-    check_scale(workload, model)?;
+    check_scale(workload, model)
+}
+
+/// The checks of [`validate`] that hold whatever the shape ([`validate_shape`] has the others).
+pub fn validate_configuration(
+    workload: &Workload,
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+) -> Result<(), InputError> {
     check_quant(workload)?;
     check_mode(workload)?;
     check_engine(workload)?;
@@ -53,7 +69,7 @@ pub fn validate(
         .at_key("kv_dtype")
         .with_fix("use fp16, bf16, fp32 or fp8 (e4m3 / e5m2)"));
     }
-    Ok(warnings(workload, model, hardware))
+    Ok(())
 }
 
 fn positive(value: u64, key: &str, fix: &str) -> Result<(), InputError> {

@@ -201,7 +201,9 @@ pub(crate) struct ActivationModel<'a> {
     rotary: bool,
     /// The attention transformers runs for this model ([`attention_used`]).
     attention: AttentionImpl,
-    lora: Vec<LoraSite>,
+    /// Per block of `facts.layers`: its shape, and the LoRA sites inside it, worked out once
+    /// (a sweep asks for every block at many shapes).
+    blocks: Vec<(Shape, Vec<LoraSite>)>,
 }
 
 /// A linear layer LoRA wraps, as its block's activations see it.
@@ -245,11 +247,25 @@ fn lora_sites(model: &ModelDescription, targets: &[String]) -> Vec<LoraSite> {
 }
 
 impl<'a> ActivationModel<'a> {
-    pub(crate) fn new(model: &'a ModelDescription, workload: &'a Workload, precision: Precision) -> Self {
-        let targets = crate::closed_form::lora_targets(model, workload);
-        let lora = lora_sites(model, &targets);
+    /// The model of `model` under `workload`, whose LoRA adapters wrap `lora_targets`
+    /// (`closed_form::lora_targets`).
+    pub(crate) fn new(
+        model: &'a ModelDescription,
+        workload: &'a Workload,
+        precision: Precision,
+        lora_targets: &[String],
+    ) -> Self {
+        let lora = lora_sites(model, lora_targets);
         let attention = attention_used(model, workload);
-        ActivationModel { model, workload, precision, rotary: uses_rotary(model), attention, lora }
+        let (training, rotary) = (workload.mode == Mode::Train, uses_rotary(model));
+        let blocks = (0..model.facts.layers.len())
+            .map(|layer| {
+                let prefix = format!("{}.", model.facts.layers[layer].path);
+                let sites = lora.iter().filter(|s| s.path.starts_with(prefix.as_str())).cloned().collect();
+                (shape(model, layer, training, rotary), sites)
+            })
+            .collect();
+        ActivationModel { model, workload, precision, rotary, attention, blocks }
     }
 
     /// Activations of block `layer` for `batch` sequences of `seq` tokens (training keeps
@@ -260,18 +276,14 @@ impl<'a> ActivationModel<'a> {
         if let Some(declared) = declared {
             return declared.or_formula(|| formula(self, layer, batch, seq));
         }
-        let prefix = self.model.facts.layers.get(layer).map(|l| format!("{}.", l.path));
-        let sites: Vec<&LoraSite> = match &prefix {
-            Some(prefix) => self.lora.iter().filter(|s| s.path.starts_with(prefix.as_str())).collect(),
-            None => Vec::new(),
-        };
+        let sites: &[LoraSite] = self.blocks.get(layer).map_or(&[], |(_, sites)| sites);
         let mut acts = formula(self, layer, batch, seq);
         // Unsloth's fused LoRA kernels keep only their inputs, already in its list.
         if self.workload.mode == Mode::Train && !sites.is_empty() && self.workload.trainer != Trainer::Unsloth
         {
             let tokens = batch * seq;
             acts.saved.extend(
-                lora_saved(&sites, self.workload, &self.precision, self.attention)
+                lora_saved(sites, self.workload, &self.precision, self.attention)
                     .into_iter()
                     .map(|b| b * tokens),
             );
@@ -315,7 +327,7 @@ impl ActivationModel<'_> {
 /// adapters on a half model), else the layer's input itself, which a frozen base keeps for no
 /// one else except the attention's output (SDPA keeps it); `lora_B` keeps `lora_A`'s output.
 fn lora_saved(
-    sites: &[&LoraSite],
+    sites: &[LoraSite],
     workload: &Workload,
     precision: &Precision,
     attention: AttentionImpl,
@@ -348,7 +360,14 @@ fn lora_saved(
 fn formula(m: &ActivationModel, layer: usize, batch: u64, seq: u64) -> BlockActivations {
     let (model, workload, precision, attention) = (m.model, m.workload, &m.precision, m.attention);
     let training = workload.mode == Mode::Train;
-    let sh = shape(model, layer, training, m.rotary);
+    let computed;
+    let sh = match m.blocks.get(layer) {
+        Some((sh, _)) => sh,
+        None => {
+            computed = shape(model, layer, training, m.rotary);
+            &computed
+        }
+    };
     let tokens = batch * seq;
     let c = precision.compute_bytes();
     let up = precision.upcast_bytes();
@@ -363,7 +382,7 @@ fn formula(m: &ActivationModel, layer: usize, batch: u64, seq: u64) -> BlockActi
     let mut per_token: Vec<u64> = Vec::new();
     let mut per_sequence_sq: Vec<u64> = Vec::new(); // bytes per (batch · heads · s · s) element group
     if workload.trainer == Trainer::Unsloth {
-        per_token = unsloth_saved(&sh, c);
+        per_token = unsloth_saved(sh, c);
     }
     // LoRA trains adapters over a frozen base: an op keeps an operand only for the gradient
     // of another that requires one (autograd saves `x` of `x @ W` for `W`'s gradient), so
@@ -436,7 +455,7 @@ fn formula(m: &ActivationModel, layer: usize, batch: u64, seq: u64) -> BlockActi
             }
             if attention == AttentionImpl::Eager {
                 // The softmax is fp32 under autocast and where the eager function asks for it.
-                let softmax = if fp32_softmax(model, &sh) || precision.autocast { 4 } else { c };
+                let softmax = if fp32_softmax(model, sh) || precision.autocast { 4 } else { c };
                 if sh.softcap {
                     per_sequence_sq.push(c); // tanh of the scaled scores
                 }
@@ -529,13 +548,13 @@ fn formula(m: &ActivationModel, layer: usize, batch: u64, seq: u64) -> BlockActi
     // With nothing kept (inference, a checkpointed block's forward): what the layer's frames
     // hold at its widest op (`working_set.rs`), besides its input, which the program holds.
     let working_set = super::working_set::working_set(
-        &sh,
+        sh,
         &super::working_set::Forward {
             compute: precision.compute,
             residual,
             autocast: precision.autocast,
             attention,
-            fp32_softmax: fp32_softmax(model, &sh) || precision.autocast,
+            fp32_softmax: fp32_softmax(model, sh) || precision.autocast,
             activation: &model.facts.activation,
             keeps_attention_output: super::working_set::keeps_attention_output(&model.facts.model_type),
             tokens,

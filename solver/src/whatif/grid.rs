@@ -6,7 +6,7 @@
 //! fewer GPUs, no offload).
 
 use super::queries::{max_batch, quant_candidates};
-use super::{Binding, Question, binding, fp8_capable, probe, with_quant};
+use super::{Binding, Prober, Question, binding, fp8_capable, with_quant};
 use crate::build::Request;
 use serde::Serialize;
 use std::borrow::Cow;
@@ -86,17 +86,47 @@ pub fn grid(
         }
         at
     };
+    // Points that differ only in batch and sequence share a configuration, probed by one
+    // prober: every configuration (hardware, quantization, KV dtype) resolved once.
+    let is_shape = |v: &AxisValue| matches!(v, AxisValue::Batch(_) | AxisValue::Seq(_));
+    let shape_axis = |axis: &Axis| axis.first().is_some_and(is_shape);
+    let configuration_of = |at: &[AxisValue]| -> usize {
+        at.iter()
+            .zip(axes)
+            .filter(|(_, axis)| !shape_axis(axis))
+            .fold(0, |index, (v, axis)| index * axis.len() + axis.iter().position(|x| x == v).unwrap_or(0))
+    };
+    let configurations: usize = axes.iter().filter(|a| !shape_axis(a)).map(Vec::len).product();
+    let bases: Vec<(&HardwareProfile, Workload)> = (0..configurations)
+        .map(|c| {
+            // The configuration's values, read off its index as `configuration_of` wrote it.
+            let mut rest = c;
+            let mut values = Vec::new();
+            for axis in axes.iter().rev().filter(|a| !shape_axis(a)) {
+                values.push(&axis[rest % axis.len()]);
+                rest /= axis.len();
+            }
+            let mut workload = question.workload.clone();
+            let mut hw = question.hardware;
+            for value in values.into_iter().rev() {
+                match value {
+                    AxisValue::Hardware(spec) => hw = &profiles[spec],
+                    other => workload = apply(&workload, other),
+                }
+            }
+            (hw, workload)
+        })
+        .collect();
+    let probers: Vec<Prober> = bases.iter().map(|(hw, w)| Prober::new(*question, hw, w)).collect();
     let point = |index: usize| -> GridPoint {
         let at = coordinates(index);
-        let mut workload = question.workload.clone();
-        let mut hw = question.hardware;
-        for value in &at {
-            match value {
-                AxisValue::Hardware(spec) => hw = &profiles[spec],
-                other => workload = apply(&workload, other),
-            }
-        }
-        let point = match probe(question, hw, &workload) {
+        let configuration = configuration_of(&at);
+        let workload = at
+            .iter()
+            .zip(axes)
+            .filter(|(_, axis)| shape_axis(axis))
+            .fold(bases[configuration].1.clone(), |w, (v, _)| apply(&w, v));
+        let point = match probers[configuration].probe(&workload) {
             Ok(fit) => GridPoint {
                 fits: fit.fits,
                 peak_bytes: fit.peak_bytes,

@@ -35,7 +35,9 @@ use serde::Serialize;
 use vramplan_profiles::InputError;
 use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::ModelDescription;
+use vramplan_sim::Sweep;
 use vramplan_sim::estimate::{DeviceEstimate, Part, estimate_within, is_data_parallel, limit_bytes};
+use vramplan_sim::input::{validate_configuration, validate_shape};
 use vramplan_sim::placement::{Placement, Target};
 use vramplan_sim::workload::{Engine, Finetune, Mode, Parallelism, Quant, Workload};
 
@@ -106,9 +108,50 @@ pub fn probe(
     hardware: &HardwareProfile,
     workload: &Workload,
 ) -> Result<Fit, InputError> {
-    vramplan_sim::input::validate(workload, question.model, hardware)?;
-    let headroom = question.request.headroom;
-    if placement_is_solved(hardware, workload, question.request) {
+    Prober::new(*question, hardware, workload).probe(workload)
+}
+
+/// [`probe`] for one configuration at many shapes (a grid's batch × sequence points, a
+/// boundary search): what holds whatever the shape is checked once, and where the placement is
+/// fixed the step program is resolved once ([`Sweep`]). A workload that is not the
+/// configuration at another shape ([`Workload::same_but_shape`]) is probed whole.
+pub(crate) struct Prober<'q> {
+    question: Question<'q>,
+    hardware: &'q HardwareProfile,
+    base: &'q Workload,
+    /// The shape-free checks of `base`.
+    configuration: Result<(), InputError>,
+    /// Where the placement is fixed: one GPU's (or each rank's) replay.
+    sweep: Option<Sweep<'q>>,
+}
+
+impl<'q> Prober<'q> {
+    pub(crate) fn new(
+        question: Question<'q>,
+        hardware: &'q HardwareProfile,
+        base: &'q Workload,
+    ) -> Prober<'q> {
+        let configuration = validate_configuration(base, question.model, hardware);
+        let fixed = !placement_is_solved(hardware, base, question.request);
+        let sweep = (configuration.is_ok() && fixed).then(|| {
+            Sweep::new(question.model, hardware, base, Placement::single(0), question.request.headroom)
+        });
+        Prober { question, hardware, base, configuration, sweep }
+    }
+
+    /// Simulates `workload` on the prober's hardware, as [`probe`] does.
+    pub(crate) fn probe(&self, workload: &Workload) -> Result<Fit, InputError> {
+        if !self.base.same_but_shape(workload) {
+            return Prober::new(self.question, self.hardware, workload).probe(workload);
+        }
+        self.configuration.clone()?;
+        validate_shape(workload, self.question.model)?;
+        let (question, hardware) = (&self.question, self.hardware);
+        let headroom = question.request.headroom;
+        if let Some(sweep) = &self.sweep {
+            let estimate = sweep.estimate(workload)?;
+            return Ok(fit_of(estimate.devices, headroom, estimate.kv_capacity_tokens, estimate.fits));
+        }
         let settings = Settings::default();
         let planned = plan(question.model, hardware, workload, question.request, &settings)?;
         let mut devices: Vec<DeviceEstimate> =
@@ -123,11 +166,8 @@ pub fn probe(
         let mut fit = fit_of(devices, headroom, None, planned.verdict == Verdict::Fits);
         fit.proven = planned.verdict != Verdict::Unknown;
         fit.device_map = (planned.verdict == Verdict::Fits).then_some(planned.device_map);
-        return Ok(fit);
+        Ok(fit)
     }
-    let placement = Placement::single(0);
-    let estimate = estimate_within(question.model, hardware, workload, &placement, headroom)?;
-    Ok(fit_of(estimate.devices, headroom, estimate.kv_capacity_tokens, estimate.fits))
 }
 
 /// Whether the device map is the question (one copy of the model under transformers, over

@@ -14,7 +14,8 @@
 
 use super::search::{self, Boundary};
 use super::{
-    Binding, Fit, Question, RunFlags, binding, fp8_capable, probe, replay_on_map, run_flags, with_quant,
+    Binding, Fit, Prober, Question, RunFlags, binding, fp8_capable, probe, replay_on_map, run_flags,
+    with_quant,
 };
 use serde::Serialize;
 use vramplan_profiles::InputError;
@@ -131,9 +132,10 @@ fn largest_of(
     cap: Option<Cap>,
     with: impl Fn(u64) -> Workload,
 ) -> Result<Largest, InputError> {
-    let mut found = search::largest(low, high, start, |v| {
-        probe(question, question.hardware, &with(v)).map(|fit| (fit.fits, fit))
-    })?;
+    // The probes differ in one shape: what does not depend on it is resolved once.
+    let base = with(start);
+    let prober = Prober::new(*question, question.hardware, &base);
+    let mut found = search::largest(low, high, start, |v| prober.probe(&with(v)).map(|fit| (fit.fits, fit)))?;
     // Where the answer's map was solved, the next value is replayed on that map: what runs out
     // when the answer grows by one.
     if let (Some((_, fit)), Some((next, beyond))) = (&found.below, &mut found.above)
