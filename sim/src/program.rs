@@ -241,6 +241,8 @@ pub(crate) struct Resolved<'a> {
     /// forward (accelerate's `AlignDevicesHook` with offload): their KV cache stays there.
     offloaded: Vec<bool>,
     shards: u64,
+    /// The units as every program lists them.
+    program_units: Vec<ProgramUnit>,
     /// The operations of the last program written: the next one's is about as long.
     ops_hint: AtomicUsize,
 }
@@ -273,8 +275,24 @@ impl<'a> Resolved<'a> {
             Parallelism::Zero { .. } => hardware.devices.len().max(1) as u64,
             _ => 1,
         };
+        let program_units = units
+            .iter()
+            .zip(&devices)
+            .map(|(u, device)| ProgramUnit {
+                path: u.path.clone(),
+                keys: u.keys.clone(),
+                role: match u.kind {
+                    UnitKind::Block(layer) => UnitRole::Block(layer),
+                    UnitKind::Embedding => UnitRole::Embedding,
+                    UnitKind::Head => UnitRole::Head,
+                    UnitKind::Other => UnitRole::Other,
+                },
+                device: *device,
+            })
+            .collect();
         Resolved {
             model,
+            program_units,
             precision,
             blocks: ActivationModel::new(model, workload, precision, &lora_targets),
             units,
@@ -303,31 +321,20 @@ impl<'a> Resolved<'a> {
             Mode::Inference => builder.prompt(),
         };
         let handoff_bytes = builder.handoff_bytes(tokens);
-        let units = self
-            .units
-            .iter()
-            .zip(&self.devices)
-            .map(|(u, device)| ProgramUnit {
-                path: u.path.clone(),
-                keys: u.keys.clone(),
-                role: match u.kind {
-                    UnitKind::Block(layer) => UnitRole::Block(layer),
-                    UnitKind::Embedding => UnitRole::Embedding,
-                    UnitKind::Head => UnitRole::Head,
-                    UnitKind::Other => UnitRole::Other,
-                },
-                device: *device,
-            })
-            .collect();
         self.ops_hint.store(builder.ops.len(), Ordering::Relaxed);
-        StepProgram { units, ops: builder.ops, handoff_bytes, managed_bytes: builder.managed, load_ops }
+        StepProgram {
+            units: self.program_units.clone(),
+            ops: builder.ops,
+            handoff_bytes,
+            managed_bytes: builder.managed,
+            load_ops,
+        }
     }
 }
 
 /// Writes one shape's program from what is [`Resolved`].
 struct Builder<'r, 'a> {
     r: &'r Resolved<'a>,
-    model: &'a ModelDescription,
     workload: &'r Workload,
     /// Each unit's activations for one training step.
     activations: Vec<BlockActivations>,
@@ -344,7 +351,6 @@ impl<'r, 'a> Builder<'r, 'a> {
     fn new(r: &'r Resolved<'a>, workload: &'r Workload) -> Builder<'r, 'a> {
         let mut builder = Builder {
             r,
-            model: r.model,
             workload,
             activations: Vec::with_capacity(r.units.len()),
             ops: Vec::with_capacity(r.ops_hint.load(Ordering::Relaxed)),
@@ -513,14 +519,14 @@ impl<'r, 'a> Builder<'r, 'a> {
     /// stream under autocast).
     fn handoff_bytes(&self, tokens: u64) -> u64 {
         let residual = if self.r.precision.autocast { 4 } else { self.r.precision.compute_bytes() };
-        residual * self.model.facts.hidden_size * self.workload.batch * tokens.max(1)
+        residual * self.r.model.facts.hidden_size * self.workload.batch * tokens.max(1)
     }
 
     /// Per unit, the KV cache its block holds for the whole context (0 for other units).
     fn kv_cache_bytes(&self) -> Vec<u64> {
         let w = self.workload;
         let kv_dtype = w.kv_dtype.unwrap_or(self.r.precision.compute);
-        let f = &self.model.facts;
+        let f = &self.r.model.facts;
         let per_token_layer = match &f.attention {
             AttentionKind::MultiLatent { qk_nope_head_dim, qk_rope_head_dim, v_head_dim, .. } => {
                 // transformers caches the decompressed keys and values of every head.
@@ -557,7 +563,7 @@ impl<'r, 'a> Builder<'r, 'a> {
                 .declared_outside_blocks(unit)
                 .map_or_else(BlockActivations::default, |d| d.or_formula(BlockActivations::default)),
         };
-        let (p, model, units) = (&self.r.precision, self.model, &self.r.units);
+        let (p, model, units) = (&self.r.precision, self.r.model, &self.r.units);
         if let Some(above) = declared::above(model, units, unit, w, p, w.batch, w.seq) {
             acts.saved.extend(above.saved);
             acts.working_set.extend(above.working_set);
@@ -571,7 +577,7 @@ impl<'r, 'a> Builder<'r, 'a> {
     fn norm_unit_activations(&self, unit: usize) -> BlockActivations {
         let w = self.workload;
         let norm = || {
-            let has_norm = self.model.root.find(&self.r.units[unit].path).is_some_and(|m| {
+            let has_norm = self.r.model.root.find(&self.r.units[unit].path).is_some_and(|m| {
                 let mut found = false;
                 m.visit(&mut |x| found |= x.kind == ModuleKind::Norm);
                 found
@@ -580,9 +586,9 @@ impl<'r, 'a> Builder<'r, 'a> {
                 return BlockActivations::default();
             }
             let tokens = w.batch * w.seq;
-            let h = self.model.facts.hidden_size;
+            let h = self.r.model.facts.hidden_size;
             let c = self.r.precision.compute_bytes();
-            let saved = if self.model.facts.norm == NormKind::RmsNorm {
+            let saved = if self.r.model.facts.norm == NormKind::RmsNorm {
                 vec![4 * h * tokens, self.r.precision.upcast_bytes() * h * tokens, c * h * tokens]
             } else {
                 vec![self.r.precision.upcast_bytes() * h * tokens, c * h * tokens]
@@ -604,7 +610,7 @@ impl<'r, 'a> Builder<'r, 'a> {
     /// What a custom model declares for unit `unit` outside the blocks (`model/declared.rs`).
     fn declared_outside_blocks(&self, unit: usize) -> Option<declared::Declared> {
         let w = self.workload;
-        declared::outside_blocks(self.model, &self.r.units, unit, w, &self.r.precision, w.batch, w.seq)
+        declared::outside_blocks(self.r.model, &self.r.units, unit, w, &self.r.precision, w.batch, w.seq)
     }
 
     /// When unit `to` runs on another GPU than unit `from`, the hidden states (forward) or their
@@ -648,7 +654,7 @@ impl<'r, 'a> Builder<'r, 'a> {
             return None;
         }
         let head = self.r.units.iter().position(|u| u.kind == UnitKind::Head)?;
-        let module = self.model.root.find(&self.r.units[head].path)?;
+        let module = self.r.model.root.find(&self.r.units[head].path)?;
         let mut tied = None;
         module.visit(&mut |m| {
             for t in &m.tensors {
@@ -749,7 +755,7 @@ impl<'r, 'a> Builder<'r, 'a> {
             && let Some(device) = self.r.devices[h]
         {
             let tokens = w.batch * w.seq;
-            let vocab = self.model.facts.vocab_size;
+            let vocab = self.r.model.facts.vocab_size;
             let c = self.r.precision.compute_bytes();
             let unit = Some(h);
             self.compute(unit, Some(device), Event::Loss(step));
@@ -797,7 +803,7 @@ impl<'r, 'a> Builder<'r, 'a> {
                 // cap`, where the tanh keeps its output for backward (to the head's) and each
                 // step makes a logits-sized tensor.
                 let mut softcap_kept = None;
-                if crate::model::activations::soft_caps_logits(self.model) {
+                if crate::model::activations::soft_caps_logits(self.r.model) {
                     let transient = self.alloc(device, unit, Component::Logits, c * vocab * tokens);
                     softcap_kept = self.alloc(device, unit, Component::Logits, c * vocab * tokens);
                     self.free(transient);
@@ -917,7 +923,7 @@ impl<'r, 'a> Builder<'r, 'a> {
                 self.alloc(device, Some(i), Component::KvCache, bytes);
             }
         }
-        let vocab = self.model.facts.vocab_size;
+        let vocab = self.r.model.facts.vocab_size;
         let c = self.r.precision.compute_bytes();
         let follows = self.r.blocks.runs_transformers_forward();
         // What the model's own forward holds across its layers, made at the embedding.

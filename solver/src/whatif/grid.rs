@@ -78,38 +78,30 @@ pub fn grid(
         }
     }
     let total: usize = axes.iter().map(|a| a.len()).product();
-    let coordinates = |mut index: usize| -> Vec<AxisValue> {
-        let mut at = vec![AxisValue::Batch(0); axes.len()];
-        for (slot, axis) in at.iter_mut().zip(axes).rev() {
-            *slot = axis[index % axis.len()].clone();
-            index /= axis.len();
+    // Points that differ only in batch and sequence share a configuration (hardware,
+    // quantization, KV dtype), probed by one prober: each configuration resolved once.
+    let shape_axis =
+        |axis: &Axis| axis.first().is_some_and(|v| matches!(v, AxisValue::Batch(_) | AxisValue::Seq(_)));
+    let every_axis: Vec<usize> = (0..axes.len()).collect();
+    let configuration_axes: Vec<usize> =
+        every_axis.iter().copied().filter(|&a| !shape_axis(&axes[a])).collect();
+    // Number `index` written in the mixed radix of the axes `of` (the first varies slowest):
+    // the index of its value on each.
+    let digits = |mut index: usize, of: &[usize]| -> Vec<usize> {
+        let mut digits = vec![0; of.len()];
+        for (digit, &a) in digits.iter_mut().zip(of).rev() {
+            *digit = index % axes[a].len();
+            index /= axes[a].len();
         }
-        at
+        digits
     };
-    // Points that differ only in batch and sequence share a configuration, probed by one
-    // prober: every configuration (hardware, quantization, KV dtype) resolved once.
-    let is_shape = |v: &AxisValue| matches!(v, AxisValue::Batch(_) | AxisValue::Seq(_));
-    let shape_axis = |axis: &Axis| axis.first().is_some_and(is_shape);
-    let configuration_of = |at: &[AxisValue]| -> usize {
-        at.iter()
-            .zip(axes)
-            .filter(|(_, axis)| !shape_axis(axis))
-            .fold(0, |index, (v, axis)| index * axis.len() + axis.iter().position(|x| x == v).unwrap_or(0))
-    };
-    let configurations: usize = axes.iter().filter(|a| !shape_axis(a)).map(Vec::len).product();
+    let configurations: usize = configuration_axes.iter().map(|&a| axes[a].len()).product();
     let bases: Vec<(&HardwareProfile, Workload)> = (0..configurations)
         .map(|c| {
-            // The configuration's values, read off its index as `configuration_of` wrote it.
-            let mut rest = c;
-            let mut values = Vec::new();
-            for axis in axes.iter().rev().filter(|a| !shape_axis(a)) {
-                values.push(&axis[rest % axis.len()]);
-                rest /= axis.len();
-            }
             let mut workload = question.workload.clone();
             let mut hw = question.hardware;
-            for value in values.into_iter().rev() {
-                match value {
+            for (&a, d) in configuration_axes.iter().zip(digits(c, &configuration_axes)) {
+                match &axes[a][d] {
                     AxisValue::Hardware(spec) => hw = &profiles[spec],
                     other => workload = apply(&workload, other),
                 }
@@ -119,13 +111,13 @@ pub fn grid(
         .collect();
     let probers: Vec<Prober> = bases.iter().map(|(hw, w)| Prober::new(*question, hw, w)).collect();
     let point = |index: usize| -> GridPoint {
-        let at = coordinates(index);
-        let configuration = configuration_of(&at);
-        let workload = at
-            .iter()
-            .zip(axes)
-            .filter(|(_, axis)| shape_axis(axis))
-            .fold(bases[configuration].1.clone(), |w, (v, _)| apply(&w, v));
+        let digits = digits(index, &every_axis);
+        let configuration = configuration_axes.iter().fold(0, |c, &a| c * axes[a].len() + digits[a]);
+        let mut workload = bases[configuration].1.clone();
+        for (a, axis) in axes.iter().enumerate().filter(|(_, axis)| shape_axis(axis)) {
+            workload = apply(&workload, &axis[digits[a]]);
+        }
+        let at: Vec<AxisValue> = axes.iter().zip(&digits).map(|(axis, &d)| axis[d].clone()).collect();
         let point = match probers[configuration].probe(&workload) {
             Ok(fit) => GridPoint {
                 fits: fit.fits,
