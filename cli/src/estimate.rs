@@ -20,6 +20,16 @@ use vramplan_solver::export::{PlanFile, read_plan_file};
 pub(crate) struct EstimateArgs {
     #[command(flatten)]
     inputs: Inputs,
+    #[command(flatten)]
+    map: MapSource,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Where the model is placed for a simulation: a device map, a plan file, or the default.
+#[derive(Args, Debug)]
+pub(crate) struct MapSource {
     /// An accelerate device_map JSON placing the model's modules (default: everything on GPU 0).
     #[arg(long, value_name = "FILE")]
     device_map: Option<PathBuf>,
@@ -30,9 +40,13 @@ pub(crate) struct EstimateArgs {
     /// Module naming: transformers 5.x (default) or 4.x, as the device map uses.
     #[arg(long, value_enum, default_value_t = NamingArg::V5)]
     naming: NamingArg,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    json: bool,
+}
+
+impl MapSource {
+    /// Whether a device map or a plan file was given.
+    pub(crate) fn given(&self) -> bool {
+        self.device_map.is_some() || self.plan.is_some()
+    }
 }
 
 /// What every command that simulates reads: the model, the hardware, and the workload (a file,
@@ -169,21 +183,43 @@ fn default_placement(
     }
 }
 
+/// A simulation's inputs, read and placed, and what it found.
+pub(crate) struct Simulated {
+    pub loaded: Loaded,
+    pub placement: Placement,
+    /// The estimate, with every warning of the inputs and the placement merged in.
+    pub estimate: vramplan_sim::Estimate,
+}
+
 /// Runs `vramplan estimate`; the exit code is 0 when every device fits, 1 when one does not.
 pub(crate) fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<i32, InputError> {
-    let plan_file = args.plan.as_deref().map(read_plan_file).transpose()?;
-    let naming = match (args.naming, &plan_file) {
+    let Simulated { loaded, estimate, .. } = simulate(&args.inputs, &args.map)?;
+    let text = if args.json {
+        crate::json_text(&estimate)
+    } else {
+        data_parallel_heading(&loaded.workload, &loaded.hardware)
+            + &vramplan_reports::estimate_table(&estimate)
+    };
+    crate::print(out, &text)?;
+    Ok(if estimate.fits { 0 } else { crate::EXIT_NEGATIVE })
+}
+
+/// Reads the inputs, places the model as `map` says and simulates the step.
+pub(crate) fn simulate(inputs: &Inputs, map: &MapSource) -> Result<Simulated, InputError> {
+    let plan_file = map.plan.as_deref().map(read_plan_file).transpose()?;
+    let naming = match (map.naming, &plan_file) {
         (_, Some(p)) if p.target == vramplan_solver::Runtime::AccelerateV4.name() => Naming::V4,
         (NamingArg::V5, _) => Naming::V5,
         (NamingArg::V4, _) => Naming::V4,
     };
-    let Loaded { model, hardware, workload, mut warnings } =
-        args.inputs.load(naming, plan_file.as_ref().map(|p| p.workload.clone()))?;
-    if let (Some(plan), Some(path)) = (&plan_file, &args.plan) {
-        check_plan_model(plan, path, &args.inputs.model, &model, naming, &mut warnings)?;
+    let loaded = inputs.load(naming, plan_file.as_ref().map(|p| p.workload.clone()))?;
+    let Loaded { model, hardware, workload, warnings } = &loaded;
+    let mut warnings = warnings.clone();
+    if let (Some(plan), Some(path)) = (&plan_file, &map.plan) {
+        check_plan_model(plan, path, &inputs.model, model, naming, &mut warnings)?;
     }
     let gpus = u32::try_from(hardware.devices.len()).unwrap_or(u32::MAX);
-    let placement = match (&args.device_map, &plan_file, &args.plan) {
+    let placement = match (&map.device_map, &plan_file, &map.plan) {
         (_, Some(p), Some(path)) => Placement::from_entries(p.entries(&path.display().to_string(), gpus)?),
         (Some(path), _, _) => {
             if workload.parallelism != Parallelism::Single {
@@ -192,13 +228,13 @@ pub(crate) fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<i32, Input
                     "leave out --device-map, or use `--parallel single` with it",
                 ));
             }
-            device_map::placement_from_device_map(path, &model, &hardware)?
+            device_map::placement_from_device_map(path, model, hardware)?
         }
-        (None, _, _) => default_placement(&model, &hardware, &workload),
+        (None, _, _) => default_placement(model, hardware, workload),
     };
-    let mut estimate = vramplan_sim::estimate(&model, &hardware, &workload, &placement)?;
+    let mut estimate = vramplan_sim::estimate(model, hardware, workload, &placement)?;
     let mut all_warnings = warnings;
-    if args.device_map.is_none() && plan_file.is_none() && placement.gpus().len() > 1 {
+    if map.device_map.is_none() && plan_file.is_none() && placement.gpus().len() > 1 {
         all_warnings.push(format!(
             "no --device-map: the model's layers are split evenly over the {} GPUs (like \
              `device_map=\"balanced\"`), one batch in flight; give the map you use, or run \
@@ -208,13 +244,7 @@ pub(crate) fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<i32, Input
     }
     merge_warnings(&mut all_warnings, std::mem::take(&mut estimate.warnings));
     estimate.warnings = all_warnings;
-    let text = if args.json {
-        crate::json_text(&estimate)
-    } else {
-        data_parallel_heading(&workload, &hardware) + &vramplan_reports::estimate_table(&estimate)
-    };
-    crate::print(out, &text)?;
-    Ok(if estimate.fits { 0 } else { crate::EXIT_NEGATIVE })
+    Ok(Simulated { loaded, placement, estimate })
 }
 
 /// The line that says what each rank holds, under data parallelism (one section per rank

@@ -9,12 +9,15 @@
 mod check;
 mod estimate;
 mod plan;
+mod plot;
+mod report;
 mod validate;
 mod whatif;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::io::Write;
+use std::path::Path;
 use vramplan_profiles::InputError;
 use vramplan_profiles::hardware;
 use vramplan_profiles::model::{self, ImportOptions, Naming};
@@ -71,6 +74,12 @@ enum Command {
     /// Capacity planning backwards: the largest batch or sequence, the sequences served at once,
     /// the fewest GPUs, the cheapest hardware, the best precision, the trade-offs, a grid.
     Whatif(Box<whatif::WhatifArgs>),
+    /// Draw a figure for docs: a breakdown, a timeline, a device map, a sweep or a grid, as
+    /// SVG or PNG (`-o plot.svg`).
+    Plot(Box<plot::PlotArgs>),
+    /// Write a report for docs: the estimate, the timeline and the plan with their drawings, as
+    /// Markdown (SVG files beside it) or one HTML file.
+    Report(Box<report::ReportArgs>),
 }
 
 #[derive(Subcommand, Debug)]
@@ -119,6 +128,8 @@ where
         Command::Check(args) => check::run(&args, out),
         Command::Validate(args) => validate::run(&args, out, err),
         Command::Whatif(args) => whatif::run(&args, out),
+        Command::Plot(args) => plot::run(&args, out),
+        Command::Report(args) => report::run(&args, out),
     };
     match result {
         Ok(code) => code,
@@ -172,4 +183,17 @@ fn print(out: &mut dyn Write, text: &str) -> Result<i32, InputError> {
     // ignored and the command still succeeds.
     let _ = if text.ends_with('\n') { write!(out, "{text}") } else { writeln!(out, "{text}") };
     Ok(0)
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same folder and a rename, so that
+/// nothing half-written is ever left at `path`.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), InputError> {
+    let folder = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let temp = folder.join(format!(".{name}.{}.tmp", std::process::id()));
+    let result = std::fs::write(&temp, bytes).and_then(|()| std::fs::rename(&temp, path));
+    result.map_err(|e| {
+        let _ = std::fs::remove_file(&temp);
+        InputError::io(path, &e).with_fix("write to a folder that exists and that you can write to")
+    })
 }

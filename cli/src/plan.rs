@@ -26,13 +26,31 @@ use vramplan_solver::plan::{Plan, Settings, SolverKind, Verdict, deadline_after,
 pub(crate) struct PlanArgs {
     #[command(flatten)]
     inputs: Inputs,
+    #[command(flatten)]
+    solve: SolveOptions,
+    /// Write the plan here (atomically).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// accelerate | llama.cpp | expert-parallel | pipeline | yaml (default: from the file name
+    /// and the target).
+    #[arg(long)]
+    format: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// How a plan is solved: the runtime, the headroom, pins, offload and the solver's limits.
+#[derive(Args, Debug)]
+pub(crate) struct SolveOptions {
     /// The runtime the plan is for: accelerate | accelerate-v4 | llama.cpp | expert-parallel | pipeline.
     #[arg(long, default_value = "accelerate")]
-    target: String,
+    pub target: String,
     /// Share of each GPU's usable memory kept free, 0 to 90 %: `10%` (a percentage) or `0.1` (a
-    /// share below 1); a bare `2` is refused (write `2%` or `0.02`).
-    #[arg(long, default_value = "10%")]
-    headroom: String,
+    /// share below 1); a bare `2` is refused (write `2%` or `0.02`). Default 10 % (for
+    /// `plot sweep` and `plot grid`, 0, as `whatif` judges).
+    #[arg(long)]
+    pub headroom: Option<String>,
     /// Fix a module to a device: `lm_head=0`, `model.layers.28-31=cpu` (a range from first to
     /// last layer; repeatable). Layers run in order, so a plan keeps each later layer on the same
     /// or a later device (GPUs by index, then cpu and disk; llama.cpp: cpu first): pins against
@@ -55,16 +73,6 @@ pub(crate) struct PlanArgs {
     /// Tokens routed to each expert, per MoE layer: JSON `{"model.layers.3.mlp.experts": [..]}`.
     #[arg(long, value_name = "FILE")]
     expert_load: Option<PathBuf>,
-    /// Write the plan here (atomically).
-    #[arg(short = 'o', long = "output", value_name = "FILE")]
-    output: Option<PathBuf>,
-    /// accelerate | llama.cpp | expert-parallel | pipeline | yaml (default: from the file name
-    /// and the target).
-    #[arg(long)]
-    format: Option<String>,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    json: bool,
 }
 
 /// What `plan --json` prints.
@@ -79,63 +87,26 @@ struct PlanOutput<'a> {
     warnings: &'a [String],
 }
 
+/// A plan, with what it was solved from, accelerate's map beside it and why nothing fits.
+pub(crate) struct Solved {
+    pub loaded: Loaded,
+    pub result: Plan,
+    /// accelerate's `device_map="auto"` for accelerate targets (while time is left).
+    pub baseline: Option<Plan>,
+    /// Why nothing fits and what would, after a proof that nothing does.
+    pub explanation: Option<Explanation>,
+}
+
 /// Runs `vramplan plan`.
 pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputError> {
-    // What is left of `--time-limit`, for the next stage.
-    let deadline = deadline_after(args.time_limit);
-    let left = || seconds_left(deadline);
-    let runtime = Runtime::parse(&args.target)?;
-    let solver = match args.solver.as_str() {
-        "ilp" => SolverKind::Ilp,
-        "greedy" => SolverKind::Greedy,
-        other => {
-            return Err(InputError::new("--solver", format!("unknown solver `{other}`"))
-                .with_fix("use `ilp` (exact) or `greedy` (accelerate's algorithm)"));
+    let refuse = |loaded: &Loaded| {
+        if vramplan_sim::estimate::is_data_parallel(&loaded.workload) {
+            refuse_map_export(args, &loaded.workload)?;
         }
+        Ok(())
     };
-    let Loaded { model, hardware, workload, warnings } = args.inputs.load(runtime.naming(), None)?;
-    let data_parallel = vramplan_sim::estimate::is_data_parallel(&workload);
-    if data_parallel {
-        refuse_map_export(args, &workload)?;
-    }
-    let mut request = Request::new(runtime);
-    request.headroom = parse_headroom(&args.headroom)?;
-    request.offload = !args.no_offload;
-    request.min_devices = args.min_devices;
-    let gpus = hardware.devices.len() as u32;
-    request.pins = args.pin.iter().map(|p| parse_pin(p, gpus)).collect::<Result<_, _>>()?;
-    if let Some(path) = &args.expert_load {
-        request.expert_load = read_expert_load(path, &model, runtime)?;
-    }
-    if let Some(limit) = args.time_limit
-        && !(limit > 0.0 && limit.is_finite())
-    {
-        return Err(InputError::new("--time-limit", format!("{limit} is not a positive number of seconds"))
-            .with_fix("give seconds, e.g. `--time-limit 5`"));
-    }
-    let settings = Settings { solver, time_limit_s: left() };
-    let result = plan(&model, &hardware, &workload, &request, &settings)?;
-    // The baseline (no ILP, but a simulation) only while time is left; when the plan already
-    // is accelerate's map (the ILP found nothing within its charges), that map.
-    let baseline = if data_parallel {
-        None
-    } else if solver == SolverKind::Ilp && result.solver.kind == SolverKind::Greedy {
-        Some(result.clone())
-    } else if solver == SolverKind::Ilp
-        && matches!(runtime, Runtime::Accelerate | Runtime::AccelerateV4)
-        && left().is_none_or(|s| s > 0.0)
-    {
-        plan(&model, &hardware, &workload, &request, &Settings { solver: SolverKind::Greedy, ..settings })
-            .ok()
-    } else {
-        None
-    };
-    // Why, and what would fit, only after a proof that nothing does: the ILP's. The greedy
-    // baseline's map running out proves nothing about other maps.
-    let explanation = (result.verdict == Verdict::DoesNotFit && solver == SolverKind::Ilp && !data_parallel)
-        .then(|| {
-            explain(&model, &hardware, &workload, &request, &Settings { time_limit_s: left(), ..settings })
-        });
+    let Solved { loaded: Loaded { model, workload, warnings, .. }, result, baseline, explanation } =
+        solve(&args.inputs, &args.solve, refuse)?;
     let mut written_map = None;
     if let Some(path) = &args.output
         && result.verdict == Verdict::Fits
@@ -145,7 +116,7 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
             None => Format::for_output(&path.display().to_string(), &result),
         };
         let exported = export(&result, format, &args.inputs.model, &args.inputs.hardware, &workload)?;
-        write_atomic(path, &exported.text)?;
+        crate::write_atomic(path, exported.text.as_bytes())?;
         if format == Format::Accelerate {
             written_map = Some(path.display().to_string());
         }
@@ -171,6 +142,69 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
         Verdict::DoesNotFit => crate::EXIT_NEGATIVE,
         Verdict::Unknown => crate::EXIT_NO_ANSWER,
     })
+}
+
+/// Reads the inputs and solves the plan `args` asks for, with the baseline and the
+/// explanation; `before` may refuse the inputs once read, before anything is solved.
+pub(crate) fn solve(
+    inputs: &Inputs,
+    args: &SolveOptions,
+    before: impl FnOnce(&Loaded) -> Result<(), InputError>,
+) -> Result<Solved, InputError> {
+    // What is left of `--time-limit`, for the next stage.
+    let deadline = deadline_after(args.time_limit);
+    let left = || seconds_left(deadline);
+    let runtime = Runtime::parse(&args.target)?;
+    let solver = match args.solver.as_str() {
+        "ilp" => SolverKind::Ilp,
+        "greedy" => SolverKind::Greedy,
+        other => {
+            return Err(InputError::new("--solver", format!("unknown solver `{other}`"))
+                .with_fix("use `ilp` (exact) or `greedy` (accelerate's algorithm)"));
+        }
+    };
+    let loaded = inputs.load(runtime.naming(), None)?;
+    before(&loaded)?;
+    let Loaded { model, hardware, workload, .. } = &loaded;
+    let data_parallel = vramplan_sim::estimate::is_data_parallel(workload);
+    let mut request = Request::new(runtime);
+    request.headroom = parse_headroom(args.headroom.as_deref().unwrap_or("10%"))?;
+    request.offload = !args.no_offload;
+    request.min_devices = args.min_devices;
+    let gpus = hardware.devices.len() as u32;
+    request.pins = args.pin.iter().map(|p| parse_pin(p, gpus)).collect::<Result<_, _>>()?;
+    if let Some(path) = &args.expert_load {
+        request.expert_load = read_expert_load(path, model, runtime)?;
+    }
+    if let Some(limit) = args.time_limit
+        && !(limit > 0.0 && limit.is_finite())
+    {
+        return Err(InputError::new("--time-limit", format!("{limit} is not a positive number of seconds"))
+            .with_fix("give seconds, e.g. `--time-limit 5`"));
+    }
+    let settings = Settings { solver, time_limit_s: left() };
+    let result = plan(model, hardware, workload, &request, &settings)?;
+    // The baseline (no ILP, but a simulation) only while time is left; when the plan already
+    // is accelerate's map (the ILP found nothing within its charges), that map.
+    let baseline = if data_parallel {
+        None
+    } else if solver == SolverKind::Ilp && result.solver.kind == SolverKind::Greedy {
+        Some(result.clone())
+    } else if solver == SolverKind::Ilp
+        && matches!(runtime, Runtime::Accelerate | Runtime::AccelerateV4)
+        && left().is_none_or(|s| s > 0.0)
+    {
+        plan(model, hardware, workload, &request, &Settings { solver: SolverKind::Greedy, ..settings }).ok()
+    } else {
+        None
+    };
+    // Why, and what would fit, only after a proof that nothing does: the ILP's. The greedy
+    // baseline's map running out proves nothing about other maps.
+    let explanation = (result.verdict == Verdict::DoesNotFit && solver == SolverKind::Ilp && !data_parallel)
+        .then(|| {
+            explain(model, hardware, workload, &request, &Settings { time_limit_s: left(), ..settings })
+        });
+    Ok(Solved { loaded, result, baseline, explanation })
 }
 
 /// Under data parallelism there is no device map to write: every rank loads the whole model on
@@ -331,17 +365,4 @@ fn read_expert_load(
         .with_fix("give every MoE layer's loads, measured over the same tokens"));
     }
     Ok(loads)
-}
-
-/// Writes `text` to `path` through a temporary file in the same folder and a rename, so that
-/// nothing half-written is ever left at `path`.
-pub(crate) fn write_atomic(path: &Path, text: &str) -> Result<(), InputError> {
-    let folder = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let temp = folder.join(format!(".{name}.{}.tmp", std::process::id()));
-    let result = std::fs::write(&temp, text).and_then(|()| std::fs::rename(&temp, path));
-    result.map_err(|e| {
-        let _ = std::fs::remove_file(&temp);
-        InputError::io(path, &e).with_fix("write to a folder that exists and that you can write to")
-    })
 }

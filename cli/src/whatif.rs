@@ -72,14 +72,31 @@ pub(crate) struct WhatifArgs {
     /// Print CSV instead of a table.
     #[arg(long)]
     csv: bool,
+    #[command(flatten)]
+    axes: GridAxes,
+}
+
+/// A grid's axes, as [`grid_axis_args`] moves them from the workload flags.
+#[derive(Args, Debug)]
+pub(crate) struct GridAxes {
     #[arg(long = "grid-batch", hide = true)]
-    grid_batch: Option<String>,
+    pub grid_batch: Option<String>,
     #[arg(long = "grid-seq", hide = true)]
-    grid_seq: Option<String>,
+    pub grid_seq: Option<String>,
     #[arg(long = "grid-quant", hide = true)]
     grid_quant: Option<String>,
     #[arg(long = "grid-kv-dtype", hide = true)]
     grid_kv_dtype: Option<String>,
+}
+
+impl GridAxes {
+    /// Whether any axis was given.
+    pub(crate) fn given(&self) -> bool {
+        self.grid_batch.is_some()
+            || self.grid_seq.is_some()
+            || self.grid_quant.is_some()
+            || self.grid_kv_dtype.is_some()
+    }
 }
 
 /// The workload flags a grid axis may take, and the grid option each moves to.
@@ -90,11 +107,13 @@ const AXIS_FLAGS: [(&str, &str); 4] = [
     ("--kv-dtype", "--grid-kv-dtype"),
 ];
 
-/// For `whatif grid` and `whatif frontier`: moves `--batch 1..128` (a range or a list for a
+/// For `whatif grid`, `plot sweep` and `plot grid`: moves `--batch 1..128` (a range or a list for a
 /// value) to `--grid-batch 1..128`, and likewise `--seq`, `--quant`, `--kv-dtype`; every other
 /// argument is left as it is.
 pub(crate) fn grid_axis_args(args: Vec<OsString>) -> Vec<OsString> {
-    let is_grid = args.get(1).is_some_and(|a| a == "whatif") && args.get(2).is_some_and(|a| a == "grid");
+    let word = |i: usize, w: &str| args.get(i).is_some_and(|a| a == w);
+    let is_grid =
+        (word(1, "whatif") && word(2, "grid")) || (word(1, "plot") && (word(2, "sweep") || word(2, "grid")));
     if !is_grid {
         return args;
     }
@@ -181,7 +200,7 @@ pub(crate) fn run(args: &WhatifArgs, out: &mut dyn Write) -> Result<i32, InputEr
             (text, !a.points.is_empty())
         }
         Query::Grid => {
-            let axes = grid_axes(args, &specs)?;
+            let axes = grid_axes(&args.axes, &specs, "whatif grid")?;
             let total: usize = axes.iter().map(Vec::len).product();
             let bar = progress_bar(total as u64);
             let a = whatif::grid(&question, &axes, &|n| bar.inc(n as u64))?;
@@ -204,7 +223,7 @@ fn render<T: serde::Serialize>(args: &WhatifArgs, answer: &T, text: impl FnOnce(
 }
 
 /// A bar on stderr when it is a terminal; hidden otherwise.
-fn progress_bar(total: u64) -> indicatif::ProgressBar {
+pub(crate) fn progress_bar(total: u64) -> indicatif::ProgressBar {
     if std::io::stderr().is_terminal() && total > 1 {
         indicatif::ProgressBar::new(total)
     } else {
@@ -213,7 +232,7 @@ fn progress_bar(total: u64) -> indicatif::ProgressBar {
 }
 
 /// `--hardware`: one profile, a comma list, or `all` (every built-in profile).
-fn hardware_list(text: &str) -> Result<Vec<String>, InputError> {
+pub(crate) fn hardware_list(text: &str) -> Result<Vec<String>, InputError> {
     if text.trim() == "all" {
         return Ok(hardware::builtin_names().into_iter().map(String::from).collect());
     }
@@ -225,8 +244,9 @@ fn hardware_list(text: &str) -> Result<Vec<String>, InputError> {
     Ok(specs)
 }
 
-/// The grid's axes, in the order batch, seq, quant, kv dtype, hardware; at least one.
-fn grid_axes(args: &WhatifArgs, specs: &[String]) -> Result<Vec<Axis>, InputError> {
+/// The grid's axes, in the order batch, seq, quant, kv dtype, hardware; at least one
+/// (`command` names the command in the message when there is none).
+pub(crate) fn grid_axes(args: &GridAxes, specs: &[String], command: &str) -> Result<Vec<Axis>, InputError> {
     let mut axes: Vec<Axis> = Vec::new();
     if let Some(text) = &args.grid_batch {
         axes.push(numbers("--batch", text)?.into_iter().map(AxisValue::Batch).collect());
@@ -248,7 +268,7 @@ fn grid_axes(args: &WhatifArgs, specs: &[String]) -> Result<Vec<Axis>, InputErro
         axes.push(specs.iter().cloned().map(AxisValue::Hardware).collect());
     }
     if axes.is_empty() {
-        return Err(InputError::new("whatif grid", "no axis to sweep").with_fix(
+        return Err(InputError::new(command, "no axis to sweep").with_fix(
             "give one to three axes as ranges or lists: `--batch 1..128 --seq 512..4096 --quant none,nf4 \
              --hardware t4,t4x2`",
         ));

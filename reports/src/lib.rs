@@ -2,15 +2,17 @@
 //! `plan` and plots). Each function returns text; the command line prints it.
 
 mod check;
+pub mod document;
 mod estimate;
 mod plan;
+pub mod plot;
 mod table;
 mod validate;
 mod whatif;
 
 pub use check::check_table;
 pub use estimate::{data_parallel_line, estimate_table};
-pub use plan::{accelerate_loading, change_flags, change_words, plan_table};
+pub use plan::{accelerate_loading, change_flags, change_words, plan_table, plan_table_untimed};
 pub use table::{Table, group_digits};
 pub use validate::{unavailable_message, validate_table};
 pub use whatif::{

@@ -23,8 +23,30 @@ pub fn plan_table(
     explanation: Option<&Explanation>,
     warnings: &[String],
 ) -> String {
+    plan_text(plan, baseline, explanation, warnings, true)
+}
+
+/// [`plan_table`] without the solver's time, for documents that must read the same each time
+/// they are made (`vramplan report`).
+pub fn plan_table_untimed(
+    plan: &Plan,
+    baseline: Option<&Plan>,
+    explanation: Option<&Explanation>,
+    warnings: &[String],
+) -> String {
+    plan_text(plan, baseline, explanation, warnings, false)
+}
+
+fn plan_text(
+    plan: &Plan,
+    baseline: Option<&Plan>,
+    explanation: Option<&Explanation>,
+    warnings: &[String],
+    timed: bool,
+) -> String {
+    let time = |seconds: f64| if timed { format!("{:.1} ms", seconds * 1e3) } else { String::new() };
     if let Some(parallelism) = &plan.data_parallel {
-        return data_parallel_table(plan, parallelism, warnings);
+        return data_parallel_table(plan, parallelism, warnings, &time(plan.solver.seconds));
     }
     let s = &plan.solver;
     // The greedy baseline's map over its limit proves nothing about other maps.
@@ -51,12 +73,12 @@ pub fn plan_table(
     };
     let more_time = plan.unanswered == Some(Unanswered::TimeLimit);
     let mut text = format!(
-        "plan for {}: {}  (solver {:?}: {}, {:.1} ms, objective {:.3}, bound {:.3}, gap {:.2}%)\n\n",
+        "plan for {}: {}  (solver {:?}: {}, {}objective {:.3}, bound {:.3}, gap {:.2}%)\n\n",
         plan.target.name(),
         verdict,
         s.kind,
         s.status,
-        s.seconds * 1e3,
+        if timed { time(s.seconds) + ", " } else { String::new() },
         s.objective,
         s.bound,
         100.0 * s.gap
@@ -141,15 +163,15 @@ pub fn plan_table(
 
 /// A data-parallel plan: nothing was placed, every GPU is a rank; its verdict, what a rank
 /// holds, each rank against its own limit, and why no device map is written.
-fn data_parallel_table(plan: &Plan, parallelism: &Parallelism, warnings: &[String]) -> String {
+fn data_parallel_table(plan: &Plan, parallelism: &Parallelism, warnings: &[String], time: &str) -> String {
     let flag = parallel_flag(*parallelism);
     let verdict = match plan.verdict {
         Verdict::Fits => "fits".to_string(),
         _ => format!("does not fit: the step {}", overruns(plan)),
     };
     let mut text = format!(
-        "plan for --parallel {flag}: {verdict}  (nothing to place, every GPU is a rank; {:.1} ms)\n\n",
-        plan.solver.seconds * 1e3
+        "plan for --parallel {flag}: {verdict}  (nothing to place, every GPU is a rank{})\n\n",
+        if time.is_empty() { String::new() } else { format!("; {time}") }
     );
     text += &crate::data_parallel_line(parallelism, plan.devices.len()).unwrap_or_default();
     text += &devices_table(&plan.devices);

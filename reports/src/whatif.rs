@@ -256,7 +256,7 @@ pub fn cheapest_text(answer: &Cheapest, currency: &str) -> String {
 }
 
 /// An axis value's column name and cell.
-fn axis_cell(value: &AxisValue) -> (&'static str, String) {
+pub(crate) fn axis_cell(value: &AxisValue) -> (&'static str, String) {
     match value {
         AxisValue::Batch(b) => ("batch", b.to_string()),
         AxisValue::Seq(s) => ("seq", s.to_string()),

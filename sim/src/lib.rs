@@ -15,6 +15,7 @@ pub mod program;
 mod sweep;
 pub mod tensor_parallel;
 mod timeline;
+pub mod trace;
 pub mod workload;
 
 pub use closed_form::{ModelStates, model_states, saved_activation_bytes};

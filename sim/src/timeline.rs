@@ -91,6 +91,29 @@ pub(crate) fn replay(program: &StepProgram, capacity: impl Fn(u32) -> u64) -> Re
     state.finish(program)
 }
 
+/// A device's figures just after an allocation or a free on it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Touched {
+    pub device: u32,
+    /// Bytes of live allocations (`memory_allocated`).
+    pub allocated: u64,
+    /// Bytes of segments (`memory_reserved`).
+    pub reserved: u64,
+    /// The moment the device is at.
+    pub event: Event,
+}
+
+impl Touched {
+    fn of(device: u32, track: &Track) -> Touched {
+        Touched {
+            device,
+            allocated: track.allocator.allocated,
+            reserved: track.allocator.reserved,
+            event: track.event,
+        }
+    }
+}
+
 /// A replay part way through a program: every device's allocator and peaks, and the live
 /// allocations. A sweep over shapes replays the load, the same at every shape, once, and goes
 /// on from a copy of this for each shape.
@@ -116,8 +139,21 @@ impl ReplayState {
 
     /// Replays `ops`, the next operations of the program.
     pub(crate) fn run(&mut self, ops: &[Op], capacity: impl Fn(u32) -> u64) {
+        self.run_observed(ops, capacity, |_, _, _| {});
+    }
+
+    /// [`ReplayState::run`], telling `observe` after each operation its index in `ops`, the
+    /// operation, and for an allocation or a free the device's figures then (for timelines; the
+    /// plain replay passes a closure that does nothing, compiled away).
+    pub(crate) fn run_observed(
+        &mut self,
+        ops: &[Op],
+        capacity: impl Fn(u32) -> u64,
+        mut observe: impl FnMut(usize, &Op, Option<Touched>),
+    ) {
         let ReplayState { tracks, live, sizes } = self;
-        for op in ops {
+        for (index, op) in ops.iter().enumerate() {
+            let mut touched = None;
             match *op {
                 Op::Compute(Compute { device: Some(device), event, .. }) => {
                     if let Some(track) = tracks.get_mut(&device) {
@@ -136,15 +172,18 @@ impl ReplayState {
                     }
                     live[id] = Some((device, component, charged));
                     sizes[id] = charged;
+                    touched = Some(Touched::of(device, track));
                 }
                 Op::Free(id) => {
                     if let Some((device, component, charged)) = live.get_mut(id).and_then(Option::take)
                         && let Some(track) = tracks.get_mut(&device)
                     {
                         track.free(id, component, charged);
+                        touched = Some(Touched::of(device, track));
                     }
                 }
             }
+            observe(index, op, touched);
         }
     }
 

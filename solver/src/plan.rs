@@ -128,6 +128,10 @@ pub struct PlanDevice {
     pub name: String,
     /// The units it holds, in model order (groups of experts as ranges).
     pub units: Vec<String>,
+    /// What each of `units` holds for the whole step (weights, gradients, optimizer states), as
+    /// the solver charged it; empty where units are not placed one by one (data parallelism,
+    /// where every rank holds every unit).
+    pub unit_bytes: Vec<u64>,
     /// The step on it (GPUs only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub estimate: Option<DeviceEstimate>,
@@ -389,6 +393,7 @@ fn plan_less(request: &Request, solver: SolverReport, built: &Built, unanswered:
             device: d.tier,
             name: d.name.clone(),
             units: Vec::new(),
+            unit_bytes: Vec::new(),
             estimate: None,
             limit_bytes: d.capacity_bytes + d.fixed_bytes,
             utilisation: 0.0,
@@ -471,6 +476,7 @@ fn assemble(
     let mut device_map = Vec::new();
     let mut experts: BTreeMap<String, Vec<u32>> = BTreeMap::new();
     let mut held: Vec<Vec<String>> = vec![Vec::new(); problem.devices.len()];
+    let mut held_bytes: Vec<Vec<u64>> = vec![Vec::new(); problem.devices.len()];
     for (u, source) in built.sources.iter().enumerate() {
         let unit = &problem.units[u];
         match source {
@@ -485,6 +491,7 @@ fn assemble(
                     let taken: Vec<u32> = next.by_ref().take(count as usize).copied().collect();
                     if let (Some(first), Some(last)) = (taken.first(), taken.last()) {
                         held[d].push(format!("{path}[{first}..={last}] ({} experts)", taken.len()));
+                        held_bytes[d].push(unit.resident_bytes * taken.len() as u64);
                     }
                     for e in taken {
                         if let Some(slot) = slots.get_mut(e as usize) {
@@ -497,11 +504,13 @@ fn assemble(
                 let d = assignment.device_of(u).unwrap_or(0);
                 device_map.extend(keys.iter().map(|k| (k.clone(), problem.devices[d].tier)));
                 held[d].push(unit.name.clone());
+                held_bytes[d].push(unit.resident_bytes);
             }
             _ => {
                 let d = assignment.device_of(u).unwrap_or(0);
                 device_map.push((unit.name.clone(), problem.devices[d].tier));
                 held[d].push(unit.name.clone());
+                held_bytes[d].push(unit.resident_bytes);
             }
         }
     }
@@ -549,6 +558,7 @@ fn assemble(
             device: slot.tier,
             name: slot.name.clone(),
             units: held[d].clone(),
+            unit_bytes: held_bytes[d].clone(),
             estimate,
             limit_bytes: limit,
             utilisation,
@@ -692,6 +702,7 @@ pub fn data_parallel_plan(
             device: Target::Gpu(e.id),
             name: format!("GPU {} ({})", e.id, e.name),
             units: units.clone(),
+            unit_bytes: Vec::new(),
             limit_bytes: limit,
             utilisation,
             estimate: Some(e),

@@ -105,7 +105,7 @@ pub struct Sample {
 }
 
 /// One device's peaks over the run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct DevicePeaks {
     /// The plan's GPU index.
     pub device: u32,
