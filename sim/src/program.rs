@@ -22,12 +22,13 @@
 //! its forward, where its KV cache also lives.
 
 use crate::model::activations::{ActivationModel, BlockActivations};
-use crate::model::declared;
+use crate::model::declared::{self, Declarations, Declared};
 use crate::model::precision::Precision;
 use crate::model::units::{self, Unit, UnitKind};
 use crate::placement::{Placement, Target, covers};
 use crate::workload::{Finetune, GradCheckpointing, Mode, Parallelism, Quant, Trainer, Workload};
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::{AttentionKind, ModelDescription, ModuleKind, NormKind, StackKind};
@@ -187,19 +188,24 @@ pub struct StepProgram {
 impl StepProgram {
     /// `event` in words, with the unit paths it names.
     pub fn describe(&self, event: Event) -> String {
-        let path = |unit: usize| self.units.get(unit).map(|u| u.path.as_str()).unwrap_or("?");
-        match event {
-            Event::Load => "load".into(),
-            Event::Forward(unit, step) => format!("forward of {} (step {step})", path(unit)),
-            Event::Loss(step) => format!("loss (step {step})"),
-            Event::LossBackward(step) => format!("backward of the loss (step {step})"),
-            Event::Backward(unit, step) => format!("backward of {} (step {step})", path(unit)),
-            Event::OptimizerStep(step) => format!("optimizer step (step {step})"),
-            Event::ActivationsTo(unit, step) => format!("activations to {} (step {step})", path(unit)),
-            Event::GradientsTo(unit, step) => format!("gradients to {} (step {step})", path(unit)),
-            Event::Prefill(unit) => format!("prefill of {}", path(unit)),
-            Event::LastLogits => "logits of the last prompt token".into(),
-        }
+        describe(&self.units, event)
+    }
+}
+
+/// `event` of a program of `units` in words.
+fn describe(units: &[ProgramUnit], event: Event) -> String {
+    let path = |unit: usize| units.get(unit).map(|u| u.path.as_str()).unwrap_or("?");
+    match event {
+        Event::Load => "load".into(),
+        Event::Forward(unit, step) => format!("forward of {} (step {step})", path(unit)),
+        Event::Loss(step) => format!("loss (step {step})"),
+        Event::LossBackward(step) => format!("backward of the loss (step {step})"),
+        Event::Backward(unit, step) => format!("backward of {} (step {step})", path(unit)),
+        Event::OptimizerStep(step) => format!("optimizer step (step {step})"),
+        Event::ActivationsTo(unit, step) => format!("activations to {} (step {step})", path(unit)),
+        Event::GradientsTo(unit, step) => format!("gradients to {} (step {step})", path(unit)),
+        Event::Prefill(unit) => format!("prefill of {}", path(unit)),
+        Event::LastLogits => "logits of the last prompt token".into(),
     }
 }
 
@@ -222,15 +228,17 @@ pub fn step_program(
     workload: &Workload,
     placement: &Placement,
 ) -> StepProgram {
-    Resolved::new(model, hardware, workload, placement).program(hardware, workload)
+    Resolved::new(model, hardware, workload, placement).program(workload)
 }
 
 /// What the program takes from the model, the workload and the placement that does not depend
 /// on the batch or the sequence length, resolved once: the LoRA targets, the dtypes, the units
-/// and what each holds, the activation model's per-model traits, and where each unit runs. A
-/// sweep over shapes (`sweep.rs`) writes every point's program from one of these.
+/// and what each holds, the activation model's per-model traits, and where each unit runs; and
+/// the load, written once. A sweep over shapes (`sweep.rs`) writes every point's program from one
+/// of these.
 pub(crate) struct Resolved<'a> {
     model: &'a ModelDescription,
+    hardware: &'a HardwareProfile,
     precision: Precision,
     blocks: ActivationModel<'a>,
     units: Vec<Unit>,
@@ -243,14 +251,35 @@ pub(crate) struct Resolved<'a> {
     shards: u64,
     /// The units as every program lists them.
     program_units: Vec<ProgramUnit>,
+    /// Per unit, what a custom model declares for it when it is not a block (the activation
+    /// model has the blocks'), and what a declaring container above it adds to it
+    /// (`model/declared.rs`).
+    declared: Vec<(Option<Declarations>, Option<Declarations>)>,
+    /// Per unit outside the blocks, whether its module holds a norm (which keeps activations in
+    /// training).
+    holds_norm: Vec<bool>,
     /// The operations of the last program written: the next one's is about as long.
     ops_hint: AtomicUsize,
+    /// The load's operations and the allocations live after it, written once: the same at
+    /// every shape ([`StepProgram::load_ops`]).
+    loaded: OnceLock<Load>,
+}
+
+/// The load's operations, and by id the allocations live after it (device and component).
+type Load = (Vec<Op>, Vec<Option<(u32, Component)>>);
+
+/// The operations of one shape's program after its load, which a sweep replays at each shape.
+pub(crate) struct StepOps {
+    /// The operations, their ids going on from the load's.
+    pub ops: Vec<Op>,
+    /// As [`StepProgram::managed_bytes`].
+    pub managed_bytes: BTreeMap<u32, u64>,
 }
 
 impl<'a> Resolved<'a> {
     pub(crate) fn new(
         model: &'a ModelDescription,
-        hardware: &HardwareProfile,
+        hardware: &'a HardwareProfile,
         workload: &'a Workload,
         placement: &Placement,
     ) -> Resolved<'a> {
@@ -290,9 +319,30 @@ impl<'a> Resolved<'a> {
                 device: *device,
             })
             .collect();
+        let declared = (0..units.len())
+            .map(|i| {
+                let block = matches!(units[i].kind, UnitKind::Block(_));
+                let outside = if block { None } else { declared::outside_blocks(model, &units, i) };
+                (outside, declared::above(model, &units, i))
+            })
+            .collect();
+        let holds_norm = units
+            .iter()
+            .map(|u| {
+                !matches!(u.kind, UnitKind::Block(_))
+                    && model.root.find(&u.path).is_some_and(|m| {
+                        let mut found = false;
+                        m.visit(&mut |x| found |= x.kind == ModuleKind::Norm);
+                        found
+                    })
+            })
+            .collect();
         Resolved {
             model,
+            hardware,
             program_units,
+            declared,
+            holds_norm,
             precision,
             blocks: ActivationModel::new(model, workload, precision, &lora_targets),
             units,
@@ -300,22 +350,17 @@ impl<'a> Resolved<'a> {
             offloaded,
             shards,
             ops_hint: AtomicUsize::new(0),
+            loaded: OnceLock::new(),
         }
     }
 
     /// The program of `workload`, which differs from the one this was resolved for at most in
     /// its batch, sequence and prompt lengths.
-    pub(crate) fn program(&self, hardware: &HardwareProfile, workload: &Workload) -> StepProgram {
+    pub(crate) fn program(&self, workload: &Workload) -> StepProgram {
         let mut builder = Builder::new(self, workload);
-        builder.load(hardware);
+        builder.load();
         let load_ops = builder.ops.len();
-        match workload.mode {
-            Mode::Train => {
-                builder.train_step(1);
-                builder.train_step(2);
-            }
-            Mode::Inference => builder.inference(),
-        }
+        builder.steps();
         let tokens = match workload.mode {
             Mode::Train => workload.seq,
             Mode::Inference => builder.prompt(),
@@ -329,6 +374,29 @@ impl<'a> Resolved<'a> {
             managed_bytes: builder.managed,
             load_ops,
         }
+    }
+
+    /// The operations of [`Resolved::program`] after the load, from the load written once.
+    pub(crate) fn step(&self, workload: &Workload) -> StepOps {
+        let loaded = self.loaded.get_or_init(|| self.write_load(workload));
+        // The load reads no shape; the tests hold a sweep to whole programs.
+        debug_assert!(self.write_load(workload) == *loaded, "the load differs between shapes");
+        let mut builder = Builder::new(self, workload);
+        builder.live.extend_from_slice(&loaded.1);
+        builder.steps();
+        StepOps { ops: builder.ops, managed_bytes: builder.managed }
+    }
+
+    /// The load of `workload`'s program.
+    fn write_load(&self, workload: &Workload) -> Load {
+        let mut builder = Builder::new(self, workload);
+        builder.load();
+        (builder.ops, builder.live)
+    }
+
+    /// `event` in words, as [`StepProgram::describe`] puts it.
+    pub(crate) fn describe(&self, event: Event) -> String {
+        describe(&self.program_units, event)
     }
 }
 
@@ -354,12 +422,24 @@ impl<'r, 'a> Builder<'r, 'a> {
             workload,
             activations: Vec::with_capacity(r.units.len()),
             ops: Vec::with_capacity(r.ops_hint.load(Ordering::Relaxed)),
-            live: Vec::new(),
+            // (Fewer allocations than operations.)
+            live: Vec::with_capacity(r.ops_hint.load(Ordering::Relaxed)),
             managed: BTreeMap::new(),
             offload_buffers: Vec::new(),
         };
         builder.activations = (0..r.units.len()).map(|i| builder.activations_of(i)).collect();
         builder
+    }
+
+    /// The steps after the load: two training steps, or the inference.
+    fn steps(&mut self) {
+        match self.workload.mode {
+            Mode::Train => {
+                self.train_step(1);
+                self.train_step(2);
+            }
+            Mode::Inference => self.inference(),
+        }
     }
 
     fn compute(&mut self, unit: Option<usize>, device: Option<u32>, event: Event) {
@@ -386,12 +466,12 @@ impl<'r, 'a> Builder<'r, 'a> {
     /// Tensors live at once while `unit` runs, and a dequantization buffer beside them, all
     /// freed when it is done.
     fn transient_activations(&mut self, device: u32, unit: Option<usize>, tensors: &[u64], dequant: u64) {
-        let ids: Vec<Option<AllocId>> = tensors
-            .iter()
-            .chain(std::iter::once(&dequant))
-            .map(|bytes| self.alloc(device, unit, Component::Activations, *bytes))
-            .collect();
-        ids.into_iter().for_each(|id| self.free(id));
+        // Ids are handed out in sequence: those from `first` on are these allocations.
+        let first = self.live.len();
+        for bytes in tensors.iter().chain(std::iter::once(&dequant)) {
+            self.alloc(device, unit, Component::Activations, *bytes);
+        }
+        (first..self.live.len()).for_each(|id| self.free(Some(id)));
     }
 
     fn free(&mut self, id: Option<AllocId>) {
@@ -408,7 +488,7 @@ impl<'r, 'a> Builder<'r, 'a> {
 
     /// Weights of every unit on a GPU (sharded under ZeRO-3), DDP's gradient buckets, and the
     /// cuBLAS workspaces.
-    fn load(&mut self, hardware: &HardwareProfile) {
+    fn load(&mut self) {
         self.compute(None, None, Event::Load);
         for i in 0..self.r.units.len() {
             let Some(device) = self.r.devices[i].filter(|_| !self.r.offloaded[i]) else { continue };
@@ -427,7 +507,8 @@ impl<'r, 'a> Builder<'r, 'a> {
         used.sort_unstable();
         used.dedup();
         for g in used {
-            let major = hardware.devices.get(g as usize).map(|d| d.compute_capability.major).unwrap_or(8);
+            let major =
+                self.r.hardware.devices.get(g as usize).map(|d| d.compute_capability.major).unwrap_or(8);
             self.alloc(g, None, Component::Workspace, cublas_workspace(major));
         }
     }
@@ -563,8 +644,9 @@ impl<'r, 'a> Builder<'r, 'a> {
                 .declared_outside_blocks(unit)
                 .map_or_else(BlockActivations::default, |d| d.or_formula(BlockActivations::default)),
         };
-        let (p, model, units) = (&self.r.precision, self.r.model, &self.r.units);
-        if let Some(above) = declared::above(model, units, unit, w, p, w.batch, w.seq) {
+        if let Some(above) = &self.r.declared[unit].1 {
+            let (Declared::Whole(above) | Declared::Inside(above)) =
+                above.at(self.r.model, w, &self.r.precision, w.batch, w.seq);
             acts.saved.extend(above.saved);
             acts.working_set.extend(above.working_set);
         }
@@ -577,12 +659,7 @@ impl<'r, 'a> Builder<'r, 'a> {
     fn norm_unit_activations(&self, unit: usize) -> BlockActivations {
         let w = self.workload;
         let norm = || {
-            let has_norm = self.r.model.root.find(&self.r.units[unit].path).is_some_and(|m| {
-                let mut found = false;
-                m.visit(&mut |x| found |= x.kind == ModuleKind::Norm);
-                found
-            });
-            if w.mode != Mode::Train || !has_norm {
+            if w.mode != Mode::Train || !self.r.holds_norm[unit] {
                 return BlockActivations::default();
             }
             let tokens = w.batch * w.seq;
@@ -608,9 +685,10 @@ impl<'r, 'a> Builder<'r, 'a> {
     }
 
     /// What a custom model declares for unit `unit` outside the blocks (`model/declared.rs`).
-    fn declared_outside_blocks(&self, unit: usize) -> Option<declared::Declared> {
+    fn declared_outside_blocks(&self, unit: usize) -> Option<Declared> {
         let w = self.workload;
-        declared::outside_blocks(self.r.model, &self.r.units, unit, w, &self.r.precision, w.batch, w.seq)
+        let declarations = self.r.declared[unit].0.as_ref()?;
+        Some(declarations.at(self.r.model, w, &self.r.precision, w.batch, w.seq))
     }
 
     /// When unit `to` runs on another GPU than unit `from`, the hidden states (forward) or their
@@ -697,16 +775,20 @@ impl<'r, 'a> Builder<'r, 'a> {
         let first = step == 1;
         let checkpoint = w.grad_checkpointing == GradCheckpointing::Full;
         let offload = w.switches.activation_offload;
-        // What each unit keeps from its forward to its backward.
-        let mut kept: Vec<Vec<Option<AllocId>>> = Vec::with_capacity(self.r.units.len());
+        // What each unit keeps from its forward to its backward: unit `i`'s are
+        // `kept[kept_by_unit[i]]`.
+        let mut kept: Vec<Option<AllocId>> = Vec::new();
+        let mut kept_by_unit: Vec<std::ops::Range<usize>> = Vec::with_capacity(self.r.units.len());
         // Forward.
         for i in 0..self.r.units.len() {
             self.cross_boundary(i, i.checked_sub(1), Event::ActivationsTo(i, step));
             let Some(device) = self.r.devices[i] else {
-                kept.push(Vec::new());
+                kept_by_unit.push(kept.len()..kept.len());
                 continue;
             };
-            let acts = self.activations[i].clone();
+            // Taken for the unit's forward (the allocations below borrow the builder), and put
+            // back for its backward.
+            let acts = std::mem::take(&mut self.activations[i]);
             let is_block = matches!(self.r.units[i].kind, UnitKind::Block(_));
             let autocast = 2 * self.r.units[i].autocast_params;
             let dequant = self.dequant_transient(i);
@@ -714,7 +796,7 @@ impl<'r, 'a> Builder<'r, 'a> {
             let unit = Some(i);
             self.compute(unit, Some(device), Event::Forward(i, step));
             let gather = self.alloc(device, unit, Component::Weights, gathered);
-            let mut ids = Vec::new();
+            let first_kept = kept.len();
             if is_block && checkpoint {
                 if w.trainer == Trainer::Unsloth {
                     // `UnslothCheckpointFunction` copies each layer's input to pinned CPU
@@ -725,7 +807,7 @@ impl<'r, 'a> Builder<'r, 'a> {
                         self.alloc_held(device, Component::Activations, 2 * acts.input);
                     }
                 } else {
-                    ids.push(self.alloc(device, unit, Component::Activations, acts.input));
+                    kept.push(self.alloc(device, unit, Component::Activations, acts.input));
                 }
                 // Nothing is kept for backward inside a checkpointed layer: each intermediate is
                 // freed once its consumer has run, so only the layer's working set is live. It
@@ -735,18 +817,19 @@ impl<'r, 'a> Builder<'r, 'a> {
                 self.transient_activations(device, unit, &[working_set], dequant);
             } else {
                 for bytes in &acts.saved {
-                    ids.push(self.alloc(device, unit, Component::Activations, *bytes));
+                    kept.push(self.alloc(device, unit, Component::Activations, *bytes));
                 }
-                ids.push(self.alloc(device, unit, Component::Weights, autocast));
+                kept.push(self.alloc(device, unit, Component::Weights, autocast));
                 let t = self.alloc(device, unit, Component::Activations, acts.forward_transient + dequant);
                 self.free(t);
             }
             self.free(gather);
             if offload {
                 // Saved tensors move to pinned CPU memory once the unit's forward is done.
-                ids.drain(..).for_each(|id| self.free(id));
+                kept.drain(first_kept..).for_each(|id| self.free(id));
             }
-            kept.push(ids);
+            kept_by_unit.push(first_kept..kept.len());
+            self.activations[i] = acts;
         }
         // Loss, on the head's device, as part of the head's run.
         let head = self.r.units.iter().position(|u| u.kind == UnitKind::Head);
@@ -836,7 +919,8 @@ impl<'r, 'a> Builder<'r, 'a> {
             let from = (i + 1 < self.r.units.len()).then_some(i + 1);
             self.cross_boundary(i, from, Event::GradientsTo(i, step));
             let Some(device) = self.r.devices[i] else { continue };
-            let acts = self.activations[i].clone();
+            let acts = &self.activations[i];
+            let (saved, backward_transient) = (acts.saved.iter().sum(), acts.backward_transient);
             let is_block = matches!(self.r.units[i].kind, UnitKind::Block(_));
             let grads = self.trainable_grad_bytes(i);
             // Gradients zeroed in place stay allocated from the first backward on.
@@ -848,7 +932,7 @@ impl<'r, 'a> Builder<'r, 'a> {
             let mut recomputed = None;
             if (is_block && checkpoint) || offload {
                 // Recomputed (or reloaded) together and freed together: one block.
-                recomputed = self.alloc(device, unit, Component::Activations, acts.saved.iter().sum());
+                recomputed = self.alloc(device, unit, Component::Activations, saved);
             }
             let mut contribution = None;
             let mut sum = None;
@@ -868,7 +952,7 @@ impl<'r, 'a> Builder<'r, 'a> {
                 _ => {}
             }
             let grad = self.alloc(device, unit, Component::Gradients, grads_new);
-            let t = self.alloc(device, unit, Component::Activations, acts.backward_transient);
+            let t = self.alloc(device, unit, Component::Activations, backward_transient);
             self.free(t);
             if contribution.is_some() {
                 self.free(sum);
@@ -876,7 +960,7 @@ impl<'r, 'a> Builder<'r, 'a> {
                 self.free(tied_part.take());
             }
             self.free(recomputed);
-            std::mem::take(&mut kept[i]).into_iter().for_each(|id| self.free(id));
+            kept_by_unit[i].clone().for_each(|k| self.free(kept[k]));
             self.free(gather);
             if Some(i) == head {
                 logits_ids.drain(..).for_each(|id| self.free(id));

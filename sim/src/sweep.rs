@@ -7,10 +7,10 @@
 
 use crate::estimate::{Estimate, estimate_within, gpu_limits, is_data_parallel, replayed_estimate};
 use crate::placement::Placement;
-use crate::program::{Op, Resolved};
+use crate::program::Resolved;
 use crate::timeline::ReplayState;
 use crate::workload::{Engine, Workload};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock, PoisonError};
 use vramplan_profiles::InputError;
 use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::ModelDescription;
@@ -25,9 +25,12 @@ pub struct Sweep<'a> {
     /// `None` where the estimate takes another path than one replayed program (vLLM,
     /// llama.cpp, data parallelism): every shape is then a whole estimate.
     resolved: Option<Resolved<'a>>,
-    /// The load's operations, the same at every shape, and the replay after them: each shape
-    /// replays only its step, from a copy of this.
-    loaded: OnceLock<(Vec<Op>, ReplayState)>,
+    /// The replay after the load, the same at every shape: each shape replays only its step,
+    /// from a copy of this.
+    loaded: OnceLock<ReplayState>,
+    /// States whose shape is done, for the next shapes to copy the load into: a copy into one
+    /// reuses its tables rather than allocate them again.
+    spare: Mutex<Vec<ReplayState>>,
 }
 
 impl<'a> Sweep<'a> {
@@ -42,7 +45,16 @@ impl<'a> Sweep<'a> {
     ) -> Sweep<'a> {
         let one_program = matches!(workload.engine, Engine::Transformers) && !is_data_parallel(workload);
         let resolved = one_program.then(|| Resolved::new(model, hardware, workload, &placement));
-        Sweep { model, hardware, base: workload, placement, headroom, resolved, loaded: OnceLock::new() }
+        Sweep {
+            model,
+            hardware,
+            base: workload,
+            placement,
+            headroom,
+            resolved,
+            loaded: OnceLock::new(),
+            spare: Mutex::default(),
+        }
     }
 
     /// The estimate of `workload`: from what is resolved where it is the sweep's workload at
@@ -50,19 +62,26 @@ impl<'a> Sweep<'a> {
     pub fn estimate(&self, workload: &Workload) -> Result<Estimate, InputError> {
         match &self.resolved {
             Some(resolved) if self.base.same_but_shape(workload) => {
-                let program = resolved.program(self.hardware, workload);
                 let limits = gpu_limits(self.hardware, self.headroom);
-                let (load, step) = program.ops.split_at(program.load_ops);
-                let (loaded_ops, loaded) = self.loaded.get_or_init(|| {
+                let loaded = self.loaded.get_or_init(|| {
+                    let program = resolved.program(workload);
                     let mut state = ReplayState::new(&program, &limits);
-                    state.run(load, &limits);
-                    (load.to_vec(), state)
+                    state.run(&program.ops[..program.load_ops], &limits);
+                    state
                 });
-                // The load reads no shape (`StepProgram::load_ops`); the tests hold it to that.
-                debug_assert!(loaded_ops.as_slice() == load, "the load differs between shapes");
-                let mut state = loaded.clone();
-                state.run(step, &limits);
-                replayed_estimate(self.hardware, state.finish(&program).devices)
+                let step = resolved.step(workload);
+                let spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner).pop();
+                let mut state = match spare {
+                    Some(mut state) => {
+                        state.clone_from(loaded);
+                        state
+                    }
+                    None => loaded.clone(),
+                };
+                state.run(&step.ops, &limits);
+                let devices = state.devices(|event| resolved.describe(event), &step.managed_bytes);
+                self.spare.lock().unwrap_or_else(PoisonError::into_inner).push(state);
+                replayed_estimate(self.hardware, devices)
             }
             _ => estimate_within(self.model, self.hardware, workload, &self.placement, self.headroom),
         }

@@ -8,7 +8,7 @@ use crate::program::{Alloc, AllocId, Component, Compute, Event, Op, StepProgram}
 use std::collections::BTreeMap;
 
 /// One device's replay.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Track {
     allocator: CachingAllocator,
     /// Bytes charged (rounded by the allocator) by component.
@@ -18,6 +18,23 @@ struct Track {
     peak_reserved: u64,
     peak_at: Event,
     peak_components: [u64; 7],
+}
+
+impl Clone for Track {
+    fn clone(&self) -> Track {
+        Track { allocator: self.allocator.clone(), ..*self }
+    }
+
+    /// Copies `source` into this track, reusing its allocator's memory.
+    fn clone_from(&mut self, source: &Track) {
+        self.allocator.clone_from(&source.allocator);
+        self.by_component = source.by_component;
+        self.event = source.event;
+        self.peak_allocated = source.peak_allocated;
+        self.peak_reserved = source.peak_reserved;
+        self.peak_at = source.peak_at;
+        self.peak_components = source.peak_components;
+    }
 }
 
 impl Track {
@@ -117,12 +134,30 @@ impl Touched {
 /// A replay part way through a program: every device's allocator and peaks, and the live
 /// allocations. A sweep over shapes replays the load, the same at every shape, once, and goes
 /// on from a copy of this for each shape.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct ReplayState {
     tracks: BTreeMap<u32, Track>,
     /// Live allocations by id: device, component, bytes charged.
     live: Vec<Option<(u32, Component, u64)>>,
     sizes: Vec<u64>,
+}
+
+impl Clone for ReplayState {
+    fn clone(&self) -> ReplayState {
+        ReplayState { tracks: self.tracks.clone(), live: self.live.clone(), sizes: self.sizes.clone() }
+    }
+
+    /// Copies `source` into this state, reusing its memory where it replays the same devices:
+    /// each shape of a sweep goes on from the load in one of a few states.
+    fn clone_from(&mut self, source: &ReplayState) {
+        if self.tracks.keys().eq(source.tracks.keys()) {
+            self.tracks.values_mut().zip(source.tracks.values()).for_each(|(t, s)| t.clone_from(s));
+        } else {
+            self.tracks = source.tracks.clone();
+        }
+        self.live.clone_from(&source.live);
+        self.sizes.clone_from(&source.sizes);
+    }
 }
 
 impl ReplayState {
@@ -189,10 +224,23 @@ impl ReplayState {
 
     /// What the replay of `program` found.
     pub(crate) fn finish(self, program: &StepProgram) -> Replay {
-        let devices = self
-            .tracks
-            .into_iter()
-            .map(|(g, t)| {
+        Replay {
+            devices: self.devices(|event| program.describe(event), &program.managed_bytes),
+            charged: self.sizes,
+        }
+    }
+
+    /// What the replay found on each device so far, in a program whose events `describe` puts
+    /// in words and which holds `managed` bytes per GPU in managed memory
+    /// ([`StepProgram::managed_bytes`]).
+    pub(crate) fn devices(
+        &self,
+        describe: impl Fn(Event) -> String,
+        managed: &BTreeMap<u32, u64>,
+    ) -> BTreeMap<u32, DeviceRun> {
+        self.tracks
+            .iter()
+            .map(|(&g, t)| {
                 let p = |c: Component| t.peak_components[c.index()];
                 let components = Components {
                     weights: p(Component::Weights),
@@ -206,14 +254,13 @@ impl ReplayState {
                 let run = DeviceRun {
                     peak_allocated: t.peak_allocated,
                     peak_reserved: t.peak_reserved,
-                    peak_at: program.describe(t.peak_at),
+                    peak_at: describe(t.peak_at),
                     components,
                     steady: t.by_component.iter().sum(),
-                    managed: program.managed_bytes.get(&g).copied().unwrap_or(0),
+                    managed: managed.get(&g).copied().unwrap_or(0),
                 };
                 (g, run)
             })
-            .collect();
-        Replay { devices, charged: self.sizes }
+            .collect()
     }
 }

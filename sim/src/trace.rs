@@ -98,7 +98,7 @@ pub struct Trace {
 }
 
 /// The timeline of `workload` for `model` placed on `hardware` by `placement`, at most
-/// `samples` points per GPU (at least 2), replayed as [`crate::estimate`] replays it. Under data
+/// `samples` points per GPU (at least 2), replayed as [`crate::estimate()`] replays it. Under data
 /// parallelism, the first rank's step (every rank runs the same one). vLLM and llama.cpp are
 /// refused: their estimates size the engine's own pools, not a step of PyTorch allocations.
 pub fn trace(

@@ -24,6 +24,7 @@
 //! `torch.compile` fuses pointwise chains: norms keep their input, rotary keeps only its
 //! results, and a gated MLP keeps gate and up.
 
+use super::declared::Declarations;
 use super::precision::Precision;
 use crate::workload::{AttentionImpl, Finetune, GradCheckpointing, Mode, Trainer, Workload};
 use vramplan_profiles::model::{AttentionKind, ModelDescription, ModuleKind, NormKind};
@@ -201,9 +202,27 @@ pub(crate) struct ActivationModel<'a> {
     rotary: bool,
     /// The attention transformers runs for this model ([`attention_used`]).
     attention: AttentionImpl,
-    /// Per block of `facts.layers`: its shape, and the LoRA sites inside it, worked out once
-    /// (a sweep asks for every block at many shapes).
-    blocks: Vec<(Shape, Vec<LoraSite>)>,
+    /// Per block of `facts.layers`, what does not depend on the batch or the sequence length,
+    /// worked out once (a sweep asks for every block at many shapes).
+    blocks: Vec<BlockModel>,
+}
+
+/// One block as [`ActivationModel::block`] reads it at every shape.
+struct BlockModel {
+    shape: Shape,
+    kept: Kept,
+    /// Per token, what its LoRA adapters keep ([`lora_saved`]; nothing in inference or under
+    /// Unsloth, whose kernels keep their own).
+    lora: Vec<u64>,
+    /// What a custom model declares for it (`declared.rs`).
+    declarations: Option<Declarations>,
+}
+
+/// What a block keeps for backward by the memory model's lists, whatever the shape: bytes per
+/// token, and bytes per element of its attention scores (batch · heads · sequence · span).
+struct Kept {
+    per_token: Vec<u64>,
+    per_score: Vec<u64>,
 }
 
 /// A linear layer LoRA wraps, as its block's activations see it.
@@ -258,37 +277,36 @@ impl<'a> ActivationModel<'a> {
         let lora = lora_sites(model, lora_targets);
         let attention = attention_used(model, workload);
         let (training, rotary) = (workload.mode == Mode::Train, uses_rotary(model));
-        let blocks = (0..model.facts.layers.len())
+        let mut m = ActivationModel { model, workload, precision, rotary, attention, blocks: Vec::new() };
+        m.blocks = (0..model.facts.layers.len())
             .map(|layer| {
                 let prefix = format!("{}.", model.facts.layers[layer].path);
-                let sites = lora.iter().filter(|s| s.path.starts_with(prefix.as_str())).cloned().collect();
-                (shape(model, layer, training, rotary), sites)
+                let sites: Vec<LoraSite> =
+                    lora.iter().filter(|s| s.path.starts_with(prefix.as_str())).cloned().collect();
+                // Unsloth's fused LoRA kernels keep only their inputs, already in its list.
+                let lora = if training && workload.trainer != Trainer::Unsloth {
+                    lora_saved(&sites, workload, &precision, attention)
+                } else {
+                    Vec::new()
+                };
+                let shape = shape(model, layer, training, rotary);
+                let kept = kept(&m, &shape);
+                BlockModel { shape, kept, lora, declarations: super::declared::block(model, layer) }
             })
             .collect();
-        ActivationModel { model, workload, precision, rotary, attention, blocks }
+        m
     }
 
     /// Activations of block `layer` for `batch` sequences of `seq` tokens (training keeps
     /// tensors for backward; inference keeps none, only its transient peak).
     pub(crate) fn block(&self, layer: usize, batch: u64, seq: u64) -> BlockActivations {
+        let block = self.blocks.get(layer);
         // A custom model's declared sizes replace the formula for the block (`declared.rs`).
-        let declared = super::declared::block(self.model, self.workload, &self.precision, layer, batch, seq);
-        if let Some(declared) = declared {
-            return declared.or_formula(|| formula(self, layer, batch, seq));
+        if let Some(declarations) = block.and_then(|b| b.declarations.as_ref()) {
+            let declared = declarations.at(self.model, self.workload, &self.precision, batch, seq);
+            return declared.or_formula(|| formula(self, layer, batch, seq, &[]));
         }
-        let sites: &[LoraSite] = self.blocks.get(layer).map_or(&[], |(_, sites)| sites);
-        let mut acts = formula(self, layer, batch, seq);
-        // Unsloth's fused LoRA kernels keep only their inputs, already in its list.
-        if self.workload.mode == Mode::Train && !sites.is_empty() && self.workload.trainer != Trainer::Unsloth
-        {
-            let tokens = batch * seq;
-            acts.saved.extend(
-                lora_saved(sites, self.workload, &self.precision, self.attention)
-                    .into_iter()
-                    .map(|b| b * tokens),
-            );
-        }
-        acts
+        formula(self, layer, batch, seq, block.map_or(&[], |b| &b.lora))
     }
 }
 
@@ -356,31 +374,89 @@ fn lora_saved(
     saved
 }
 
-/// The memory model's figures for block `layer`, from the lists in the module documentation.
-fn formula(m: &ActivationModel, layer: usize, batch: u64, seq: u64) -> BlockActivations {
+/// The memory model's figures for block `layer`, from the lists in the module documentation,
+/// with `lora` (bytes per token its LoRA adapters keep, [`lora_saved`]) kept as well.
+fn formula(m: &ActivationModel, layer: usize, batch: u64, seq: u64, lora: &[u64]) -> BlockActivations {
     let (model, workload, precision, attention) = (m.model, m.workload, &m.precision, m.attention);
     let training = workload.mode == Mode::Train;
     let computed;
-    let sh = match m.blocks.get(layer) {
-        Some((sh, _)) => sh,
+    let (sh, kept) = match m.blocks.get(layer) {
+        Some(block) => (&block.shape, &block.kept),
         None => {
-            computed = shape(model, layer, training, m.rotary);
-            &computed
+            let sh = shape(model, layer, training, m.rotary);
+            computed = (kept(m, &sh), sh);
+            (&computed.1, &computed.0)
         }
     };
     let tokens = batch * seq;
+    let c = precision.compute_bytes();
+    // The residual stream: fp32 under autocast (fp32 embeddings plus half outputs promote).
+    let residual = if precision.autocast { 4 } else { c };
+    let (h, a, d) = (sh.hidden, sh.heads, sh.head_dim);
+    let span = match model.facts.layers.get(layer).and_then(|l| l.attention_window) {
+        Some(w) if attention != AttentionImpl::Eager => w.min(seq),
+        _ => seq,
+    };
+
+    // Transients: eager attention materialises raw, scaled and masked scores before softmax;
+    // the MLP's backward holds gradients of its widest tensors.
+    // Saturating: with sdpa or flash the scores are never formed, and may not fit in u64.
+    let scores = batch.saturating_mul(a).saturating_mul(seq).saturating_mul(span);
+    let eager = attention == AttentionImpl::Eager;
+    let forward_transient =
+        if eager { 2 * c * scores } else { 0 } + residual * h * tokens + c * sh.intermediate * tokens;
+    // With nothing kept (inference, a checkpointed block's forward): what the layer's frames
+    // hold at its widest op (`working_set.rs`), besides its input, which the program holds.
+    let working_set = super::working_set::working_set(
+        sh,
+        &super::working_set::Forward {
+            compute: precision.compute,
+            residual,
+            autocast: precision.autocast,
+            attention,
+            fp32_softmax: fp32_softmax(model, sh) || precision.autocast,
+            activation: &model.facts.activation,
+            keeps_attention_output: super::working_set::keeps_attention_output(&model.facts.model_type),
+            tokens,
+            scores,
+        },
+    );
+    let backward_transient = if eager { 2 * 4 * scores } else { 3 * c * a * d * tokens }
+        .max(3 * c * sh.intermediate * tokens)
+        + 2 * residual * h * tokens;
+
+    let mut saved: Vec<u64> = Vec::new();
+    if training {
+        // Selective recomputation drops the attention-score tensors (Korthikanti et al. §4.2).
+        let selective = workload.grad_checkpointing == GradCheckpointing::Selective && eager;
+        let per_score = if selective { &[][..] } else { &kept.per_score[..] };
+        saved.reserve_exact(kept.per_token.len() + per_score.len() + lora.len());
+        saved.extend(kept.per_token.iter().map(|b| b * tokens));
+        saved.extend(per_score.iter().map(|b| b * batch * a * seq * span));
+    }
+    saved.extend(lora.iter().map(|b| b * tokens));
+    BlockActivations {
+        saved,
+        forward_transient,
+        working_set,
+        backward_transient,
+        input: residual * h * tokens,
+    }
+}
+
+/// What block shape `sh` keeps for backward, per token and per score, from the lists in the
+/// module documentation.
+fn kept(m: &ActivationModel, sh: &Shape) -> Kept {
+    let (model, workload, precision, attention) = (m.model, m.workload, &m.precision, m.attention);
+    let training = workload.mode == Mode::Train;
     let c = precision.compute_bytes();
     let up = precision.upcast_bytes();
     // The residual stream: fp32 under autocast (fp32 embeddings plus half outputs promote).
     let residual = if precision.autocast { 4 } else { c };
     let compile = workload.switches.compile;
     let (h, a, k, d) = (sh.hidden, sh.heads, sh.kv_heads, sh.head_dim);
-    let span = match model.facts.layers.get(layer).and_then(|l| l.attention_window) {
-        Some(w) if attention != AttentionImpl::Eager => w.min(seq),
-        _ => seq,
-    };
     let mut per_token: Vec<u64> = Vec::new();
-    let mut per_sequence_sq: Vec<u64> = Vec::new(); // bytes per (batch · heads · s · s) element group
+    let mut per_score: Vec<u64> = Vec::new();
     if workload.trainer == Trainer::Unsloth {
         per_token = unsloth_saved(sh, c);
     }
@@ -457,13 +533,13 @@ fn formula(m: &ActivationModel, layer: usize, batch: u64, seq: u64) -> BlockActi
                 // The softmax is fp32 under autocast and where the eager function asks for it.
                 let softmax = if fp32_softmax(model, sh) || precision.autocast { 4 } else { c };
                 if sh.softcap {
-                    per_sequence_sq.push(c); // tanh of the scaled scores
+                    per_score.push(c); // tanh of the scaled scores
                 }
-                per_sequence_sq.push(softmax);
+                per_score.push(softmax);
                 if sh.dropout {
-                    per_sequence_sq.extend([1, if precision.autocast { c } else { softmax }]);
+                    per_score.extend([1, if precision.autocast { c } else { softmax }]);
                 } else if softmax != c {
-                    per_sequence_sq.push(c);
+                    per_score.push(c);
                 }
                 // The product with v is not saved; only its contiguous copy (below) is.
             } else {
@@ -538,51 +614,5 @@ fn formula(m: &ActivationModel, layer: usize, batch: u64, seq: u64) -> BlockActi
         }
     }
 
-    // Transients: eager attention materialises raw, scaled and masked scores before softmax;
-    // the MLP's backward holds gradients of its widest tensors.
-    // Saturating: with sdpa or flash the scores are never formed, and may not fit in u64.
-    let scores = batch.saturating_mul(a).saturating_mul(seq).saturating_mul(span);
-    let eager = attention == AttentionImpl::Eager;
-    let forward_transient =
-        if eager { 2 * c * scores } else { 0 } + residual * h * tokens + c * sh.intermediate * tokens;
-    // With nothing kept (inference, a checkpointed block's forward): what the layer's frames
-    // hold at its widest op (`working_set.rs`), besides its input, which the program holds.
-    let working_set = super::working_set::working_set(
-        sh,
-        &super::working_set::Forward {
-            compute: precision.compute,
-            residual,
-            autocast: precision.autocast,
-            attention,
-            fp32_softmax: fp32_softmax(model, sh) || precision.autocast,
-            activation: &model.facts.activation,
-            keeps_attention_output: super::working_set::keeps_attention_output(&model.facts.model_type),
-            tokens,
-            scores,
-        },
-    );
-    let backward_transient = if eager { 2 * 4 * scores } else { 3 * c * a * d * tokens }
-        .max(3 * c * sh.intermediate * tokens)
-        + 2 * residual * h * tokens;
-
-    let mut saved: Vec<u64> = if training {
-        per_token
-            .iter()
-            .map(|b| b * tokens)
-            .chain(per_sequence_sq.iter().map(|b| b * batch * a * seq * span))
-            .collect()
-    } else {
-        Vec::new()
-    };
-    if training && workload.grad_checkpointing == GradCheckpointing::Selective && eager {
-        // Selective recomputation drops the attention-score tensors (Korthikanti et al. §4.2).
-        saved.truncate(per_token.len());
-    }
-    BlockActivations {
-        saved,
-        forward_transient,
-        working_set,
-        backward_transient,
-        input: residual * h * tokens,
-    }
+    Kept { per_token, per_score }
 }

@@ -76,54 +76,76 @@ pub(crate) fn declared_bytes(sizes: ActivationSizes, batch: u64, seq: u64) -> u6
         .saturating_add(batch.saturating_mul(sizes.per_sample))
 }
 
+/// The declarations of a unit, the same at every shape: the outermost declaring modules at or
+/// under its module, and whether its own module is one of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Declarations {
+    sizes: Vec<ActivationSizes>,
+    whole: bool,
+}
+
+impl Declarations {
+    /// Those of the unit whose module is `module`, if it or any module inside it declares.
+    fn of(module: &Module) -> Option<Declarations> {
+        let mut sizes = Vec::new();
+        outermost(module, &mut sizes);
+        (!sizes.is_empty()).then(|| Declarations { sizes, whole: module.activations.is_some() })
+    }
+
+    /// Those of a module's own declaration alone, if it declares (not those inside it).
+    fn own(module: &Module) -> Option<Declarations> {
+        Some(Declarations { sizes: vec![module.activations?], whole: true })
+    }
+
+    /// What they give with `batch` samples of `seq` tokens.
+    pub(crate) fn at(
+        &self,
+        model: &ModelDescription,
+        workload: &Workload,
+        precision: &Precision,
+        batch: u64,
+        seq: u64,
+    ) -> Declared {
+        let bytes: Vec<u64> = self.sizes.iter().map(|s| declared_bytes(*s, batch, seq)).collect();
+        // The hidden states handed to the unit, which a checkpointed block keeps.
+        let residual = if precision.autocast { 4 } else { precision.compute_bytes() };
+        let input =
+            residual.saturating_mul(model.facts.hidden_size).saturating_mul(batch).saturating_mul(seq);
+        let total = bytes.iter().fold(0u64, |a, b| a.saturating_add(*b));
+        let training = workload.mode == Mode::Train;
+        let saved = if training { bytes.clone() } else { Vec::new() };
+        // In inference nothing is kept: the declaration is what the module holds while it runs.
+        let forward_transient = if training { 0 } else { total };
+        let acts =
+            BlockActivations { saved, forward_transient, working_set: bytes, backward_transient: 0, input };
+        if self.whole { Declared::Whole(acts) } else { Declared::Inside(acts) }
+    }
+}
+
 /// The declarations of block `layer` of `model` (an index into `facts.layers`), if any.
-pub(crate) fn block(
-    model: &ModelDescription,
-    workload: &Workload,
-    precision: &Precision,
-    layer: usize,
-    batch: u64,
-    seq: u64,
-) -> Option<Declared> {
+pub(crate) fn block(model: &ModelDescription, layer: usize) -> Option<Declarations> {
     let path = &model.facts.layers.get(layer)?.path;
     let module = model.root.find(path).filter(|m| m.path == *path)?;
-    unit(model, module, workload, precision, batch, seq)
+    Declarations::of(module)
 }
 
 /// The declarations of unit `index` of `units`, a unit outside the blocks (blocks go through
 /// [`block`]): its module's, or those inside it; for a unit of a parent's own tensors (its
 /// children are units of their own), the parent's own declaration only.
-pub(crate) fn outside_blocks(
-    model: &ModelDescription,
-    units: &[Unit],
-    index: usize,
-    workload: &Workload,
-    precision: &Precision,
-    batch: u64,
-    seq: u64,
-) -> Option<Declared> {
+pub(crate) fn outside_blocks(model: &ModelDescription, units: &[Unit], index: usize) -> Option<Declarations> {
     let unit = units.get(index)?;
     let module = model.root.find(&unit.path)?;
     if unit.keys.first() != Some(&unit.path) {
-        module.activations?;
-        let own = Module { children: Vec::new(), ..module.clone() };
-        return self::unit(model, &own, workload, precision, batch, seq);
+        return Declarations::own(module);
     }
-    self::unit(model, module, workload, precision, batch, seq)
+    Declarations::of(module)
 }
 
 /// The declaration of a module that holds units without being one (a container such as a
 /// two-linear readout whose linears are the units), charged to the first unit under it in
-/// execution order when that is unit `index`: what it adds to that unit's activations.
-pub(crate) fn above(
-    model: &ModelDescription,
-    units: &[Unit],
-    index: usize,
-    workload: &Workload,
-    precision: &Precision,
-    batch: u64,
-    seq: u64,
-) -> Option<BlockActivations> {
+/// execution order when that is unit `index`: the container's own declaration, which adds to
+/// that unit's activations.
+pub(crate) fn above(model: &ModelDescription, units: &[Unit], index: usize) -> Option<Declarations> {
     let path = &units.get(index)?.path;
     // Outermost first: a declaring container covers the containers inside it.
     let container = path.match_indices('.').map(|(i, _)| &path[..i]).find_map(|ancestor| {
@@ -135,39 +157,7 @@ pub(crate) fn above(
     if first != index {
         return None;
     }
-    let own = Module { children: Vec::new(), ..container.clone() };
-    match self::unit(model, &own, workload, precision, batch, seq)? {
-        Declared::Whole(acts) | Declared::Inside(acts) => Some(acts),
-    }
-}
-
-/// The declarations of the unit whose module is `module`, if it or any module inside it
-/// declares.
-pub(crate) fn unit(
-    model: &ModelDescription,
-    module: &Module,
-    workload: &Workload,
-    precision: &Precision,
-    batch: u64,
-    seq: u64,
-) -> Option<Declared> {
-    let mut found = Vec::new();
-    outermost(module, &mut found);
-    if found.is_empty() {
-        return None;
-    }
-    let bytes: Vec<u64> = found.iter().map(|s| declared_bytes(*s, batch, seq)).collect();
-    // The hidden states handed to the unit, which a checkpointed block keeps.
-    let residual = if precision.autocast { 4 } else { precision.compute_bytes() };
-    let input = residual.saturating_mul(model.facts.hidden_size).saturating_mul(batch).saturating_mul(seq);
-    let total = bytes.iter().fold(0u64, |a, b| a.saturating_add(*b));
-    let training = workload.mode == Mode::Train;
-    let saved = if training { bytes.clone() } else { Vec::new() };
-    // In inference nothing is kept: the declaration is what the module holds while it runs.
-    let forward_transient = if training { 0 } else { total };
-    let acts =
-        BlockActivations { saved, forward_transient, working_set: bytes, backward_transient: 0, input };
-    Some(if module.activations.is_some() { Declared::Whole(acts) } else { Declared::Inside(acts) })
+    Declarations::own(container)
 }
 
 /// The outermost declarations at or under `module`, in tree order: a declaring module's

@@ -74,8 +74,10 @@ pub(super) fn working_set(sh: &Shape, f: &Forward) -> Vec<u64> {
     let hidden = f.residual * h * t;
     let normed = c * h * t;
 
-    // Attention's half.
-    let mut attention = vec![normed, c * q * t, c * kv * t, c * kv * t];
+    // Attention's half (at most 9 tensors; the MLP's, of a dense block, 7: each list is made
+    // once, at its size).
+    let mut attention = Vec::with_capacity(9);
+    attention.extend([normed, c * q * t, c * kv * t, c * kv * t]);
     if f.attention == AttentionImpl::Eager {
         if k < a {
             attention.extend([c * q * t, c * q * t]); // repeat_kv of k and v
@@ -94,15 +96,16 @@ pub(super) fn working_set(sh: &Shape, f: &Forward) -> Vec<u64> {
     }
 
     // MLP's half.
-    let mut mlp = vec![hidden, normed];
+    let mut mlp = Vec::with_capacity(7);
+    mlp.extend([hidden, normed]);
     if f.keeps_attention_output {
         mlp.push(c * h * t);
     }
     let i = sh.intermediate;
-    let dense = |width: u64| -> Vec<u64> {
+    let dense = |width: u64| {
         let act = activation_holds(f.activation);
         let n = if sh.gated { (1 + act).max(3) } else { 1 + act };
-        vec![c * width * t; n as usize]
+        std::iter::repeat_n(c * width * t, n as usize)
     };
     match sh.moe {
         Some((_, top_k, shared)) => {
@@ -112,7 +115,7 @@ pub(super) fn working_set(sh: &Shape, f: &Forward) -> Vec<u64> {
             } else {
                 vec![c * h * routed, 2 * c * i * routed, c * i * routed]
             };
-            let shared = if shared > 0 { dense(shared) } else { Vec::new() };
+            let shared = if shared > 0 { dense(shared).collect() } else { Vec::new() };
             mlp.extend(widest(routed_peak, shared));
         }
         None => mlp.extend(dense(i)),
