@@ -67,6 +67,11 @@ pub(crate) struct SolveOptions {
     /// its proven gap; with none found and nothing proven, exit 4.
     #[arg(long, value_name = "SECONDS")]
     time_limit: Option<f64>,
+    /// The solver's tolerance: each objective (offload, balance, load, crossings, fewest GPUs)
+    /// stops once its plan is proven within this share of the best possible, and the plan is
+    /// called optimal only when every one is. `1%` (default) or `0.01`; `0` for exact.
+    #[arg(long, value_name = "SHARE")]
+    gap: Option<String>,
     /// ilp (exact, default) | greedy (accelerate's device_map="auto", the baseline).
     #[arg(long, default_value = "ilp")]
     solver: String,
@@ -182,7 +187,11 @@ pub(crate) fn solve(
         return Err(InputError::new("--time-limit", format!("{limit} is not a positive number of seconds"))
             .with_fix("give seconds, e.g. `--time-limit 5`"));
     }
-    let settings = Settings { solver, time_limit_s: left() };
+    let relative_gap = match &args.gap {
+        Some(text) => parse_gap(text)?,
+        None => Settings::default().relative_gap,
+    };
+    let settings = Settings { solver, time_limit_s: left(), relative_gap };
     let result = plan(model, hardware, workload, &request, &settings)?;
     // The baseline (no ILP, but a simulation) only while time is left; when the plan already
     // is accelerate's map (the ILP found nothing within its charges), that map.
@@ -235,32 +244,43 @@ fn refuse_map_export(args: &PlanArgs, workload: &vramplan_sim::workload::Workloa
         .with_fix("write the plan as YAML (`-o plan.yaml`), or use `--parallel single` for a map that splits one copy of the model"))
 }
 
-/// `10%` (an explicit percentage) or `0.1` (a share below 1) → 0.1. A bare number of 1 or more
-/// is refused: `2` could mean 2 % or 200 %, and one spelling has one meaning.
+/// `--headroom`: `10%` (an explicit percentage) or `0.1` (a share below 1) → 0.1, from 0 to
+/// 90 % ([`parse_share`]).
 pub(crate) fn parse_headroom(text: &str) -> Result<f64, InputError> {
-    let range = "keep from 0 to 90 %, e.g. `--headroom 10%` or `--headroom 0.1`";
-    let bad = |what: &str| InputError::new("--headroom", format!("`{text}` {what}")).with_fix(range);
+    parse_share("--headroom", text, 0.9, "of memory")
+}
+
+/// `--gap`: the solver's tolerance, as `--headroom` is written, from 0 to 50 %.
+fn parse_gap(text: &str) -> Result<f64, InputError> {
+    parse_share("--gap", text, 0.5, "of the best plan")
+}
+
+/// `10%` (an explicit percentage) or `0.1` (a share below 1) → 0.1, from 0 to `max`, for
+/// `flag`. A bare number of 1 or more is refused: `2` could mean 2 % or 200 %, and one
+/// spelling has one meaning.
+fn parse_share(flag: &str, text: &str, max: f64, of: &str) -> Result<f64, InputError> {
+    let range = format!("keep from 0 to {:.0} %, e.g. `{flag} 10%` or `{flag} 0.1`", max * 100.0);
+    let bad = |what: &str| InputError::new(flag, format!("`{text}` {what}")).with_fix(range.clone());
     let trimmed = text.trim();
     let (number, percent) = match trimmed.strip_suffix('%') {
         Some(n) => (n.trim(), true),
         None => (trimmed, false),
     };
-    let value: f64 = number.parse().map_err(|_| bad("is not a share of memory"))?;
+    let not_a_share = format!("is not a share {of}");
+    let value: f64 = number.parse().map_err(|_| bad(&not_a_share))?;
     if !value.is_finite() {
-        return Err(bad("is not a share of memory"));
+        return Err(bad(&not_a_share));
     }
     if !percent && value >= 1.0 {
         return Err(InputError::new(
-            "--headroom",
-            format!(
-                "`{text}` is ambiguous: a bare number is a share of memory below 1, a percentage needs `%`"
-            ),
+            flag,
+            format!("`{text}` is ambiguous: a bare number is a share {of} below 1, a percentage needs `%`"),
         )
         .with_fix(format!("write `{number}%` for {number} percent, or `{}` as a share", value / 100.0)));
     }
     let share = if percent { value / 100.0 } else { value };
-    if !(0.0..=0.9).contains(&share) {
-        return Err(bad("is outside 0 to 90 % of memory"));
+    if !(0.0..=max).contains(&share) {
+        return Err(bad(&format!("is outside 0 to {:.0} % {of}", max * 100.0)));
     }
     Ok(share)
 }

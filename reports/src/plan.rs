@@ -14,7 +14,8 @@ use vramplan_profiles::units::format_bytes;
 use vramplan_sim::workload::Parallelism;
 use vramplan_solver::Target;
 use vramplan_solver::explain::{Bitsandbytes, Change, Explanation, Quantization, SEQ_STEP, Shortfall};
-use vramplan_solver::plan::{Plan, PlanDevice, SolverKind, Unanswered, Verdict, parallel_flag};
+use vramplan_solver::ilp::{Stage, StageStatus};
+use vramplan_solver::plan::{Plan, PlanDevice, SolverKind, SolverReport, Unanswered, Verdict, parallel_flag};
 
 /// The human report of a plan.
 pub fn plan_table(
@@ -91,9 +92,12 @@ fn plan_text(
                 text += &format!("offloaded: {}\n", format_bytes(plan.offloaded_bytes));
             }
             if s.status == "time_limit" {
+                text += &format!("the best plan found within the time limit; {}\n", stage_gaps(s));
+            } else if s.status == "feasible" {
                 text += &format!(
-                    "the best plan found within the time limit, not proven the most balanced (gap {:.2}%)\n",
-                    100.0 * s.gap
+                    "a plan, not proven within the {:.2}% tolerance (--gap); {}\n",
+                    100.0 * s.relative_gap,
+                    stage_gaps(s)
                 );
             }
         }
@@ -441,6 +445,35 @@ pub fn accelerate_loading(
          model = {architecture}.from_pretrained(MODEL, {})\n",
         args.join(", ")
     )
+}
+
+/// What each stage of the solve proved, in words: `proven gaps: balance 0.00%, load 3.10%
+/// (time limit), fewest GPUs not run`.
+fn stage_gaps(s: &SolverReport) -> String {
+    let stages: Vec<String> = s
+        .stages
+        .iter()
+        .map(|g| {
+            let name = match g.stage {
+                Stage::Offload => "offload",
+                Stage::Disk => "disk",
+                Stage::Balance => "balance",
+                Stage::Load => "load",
+                Stage::Crossing => "crossings",
+                Stage::Devices => "fewest GPUs",
+            };
+            match g.status {
+                StageStatus::Optimal => format!("{name} {:.2}%", 100.0 * g.gap),
+                StageStatus::TimeLimit => format!("{name} {:.2}% (cut short)", 100.0 * g.gap),
+                StageStatus::NotRun => format!("{name} not reached"),
+            }
+        })
+        .collect();
+    if stages.is_empty() {
+        format!("gap {:.2}%", 100.0 * s.gap)
+    } else {
+        format!("proven gaps: {}", stages.join(", "))
+    }
 }
 
 #[cfg(test)]

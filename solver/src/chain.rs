@@ -50,6 +50,9 @@ pub(crate) struct Slot {
     pub spills: bool,
     /// The crossing stage's weight of a handoff leaving it.
     pub weight: f64,
+    /// Workspace it reserves whenever it holds a range, beyond its range's own (the weights of
+    /// offloaded units streamed through the GPU that runs them).
+    pub workspace: u64,
 }
 
 /// What the partition minimises.
@@ -59,22 +62,42 @@ pub(crate) enum Goal {
     Balance,
     /// The handoffs crossing devices, with every counted device's utilisation at most `limit`.
     Crossing { limit: f64 },
+    /// The fewest counted devices holding anything, among the partitions of least crossing
+    /// (as [`Goal::Crossing`] with the same `limit`): lexicographically, crossings first.
+    Fewest { limit: f64 },
+}
+
+/// A partial partition's value: the goal's measure, then (for [`Goal::Fewest`]) the devices it
+/// uses. Compared lexicographically, the first within a relative 10⁻¹² (sums of the same
+/// handoffs in another order differ in the last bits).
+#[derive(Debug, Clone, Copy)]
+struct Value(f64, u32);
+
+impl Value {
+    fn better_than(self, other: Value) -> bool {
+        let tolerance = 1e-12 * other.0.abs().max(1.0);
+        if other.0.is_infinite() {
+            return self.0.is_finite();
+        }
+        self.0 < other.0 - tolerance || (self.0 <= other.0 + tolerance && self.1 < other.1)
+    }
 }
 
 /// The best partition of `links` over `slots` for `goal`: its value and each position's slot,
-/// or `None` when no partition fits.
+/// or `None` when no partition fits. The value is the goal's measure, or for [`Goal::Fewest`]
+/// the devices used.
 pub(crate) fn partition(links: &[Link], slots: &[Slot], goal: Goal) -> Option<(f64, Vec<usize>)> {
     let m = links.len();
     // best[t][i]: the value of the first i positions on the first t slots; from[t][i]: where
     // slot t − 1's range starts.
-    let mut best = vec![vec![f64::INFINITY; m + 1]; slots.len() + 1];
+    let mut best = vec![vec![Value(f64::INFINITY, 0); m + 1]; slots.len() + 1];
     let mut from = vec![vec![0usize; m + 1]; slots.len() + 1];
-    best[0][0] = 0.0;
+    best[0][0] = Value(0.0, 0);
     for (t, slot) in slots.iter().enumerate() {
         for i in 0..=m {
             // The empty range.
             let (mut value, mut start) = (best[t][i], i);
-            let (mut bytes, mut transient) = (0u64, 0u64);
+            let (mut bytes, mut transient) = (0u64, slot.workspace);
             for j in (0..i).rev() {
                 let link = &links[j];
                 if !link.allowed.get(t).copied().unwrap_or(false) {
@@ -87,15 +110,17 @@ pub(crate) fn partition(links: &[Link], slots: &[Slot], goal: Goal) -> Option<(f
                 }
                 let utilisation =
                     if slot.counted { (slot.fixed + bytes + transient) as f64 / slot.size } else { 0.0 };
+                let before = best[t][j];
                 let candidate = match goal {
-                    Goal::Balance => best[t][j].max(utilisation),
-                    Goal::Crossing { limit } if utilisation <= limit => {
-                        best[t][j] + if i < m { links[i - 1].handoff * slot.weight } else { 0.0 }
+                    Goal::Balance => Value(before.0.max(utilisation), 0),
+                    Goal::Crossing { limit } | Goal::Fewest { limit } if utilisation <= limit => {
+                        let handoff = if i < m { links[i - 1].handoff * slot.weight } else { 0.0 };
+                        Value(before.0 + handoff, before.1 + u32::from(slot.counted))
                     }
                     // Longer ranges only fill the slot more.
-                    Goal::Crossing { .. } => break,
+                    Goal::Crossing { .. } | Goal::Fewest { .. } => break,
                 };
-                if candidate < value {
+                if candidate.better_than(value) {
                     (value, start) = (candidate, j);
                 }
             }
@@ -104,9 +129,13 @@ pub(crate) fn partition(links: &[Link], slots: &[Slot], goal: Goal) -> Option<(f
         }
     }
     let value = best[slots.len()][m];
-    if !value.is_finite() {
+    if !value.0.is_finite() {
         return None;
     }
+    let value = match goal {
+        Goal::Fewest { .. } => f64::from(value.1),
+        Goal::Balance | Goal::Crossing { .. } => value.0,
+    };
     let mut slot_of = vec![0; m];
     let mut end = m;
     for t in (1..=slots.len()).rev() {
@@ -128,7 +157,15 @@ mod tests {
     }
 
     fn gpu(capacity: u64) -> Slot {
-        Slot { capacity, fixed: 0, size: capacity as f64, counted: true, spills: false, weight: 1.0 }
+        Slot {
+            capacity,
+            fixed: 0,
+            size: capacity as f64,
+            counted: true,
+            spills: false,
+            weight: 1.0,
+            workspace: 0,
+        }
     }
 
     #[test]
@@ -143,15 +180,22 @@ mod tests {
     }
 
     #[test]
-    fn crossing_uses_fewest_boundaries_within_the_limit() {
-        // Under a 100 % limit the six units fit on two devices of 15: one boundary; at 60 %
-        // (9 bytes a device) they need all three: {7} {5 4} {3 2 1}.
-        let links: Vec<Link> = [7, 5, 4, 3, 2, 1].iter().map(|&b| link(b, 1.0)).collect();
+    fn crossing_and_then_devices_are_fewest_within_the_limit() {
+        // Under a 100 % limit the six units fit on two devices of 15: one boundary, two
+        // devices; at 60 % (9 bytes a device) they need all three: {7} {5 4} {3 2 1}, two
+        // boundaries. With zero handoffs every partition crosses for free and the fewest
+        // devices still win.
         let slots = vec![gpu(15), gpu(15), gpu(15)];
-        let (loose, _) = partition(&links, &slots, Goal::Crossing { limit: 1.0 }).expect("fits");
-        assert_eq!(loose, 1.0);
-        let (tight, _) = partition(&links, &slots, Goal::Crossing { limit: 0.6 }).expect("fits");
-        assert_eq!(tight, 2.0);
+        for handoff in [1.0, 0.0] {
+            let links: Vec<Link> = [7, 5, 4, 3, 2, 1].iter().map(|&b| link(b, handoff)).collect();
+            for (limit, boundaries, devices) in [(1.0, 1.0, 2.0), (0.6, 2.0, 3.0)] {
+                let (crossing, _) = partition(&links, &slots, Goal::Crossing { limit }).expect("fits");
+                assert_eq!(crossing, boundaries * handoff);
+                let (fewest, slot_of) = partition(&links, &slots, Goal::Fewest { limit }).expect("fits");
+                assert_eq!(fewest, devices);
+                assert_eq!(slot_of.iter().collect::<std::collections::BTreeSet<_>>().len() as f64, devices);
+            }
+        }
     }
 
     #[test]
@@ -165,10 +209,8 @@ mod tests {
         let mut links: Vec<Link> = [4, 4].iter().map(|&b| link(b, 0.0)).collect();
         links[0].transient = 2;
         links[1].transient = 1;
-        let slots = vec![
-            Slot { capacity: 12, fixed: 2, size: 14.0, counted: true, spills: false, weight: 1.0 },
-            Slot { capacity: 12, fixed: 2, size: 14.0, counted: true, spills: false, weight: 1.0 },
-        ];
+        let slot = Slot { fixed: 2, size: 14.0, ..gpu(12) };
+        let slots = vec![slot.clone(), slot];
         // Together: 2 fixed + 8 bytes + 2 workspace = 12/14; apart: (2 + 4 + 2)/14 = 8/14.
         let (value, slot_of) = partition(&links, &slots, Goal::Balance).expect("fits");
         assert!((value - 8.0 / 14.0).abs() < 1e-12, "{value}");

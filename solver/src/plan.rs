@@ -33,7 +33,7 @@
 
 use crate::build::{self, Built, Request, UnitSource};
 use crate::greedy;
-use crate::ilp::{self, SolveOptions, Status};
+use crate::ilp::{self, DEFAULT_RELATIVE_GAP, SolveOptions, StageGap, Status};
 use crate::problem::{Assignment, Problem};
 use crate::runtime::Runtime;
 use serde::Serialize;
@@ -104,8 +104,10 @@ pub fn seconds_left(deadline: Option<Instant>) -> Option<f64> {
 pub struct SolverReport {
     /// The ILP or the greedy baseline.
     pub kind: SolverKind,
-    /// `optimal`, `time_limit`, `infeasible` (proven), `gave_up` (no plan, nothing proven); the
-    /// greedy baseline reports `heuristic`; a data-parallel plan, with nothing to place, `fixed`.
+    /// `optimal` (every stage within `relative_gap`), `feasible` (a plan, some stage's gap
+    /// above it), `time_limit` (the best plan or none when the time ran out), `infeasible`
+    /// (proven), `gave_up` (no plan, nothing proven); the greedy baseline reports `heuristic`;
+    /// a data-parallel plan, with nothing to place, `fixed`.
     pub status: String,
     /// Wall-clock seconds of every solve together.
     pub seconds: f64,
@@ -117,6 +119,12 @@ pub struct SolverReport {
     pub gap: f64,
     /// Solves the refinement against the simulation took.
     pub rounds: u32,
+    /// The tolerance of every stage: `optimal` means each one's proven gap is within it.
+    pub relative_gap: f64,
+    /// The ILP's stages in order (the last solve's), each with the gap it proved; empty for
+    /// the greedy baseline and data-parallel plans.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageGap>,
 }
 
 /// One device of a plan: what it holds and the simulated step on it.
@@ -196,11 +204,13 @@ pub struct Settings {
     pub solver: SolverKind,
     /// Wall-clock seconds for the whole of [`plan`] (every solve and refinement round).
     pub time_limit_s: Option<f64>,
+    /// The tolerance of every stage of the ILP ([`SolveOptions::relative_gap`]).
+    pub relative_gap: f64,
 }
 
 impl Default for Settings {
     fn default() -> Settings {
-        Settings { solver: SolverKind::Ilp, time_limit_s: None }
+        Settings { solver: SolverKind::Ilp, time_limit_s: None, relative_gap: DEFAULT_RELATIVE_GAP }
     }
 }
 
@@ -237,7 +247,8 @@ fn solve_ilp(
     let mut rounds = 0;
     loop {
         rounds += 1;
-        let options = SolveOptions { time_limit_s: seconds_left(deadline), ..SolveOptions::default() };
+        let options =
+            SolveOptions { time_limit_s: seconds_left(deadline), relative_gap: settings.relative_gap };
         let solution = ilp::solve(&built.problem, &options);
         seconds += solution.seconds;
         let report = SolverReport {
@@ -248,6 +259,8 @@ fn solve_ilp(
             bound: solution.bound,
             gap: solution.gap,
             rounds,
+            relative_gap: settings.relative_gap,
+            stages: solution.stages,
         };
         let Some(assignment) = solution.assignment else {
             return match solution.status {
@@ -262,7 +275,7 @@ fn solve_ilp(
                     let report = SolverReport { status: "gave_up".into(), ..report };
                     Ok(plan_less(request, report, built, Some(Unanswered::Refinement)))
                 }
-                Status::Optimal | Status::TimeLimit => {
+                Status::Optimal | Status::TimeLimit | Status::Feasible => {
                     Ok(plan_less(request, report, built, Some(Unanswered::TimeLimit)))
                 }
             };
@@ -337,12 +350,12 @@ fn no_placement_within_charges(
     let mut unproven = None;
     for lower in [at_the_peak(&built.problem), at_each_run(&built.problem)] {
         let time_limit_s = seconds_left(deadline).map(|s| s.max(0.2));
-        let bound = ilp::solve(&lower, &SolveOptions { time_limit_s, ..SolveOptions::default() });
+        let bound = ilp::solve(&lower, &SolveOptions { time_limit_s, relative_gap: report.relative_gap });
         report.seconds += bound.seconds;
         match bound.status {
             Status::Infeasible => return Ok(plan_less(request, report, built, None)),
             Status::TimeLimit => unproven = unproven.or(Some(Unanswered::TimeLimit)),
-            Status::Optimal | Status::GaveUp => {}
+            Status::Optimal | Status::GaveUp | Status::Feasible => {}
         }
     }
     Ok(plan_less(request, report, built, Some(unproven.unwrap_or(Unanswered::NotProven))))
@@ -379,6 +392,7 @@ fn status_name(status: Status) -> &'static str {
         Status::TimeLimit => "time_limit",
         Status::Infeasible => "infeasible",
         Status::GaveUp => "gave_up",
+        Status::Feasible => "feasible",
     }
 }
 
@@ -449,6 +463,8 @@ fn solve_greedy(
         bound: 0.0,
         gap: 1.0,
         rounds: 1,
+        relative_gap: DEFAULT_RELATIVE_GAP,
+        stages: Vec::new(),
     };
     let mut plan = assemble(model, hardware, workload, request, built, &assignment, report, true)?;
     // Judged like the ILP's plans: every GPU's simulated peak within usable × (1 − headroom).
@@ -724,6 +740,8 @@ pub fn data_parallel_plan(
             bound: objective,
             gap: 0.0,
             rounds: 1,
+            relative_gap: settings.relative_gap,
+            stages: Vec::new(),
         },
         device_map: Vec::new(),
         devices,

@@ -520,3 +520,66 @@ fn offloaded_layers_leave_their_kv_cache_on_the_gpu_that_runs_them() {
     assert_eq!(devices_of(&s, 4), vec![0, 1, 1, 1]);
     assert!((s.objective - 12.0 / 14.0).abs() < 1e-9, "{}", s.objective);
 }
+
+#[test]
+fn fewest_gpus_of_a_chain_are_counted_without_branching() {
+    // Twelve 1 GB layers in order over eight 10 GB GPUs with 1 GB of fixed bytes each, every
+    // handoff 1 MB. The balance puts at most two layers on a GPU: (1 + 2)/11; seven GPUs take
+    // two layers each is impossible (12 = 2·6), so six GPUs hold two each and the other two
+    // stay empty, at five boundaries, the fewest crossings too. The answer is six GPUs.
+    let units: Vec<Unit> = (0..12)
+        .map(|i| Unit { order: Some(i), handoff_bytes: MB, ..unit(&format!("layer {i}"), GB) })
+        .collect();
+    let devices = (0..8).map(|i| Device { fixed_bytes: GB, ..gpu(i, 10 * GB) }).collect();
+    let mut p = problem(units, devices);
+    p.ordered = true;
+    p.min_devices = true;
+    let s = solve(&p);
+    assert_eq!(s.status, Status::Optimal);
+    assert!((s.objective - 3.0 / 11.0).abs() < 1e-12, "{}", s.objective);
+    assert_eq!(s.gpus_used, 6);
+    let fewest = s.stages.iter().find(|g| g.stage == ilp::Stage::Devices).expect("the stage ran");
+    assert_eq!((fewest.objective, fewest.gap), (6.0, 0.0));
+}
+
+#[test]
+fn a_unit_pinned_to_the_cpu_leaves_the_offload_stage_proven() {
+    // Two 4 GB units on one 10 GB GPU and the CPU, the first pinned to the CPU: the least
+    // offload is that unit's 4 GB (a constant of the objective), nothing goes to disk, and
+    // every stage is proven: no stage may lose the pinned bytes and find its successor
+    // without a plan.
+    let mut p = problem(
+        vec![unit("a", 4 * GB), unit("b", 4 * GB)],
+        vec![gpu(0, 10 * GB), host(Target::Cpu, 64 * GB), host(Target::Disk, 4000 * GB)],
+    );
+    p.pins = vec![(0, 1)];
+    let s = solve(&p);
+    assert_eq!(s.status, Status::Optimal, "{:?}", s.stages);
+    assert_eq!(s.offloaded_bytes, 4 * GB);
+    let offload = s.stages.iter().find(|g| g.stage == ilp::Stage::Offload).expect("the stage ran");
+    assert!((offload.objective - 4e9).abs() < 1e3, "{offload:?}");
+    assert!(s.stages.iter().all(|g| g.gap <= 0.01), "{:?}", s.stages);
+    assert_eq!(devices_of(&s, 2), vec![1, 0]);
+}
+
+#[test]
+fn an_offloaded_chain_is_split_exactly_with_the_streamed_weights_on_the_gpu() {
+    // Five 4 GB layers in order, one 10 GB GPU that runs what the CPU holds (accelerate's main
+    // device), a 100 GB CPU and a disk. Two layers would fit the GPU (8 GB), but a layer on
+    // the CPU is streamed through it: 4 GB of workspace beside what it holds, so it keeps one
+    // layer (4 + 4 = 8 ≤ 10) and four go to the CPU: 16 GB offloaded, nothing on disk, the
+    // GPU at 8/10. Every stage is proven.
+    let units: Vec<Unit> = (0..5)
+        .map(|i| Unit { order: Some(i), handoff_bytes: MB, ..unit(&format!("layer {i}"), 4 * GB) })
+        .collect();
+    let mut p =
+        problem(units, vec![gpu(0, 10 * GB), host(Target::Cpu, 100 * GB), host(Target::Disk, 4000 * GB)]);
+    p.ordered = true;
+    p.offload_runs_on = Some(0);
+    let s = solve(&p);
+    assert_eq!(s.status, Status::Optimal, "{:?}", s.stages);
+    assert_eq!(s.offloaded_bytes, 16 * GB);
+    assert!((s.objective - 0.8).abs() < 1e-12, "{}", s.objective);
+    assert_eq!(devices_of(&s, 5), vec![0, 1, 1, 1, 1]);
+    assert!(s.stages.iter().all(|g| g.gap == 0.0), "{:?}", s.stages);
+}

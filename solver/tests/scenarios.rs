@@ -88,7 +88,7 @@ fn solve(case: &Case, solver: SolverKind, headroom: f64) -> Plan {
     let hardware = hardware::load(case.hardware).unwrap();
     let mut request = Request::new(case.runtime);
     request.headroom = headroom;
-    let settings = Settings { solver, time_limit_s: None };
+    let settings = Settings { solver, ..Settings::default() };
     plan(&model, &hardware, &case.workload, &request, &settings)
         .unwrap_or_else(|e| panic!("{} on {}: {e}", case.model, case.hardware))
 }

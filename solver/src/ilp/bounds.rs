@@ -41,13 +41,23 @@ impl Formulation {
         offloaded_bytes: f64,
     ) -> Option<Partition> {
         let (pools, links) = self.chain.as_ref()?;
-        let slots: Vec<Slot> = (0..self.shape.1)
+        let slots = self.slots(problem, capacities, offloaded_bytes);
+        let (value, slot_of) = chain::partition(links, &slots, goal)?;
+        let complete = self.chain_is_whole() && slot_of.iter().all(|&d| self.is_gpu[d]);
+        let start = self.chain_start(model, pools, &slot_of);
+        Some(Partition { value, start, complete })
+    }
+
+    /// Each device as the chain's partition sees it, `cpu` and `disk` holding at most
+    /// `host_bytes` each.
+    pub(super) fn slots(&self, problem: &Problem, capacities: &[u64], host_bytes: f64) -> Vec<Slot> {
+        (0..self.shape.1)
             .map(|d| {
                 let fixed = problem.devices[d].fixed_bytes;
                 let capacity = if self.is_gpu[d] {
                     capacities[d]
                 } else {
-                    capacities[d].min(offloaded_bytes.max(0.0) as u64)
+                    capacities[d].min(host_bytes.max(0.0) as u64)
                 };
                 Slot {
                     capacity,
@@ -56,13 +66,17 @@ impl Formulation {
                     counted: self.is_gpu[d],
                     spills: spills(problem, d),
                     weight: self.handoffs.weight[d],
+                    workspace: 0,
                 }
             })
-            .collect();
-        let (value, slot_of) = chain::partition(links, &slots, goal)?;
-        let complete = self.chain_is_whole() && slot_of.iter().all(|&d| self.is_gpu[d]);
+            .collect()
+    }
+
+    /// A partition of the chain (`pools` at each position, `slot_of` their devices) as a start
+    /// for `model`: the chain's counts, the other columns unknown (infinite).
+    pub(super) fn chain_start(&self, model: &StageModel, pools: &[usize], slot_of: &[usize]) -> Vec<f64> {
         let mut start = vec![f64::INFINITY; model.vars.len()];
-        for (&pool, &device) in pools.iter().zip(&slot_of) {
+        for (&pool, &device) in pools.iter().zip(slot_of) {
             for (d, copies) in self.copies[pool].iter().enumerate() {
                 if let Copies::Free(v) = copies
                     && let Some(slot) = start.get_mut(self.column[v])
@@ -72,7 +86,108 @@ impl Formulation {
                 }
             }
         }
-        Some(Partition { value, start, complete })
+        start
+    }
+
+    /// A plan on the GPUs alone for an ordered problem whose chain is not the whole of it
+    /// (llama.cpp's expert tensors beside its layers), the better of two fills: the chain's
+    /// best partition, then the other pools' copies, largest first, each on the GPU where it
+    /// raises the utilisation least (a longest-processing-time fill); and those copies first,
+    /// then the chain's best partition around them. Every count column is set; `None` where a
+    /// copy fits no GPU it may use.
+    pub(super) fn filled_start(
+        &self,
+        problem: &Problem,
+        capacities: &[u64],
+        model: &StageModel,
+    ) -> Option<Vec<f64>> {
+        [false, true]
+            .into_iter()
+            .filter_map(|rest_first| {
+                let counts = self.fill(problem, capacities, rest_first)?;
+                let mut start = vec![f64::INFINITY; model.vars.len()];
+                for (p, on_devices) in counts.iter().enumerate() {
+                    for (d, &count) in on_devices.iter().enumerate() {
+                        if let Copies::Free(v) = self.copies[p][d]
+                            && let Some(slot) = start.get_mut(self.column[&v])
+                        {
+                            *slot = f64::from(count);
+                        }
+                    }
+                }
+                Some((self.largest_utilisation(problem, &start), start))
+            })
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, start)| start)
+    }
+
+    /// One fill of [`Formulation::filled_start`]: each pool's copies per device.
+    fn fill(&self, problem: &Problem, capacities: &[u64], rest_first: bool) -> Option<Vec<Vec<u32>>> {
+        let (chain_pools, links) = self.chain.as_ref()?;
+        let n_devices = self.shape.1;
+        let size = |d: usize| capacities[d].saturating_add(problem.devices[d].fixed_bytes).max(1) as f64;
+        let mut counts = vec![vec![0u32; n_devices]; self.pools.len()];
+        let (mut bytes, mut workspace) = (vec![0u64; n_devices], vec![0u64; n_devices]);
+        let mut in_chain = vec![false; self.pools.len()];
+        for &p in chain_pools {
+            in_chain[p] = true;
+        }
+        let place_chain = |counts: &mut Vec<Vec<u32>>, bytes: &mut Vec<u64>, workspace: &mut Vec<u64>| {
+            let mut slots = self.slots(problem, capacities, 0.0);
+            for (d, slot) in slots.iter_mut().enumerate() {
+                slot.capacity = slot.capacity.checked_sub(bytes[d])?;
+                slot.fixed += bytes[d];
+                slot.workspace = workspace[d];
+            }
+            let (_, slot_of) = chain::partition(links, &slots, Goal::Balance)?;
+            let mut placed = vec![false; self.pools.len()];
+            for (&p, &d) in chain_pools.iter().zip(&slot_of) {
+                if !placed[p] {
+                    counts[p][d] = self.pools[p].copies;
+                    bytes[d] += self.pools[p].bytes * u64::from(self.pools[p].copies);
+                    workspace[d] = workspace[d].max(self.pools[p].transient);
+                }
+                placed[p] = true;
+            }
+            Some(())
+        };
+        if !rest_first {
+            place_chain(&mut counts, &mut bytes, &mut workspace)?;
+        }
+        let mut rest: Vec<usize> = (0..self.pools.len()).filter(|&p| !in_chain[p]).collect();
+        rest.sort_by_key(|&p| (std::cmp::Reverse(self.pools[p].bytes), p));
+        for p in rest {
+            let pool = &self.pools[p];
+            for _ in 0..pool.copies {
+                let utilisation = |d: usize| {
+                    let held = bytes[d] + pool.bytes + workspace[d].max(pool.transient);
+                    (held <= capacities[d]).then(|| (problem.devices[d].fixed_bytes + held) as f64 / size(d))
+                };
+                let best = pool
+                    .allowed
+                    .iter()
+                    .filter(|&&(d, most)| self.is_gpu[d] && counts[p][d] < most)
+                    .filter_map(|&(d, _)| Some((utilisation(d)?, d)))
+                    .min_by(|a, b| a.0.total_cmp(&b.0))?;
+                let d = best.1;
+                counts[p][d] += 1;
+                bytes[d] += pool.bytes;
+                workspace[d] = workspace[d].max(pool.transient);
+            }
+        }
+        if rest_first {
+            place_chain(&mut counts, &mut bytes, &mut workspace)?;
+        }
+        Some(counts)
+    }
+
+    /// The largest GPU utilisation of the plan `values` ([`Problem::utilisation`]).
+    pub(super) fn largest_utilisation(&self, problem: &Problem, values: &[f64]) -> f64 {
+        let assignment = self.assignment(problem, values);
+        (0..self.shape.1)
+            .filter(|&d| self.is_gpu[d])
+            .map(|d| problem.utilisation(&assignment, d))
+            .fold(0.0, f64::max)
     }
 
     /// `values` extended to `model`'s variables: the columns it adds are unknown to HiGHS
@@ -207,13 +322,24 @@ impl Formulation {
 /// bound may count them as if it were always used: that adds `U ≥ fixed_d / S_d`, which every
 /// plan meets, and keeps the relaxation from paying a fraction of the fixed bytes.
 pub(super) fn utilisation_floor(problem: &Problem, capacities: &[u64], blocks: &[Block]) -> f64 {
+    utilisation_floor_of(problem, capacities, blocks, false)
+}
+
+/// [`utilisation_floor`], or with `all_on_gpus` the same for plans that offload nothing (once
+/// the offload stage has proven that none needs to): every byte on the GPUs.
+pub(super) fn utilisation_floor_of(
+    problem: &Problem,
+    capacities: &[u64],
+    blocks: &[Block],
+    all_on_gpus: bool,
+) -> f64 {
     let offload: Vec<usize> =
         (0..problem.devices.len()).filter(|&d| !matches!(problem.devices[d].tier, Target::Gpu(_))).collect();
     let total = |stays: &dyn Fn(&Block) -> bool| -> f64 {
         blocks.iter().filter(|b| stays(b)).map(|b| b.bytes as f64 * f64::from(b.copies)).sum()
     };
     let everything = total(&|_| true);
-    let on_gpus = if offload.is_empty() {
+    let on_gpus = if offload.is_empty() || all_on_gpus {
         everything
     } else {
         let gpu_only = total(&|b| b.allowed.iter().all(|(d, _)| !offload.contains(d)));

@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use good_lp::{Constraint, Expression, IntoAffineExpression, ProblemVariables, Variable, variable};
 
 use super::blocks::{Block, pools, spills};
-use super::bounds::{chain_links, utilisation_floor};
-use super::ordered_pairs;
+use super::bounds::{chain_links, utilisation_floor, utilisation_floor_of};
+use super::{Stage, ordered_pairs};
 use crate::chain::Link;
 use crate::problem::Problem;
 use vramplan_sim::placement::Target;
@@ -23,17 +23,6 @@ pub(super) enum Copies {
     All,
     /// A count variable.
     Free(Variable),
-}
-
-/// The lexicographic stages, in order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Stage {
-    Offload,
-    Disk,
-    Balance,
-    Load,
-    Crossing,
-    Devices,
 }
 
 /// One stage's MIP. Each stage's variables extend those of the stage before it (a stage that
@@ -79,6 +68,10 @@ pub(super) struct Formulation {
     /// offload is needed this count is held at zero, so no small unit is offloaded while a GPU
     /// has room for it.
     pub(super) host_copies: Expression,
+    /// A bound on the largest GPU utilisation from bytes alone ([`utilisation_floor`]), and
+    /// the same when nothing is offloaded.
+    pub(super) floor: f64,
+    pub(super) floor_on_gpus: f64,
     /// Ordered problems: the pool at each position of the chain and the chain as
     /// [`chain::partition`](crate::chain::partition) takes it.
     pub(super) chain: Option<(Vec<usize>, Vec<Link>)>,
@@ -248,6 +241,7 @@ impl Formulation {
         }
 
         let chain = if problem.ordered { chain_links(&handoffs, &x) } else { None };
+        let floor_on_gpus = utilisation_floor_of(problem, capacities, &x.blocks, true);
         let column = x.vars.iter_variables_with_def().enumerate().map(|(i, (v, _))| (v, i)).collect();
         Formulation {
             base,
@@ -263,6 +257,8 @@ impl Formulation {
             shape: (problem.units.len(), n_devices),
             chain,
             handoffs,
+            floor,
+            floor_on_gpus,
             scale,
             host_copies: terms.host_copies,
         }

@@ -1,7 +1,7 @@
 //! The HiGHS boundary: one stage's MIP handed to HiGHS through good_lp, with the options that
 //! keep it deterministic and the time limit, and its outcome read back as a [`Run`].
 
-use good_lp::{Constraint, SolverModel};
+use good_lp::{Constraint, IntoAffineExpression, SolverModel};
 
 use super::formulation::StageModel;
 
@@ -66,10 +66,14 @@ pub(super) fn run_stage(
     let status = solved.status();
     let feasible = solved.int_info_value(c"primal_solution_status") == Ok(HIGHS_SOLUTION_FEASIBLE);
     if feasible {
+        // good_lp hands HiGHS the objective's terms without its constant (a pool pinned to
+        // one device counts as a constant): add it back, or a stage's value held for the next
+        // misses it and the next stage has no plan.
+        let constant = model.objective.constant();
         return Run::Found {
             values: solved.get_solution().columns().to_vec(),
-            objective: solved.objective_value(),
-            bound: solved.double_info_value(c"mip_dual_bound").unwrap_or(0.0),
+            objective: solved.objective_value() + constant,
+            bound: solved.double_info_value(c"mip_dual_bound").unwrap_or(0.0) + constant,
             optimal: status_is(status, HIGHS_OPTIMAL),
         };
     }

@@ -140,6 +140,32 @@
 //! to spill to, a whole chain without a partition means the problem has no plan. Before the
 //! offload stage, a partition on GPUs alone proves that nothing needs offloading.
 //!
+//! Where some of a whole chain must go to `cpu` and `disk`, every plan splits the chain at one
+//! position between the GPUs and the hosts, and with the split fixed what the hosts leave to
+//! the GPU that runs them is known: `split.rs` scans the splits, one partition each, and
+//! answers the offload, disk, balance, crossing and fewest-GPU stages exactly (the same values
+//! as HiGHS's to 10⁻⁸ on the offload cases checked, in milliseconds where HiGHS took seconds).
+//! The fewest GPUs of a whole chain are a partition too, crossings first, then GPUs used
+//! ([`crate::chain`]'s `Fewest` goal), where binaries per GPU left HiGHS without a proof
+//! after minutes over 24 GPUs. Beside a chain that is not the whole problem (llama.cpp's
+//! expert tensors), the balance stage starts from the better of two fills (the chain's
+//! partition, then the rest largest first on the least-used GPU; or the rest first, then the
+//! chain's partition around it), and needs no MIP when that is within the gap of the bytes'
+//! floor.
+//!
+//! # Gaps
+//!
+//! Every stage reports what it proved ([`StageGap`]): its plan's value, a bound no plan with the
+//! earlier values held beats (HiGHS's dual bound, a partition, or a floor known without HiGHS),
+//! and the gap between them. [`Status::Optimal`] means every stage is within
+//! [`SolveOptions::relative_gap`] (1 % by default); a plan with a stage above it is
+//! [`Status::Feasible`]; stages the time limit never reached are `not_run`, gap 1.
+//!
+//! good_lp hands HiGHS an objective without its constant (the copies of a pool pinned to one
+//! device), so the objective HiGHS reports is corrected by it before a stage's value is held:
+//! otherwise the row that holds it would exclude every plan, and the next stage would stop
+//! with no plan (a unit pinned to the CPU once left every later stage unrun).
+//!
 //! The reported `objective` is recomputed from the returned plan with
 //! [`Problem::utilisation`]; `bound` is HiGHS's dual bound of the balance stage: no plan with
 //! the least offload has a smaller largest utilisation.
@@ -177,6 +203,7 @@
 //! `blocks.rs` makes blocks and pools and the early infeasibility checks; `formulation.rs`
 //! the model, built in steps whose rows are in `rows.rs` (every stage) and `objectives.rs`
 //! (load, crossings, fewest GPUs); `bounds.rs` the bounds and starts known without HiGHS;
+//! `split.rs` the whole chain split between GPUs and hosts;
 //! `stages.rs` runs the lexicographic sequence, each MIP through `highs.rs`; `readback.rs`
 //! reads HiGHS's values back as a plan.
 
@@ -187,6 +214,7 @@ mod highs;
 mod objectives;
 mod readback;
 mod rows;
+mod split;
 mod stages;
 
 use std::time::Instant;
@@ -202,15 +230,82 @@ pub struct SolveOptions {
     /// Wall-clock limit for all stages together, in seconds; `None` for none.
     pub time_limit_s: Option<f64>,
     /// A stage stops once its plan is proven within this fraction of the best possible (HiGHS's
-    /// `mip_rel_gap`). The default, 10⁻³, is a tenth of a percent of the worst device's
-    /// utilisation: below what any memory estimate can promise, and loose enough that a proof
-    /// of the last fraction of a copy never keeps a large instance busy.
+    /// `mip_rel_gap`), and the solve is [`Status::Optimal`] only when every stage is. The
+    /// default, [`DEFAULT_RELATIVE_GAP`], is a percent of the worst device's utilisation:
+    /// below what a memory estimate can promise, and loose enough that a proof of the last
+    /// fraction of a copy never keeps a large instance busy.
     pub relative_gap: f64,
 }
 
+/// The default tolerance of every stage: 1 %.
+pub const DEFAULT_RELATIVE_GAP: f64 = 0.01;
+
 impl Default for SolveOptions {
     fn default() -> Self {
-        SolveOptions { time_limit_s: None, relative_gap: 1e-3 }
+        SolveOptions { time_limit_s: None, relative_gap: DEFAULT_RELATIVE_GAP }
+    }
+}
+
+/// The lexicographic stages, in order (module documentation, "Objectives").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// Bytes on `cpu` and `disk`.
+    Offload,
+    /// Bytes on `disk`.
+    Disk,
+    /// The largest GPU utilisation.
+    Balance,
+    /// The largest GPU load, over the mean load per GPU.
+    Load,
+    /// Handoffs crossing devices, weighted by link, over the largest handoff.
+    Crossing,
+    /// GPUs used.
+    #[serde(rename = "fewest_gpus")]
+    Devices,
+}
+
+/// How one stage ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageStatus {
+    /// Its plan is proven within the relative gap of the best possible.
+    Optimal,
+    /// The time limit cut it short: its plan is the best found, its gap says how good.
+    TimeLimit,
+    /// The time limit came before it: the plan is not chosen for this objective at all.
+    NotRun,
+}
+
+/// The proof one stage gives for its objective: the plan's value, a bound no plan (with the
+/// earlier stages' values held) beats, and the gap between them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StageGap {
+    /// Which objective.
+    pub stage: Stage,
+    /// How it ended.
+    pub status: StageStatus,
+    /// The plan's value, in the stage's unit (bytes for offload and disk; a share for
+    /// balance; the largest load over the mean for load; GPUs for fewest GPUs); NaN when not
+    /// known.
+    pub objective: f64,
+    /// The proven bound, same unit; NaN when nothing is proven.
+    pub bound: f64,
+    /// `(objective − bound) / objective`, 0 when the objective is 0; 1 when nothing is proven.
+    pub gap: f64,
+}
+
+impl StageGap {
+    /// A stage with value `objective` and bound `bound`.
+    pub(crate) fn proven(stage: Stage, status: StageStatus, objective: f64, bound: f64) -> StageGap {
+        let gap = if !objective.is_finite() || !bound.is_finite() {
+            1.0
+        } else if objective.abs() <= 1e-12 {
+            0.0
+        } else {
+            ((objective - bound) / objective.abs()).clamp(0.0, 1.0)
+        };
+        StageGap { stage, status, objective, bound: bound.min(objective), gap }
     }
 }
 
@@ -218,7 +313,7 @@ impl Default for SolveOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
-    /// Every stage finished within the relative gap.
+    /// Every stage finished within the relative gap ([`Solution::stages`]).
     Optimal,
     /// The time limit cut a stage short; the plan is the best found, `gap` says how good.
     TimeLimit,
@@ -228,6 +323,8 @@ pub enum Status {
     /// stayed over a limit by its tolerance through every repair round, or a repair left a
     /// problem with no plan (see [`solve`]). Like `TimeLimit` without a plan, it proves nothing.
     GaveUp,
+    /// Every stage ran to its end, but some stage's proven gap is above the relative gap.
+    Feasible,
 }
 
 /// The answer to a [`Problem`].
@@ -253,6 +350,8 @@ pub struct Solution {
     pub crossing_bytes: u64,
     /// GPUs holding anything.
     pub gpus_used: u32,
+    /// Each stage of the sequence that the problem has, in order, with the gap it proved.
+    pub stages: Vec<StageGap>,
 }
 
 /// Solves `problem` under `options`. Never panics on odd input: unknown indices in pins or
@@ -271,7 +370,7 @@ pub fn solve(problem: &Problem, options: &SolveOptions) -> Solution {
             staged.status = Status::GaveUp;
         }
         let Some(assignment) = &staged.assignment else {
-            return report(problem, staged, started);
+            return report(problem, staged, options, started);
         };
         let mut over = false;
         for (d, device) in problem.devices.iter().enumerate() {
@@ -283,10 +382,11 @@ pub fn solve(problem: &Problem, options: &SolveOptions) -> Solution {
             }
         }
         if !over {
-            return report(problem, staged, started);
+            return report(problem, staged, options, started);
         }
     }
-    report(problem, Staged { status: Status::GaveUp, assignment: None, bound: f64::NAN }, started)
+    let gave_up = Staged { status: Status::GaveUp, assignment: None, bound: f64::NAN, stages: Vec::new() };
+    report(problem, gave_up, options, started)
 }
 
 /// What the stages found, before the figures of the plan are worked out.
@@ -294,9 +394,10 @@ struct Staged {
     status: Status,
     assignment: Option<Assignment>,
     bound: f64,
+    stages: Vec<StageGap>,
 }
 
-fn report(problem: &Problem, staged: Staged, started: Instant) -> Solution {
+fn report(problem: &Problem, staged: Staged, options: &SolveOptions, started: Instant) -> Solution {
     let seconds = started.elapsed().as_secs_f64();
     let Some(assignment) = staged.assignment else {
         return Solution {
@@ -309,6 +410,7 @@ fn report(problem: &Problem, staged: Staged, started: Instant) -> Solution {
             offloaded_bytes: 0,
             crossing_bytes: 0,
             gpus_used: 0,
+            stages: staged.stages,
         };
     };
     let mut objective: f64 = 0.0;
@@ -340,8 +442,15 @@ fn report(problem: &Problem, staged: Staged, started: Instant) -> Solution {
     }
     let bound = staged.bound.min(objective);
     let gap = if objective > 0.0 { ((objective - bound) / objective).max(0.0) } else { 0.0 };
+    // "Optimal" is a promise about every stage: within the tolerance (HiGHS stops at a gap a
+    // hair over its own, hence the allowance of 10⁻⁹).
+    let tolerance = options.relative_gap.max(0.0) + 1e-9;
+    let status = match staged.status {
+        Status::Optimal if staged.stages.iter().any(|s| s.gap > tolerance) => Status::Feasible,
+        status => status,
+    };
     Solution {
-        status: staged.status,
+        status,
         assignment: Some(assignment),
         objective,
         bound,
@@ -350,6 +459,7 @@ fn report(problem: &Problem, staged: Staged, started: Instant) -> Solution {
         offloaded_bytes,
         crossing_bytes,
         gpus_used,
+        stages: staged.stages,
     }
 }
 

@@ -5,8 +5,9 @@
 
 use good_lp::{Expression, Variable, variable};
 
+use super::Stage;
 use super::blocks::Block;
-use super::formulation::{Builder, Copies, Handoffs, Stage, StageModel, has_variables};
+use super::formulation::{Builder, Copies, Handoffs, StageModel, has_variables};
 use crate::problem::Problem;
 
 /// Counts of each part of a split pool on each device: `split[pool][part][device]`.

@@ -7,9 +7,10 @@ use std::time::Instant;
 use good_lp::Constraint;
 
 use super::blocks::blocks;
-use super::formulation::{Formulation, Stage};
+use super::formulation::Formulation;
 use super::highs::{Run, run_stage};
-use super::{SolveOptions, Staged, Status};
+use super::split::Held;
+use super::{SolveOptions, Stage, StageGap, StageStatus, Staged, Status};
 use crate::chain::Goal;
 use crate::problem::Problem;
 
@@ -21,7 +22,8 @@ pub(super) fn solve_stages(
     options: &SolveOptions,
     started: Instant,
 ) -> Staged {
-    let infeasible = Staged { status: Status::Infeasible, assignment: None, bound: f64::NAN };
+    let infeasible =
+        Staged { status: Status::Infeasible, assignment: None, bound: f64::NAN, stages: Vec::new() };
     if problem.devices.is_empty() && problem.units.iter().any(|u| u.count > 0) {
         return infeasible;
     }
@@ -35,16 +37,44 @@ pub(super) fn solve_stages(
     let mut status = Status::Optimal;
     let mut offloaded: f64 = 0.0;
     let mut balance = f64::INFINITY;
+    let (mut on_disk, mut crossing) = (f64::INFINITY, f64::INFINITY);
+    // Whether the whole chain is split between GPUs and hosts ([`Formulation::split_partition`]).
+    let mut split = false;
+    let mut gaps: Vec<StageGap> = Vec::with_capacity(formulation.stages.len());
+    // A stage's value and bound in its own unit (bytes for offload and disk).
+    let unit =
+        |stage: Stage| if matches!(stage, Stage::Offload | Stage::Disk) { formulation.scale } else { 1.0 };
+    let gap = |stage: Stage, status: StageStatus, value: f64, floor: f64| {
+        let u = unit(stage);
+        let (value, floor) =
+            if u == 1.0 { (value, floor) } else { ((value * u).max(0.0), (floor * u).max(0.0)) };
+        StageGap::proven(stage, status, value, floor)
+    };
+    let proven = |stage: Stage, value: f64, floor: f64| gap(stage, StageStatus::Optimal, value, floor);
     for (i, model) in formulation.stages.iter().enumerate() {
         if model.stage == Stage::Disk && offloaded <= 1e-9 {
+            gaps.push(proven(Stage::Disk, 0.0, 0.0));
             continue;
         }
         let mut start = incumbent.as_deref().map(|values| formulation.start(model, values));
         // The chain's best partition: a bound no plan beats, and a plan to start from.
         let offloaded_bytes = (offloaded + 1e-6 * offloaded.max(1.0)) * formulation.scale;
+        let held = Held { offloaded, on_disk, balance, crossing };
         let partition = match model.stage {
-            // Whether everything fits on the GPUs, when the chain is the whole problem.
-            Stage::Offload => formulation.partition(problem, capacities, model, Goal::Balance, 0.0),
+            _ if split => formulation.split_partition(problem, capacities, model, model.stage, &held),
+            // Whether everything fits on the GPUs, when the chain is the whole problem; if not,
+            // how much must leave them.
+            Stage::Offload => {
+                let on_gpus = formulation.partition(problem, capacities, model, Goal::Balance, 0.0);
+                if on_gpus.as_ref().is_some_and(|p| p.complete) {
+                    on_gpus
+                } else {
+                    let split_chain =
+                        formulation.split_partition(problem, capacities, model, model.stage, &held);
+                    split = split_chain.is_some();
+                    split_chain.or(on_gpus)
+                }
+            }
             Stage::Balance => {
                 formulation.partition(problem, capacities, model, Goal::Balance, offloaded_bytes)
             }
@@ -55,6 +85,11 @@ pub(super) fn solve_stages(
                 Goal::Crossing { limit: balance },
                 offloaded_bytes,
             ),
+            // Crossings first, then GPUs: exact where the chain is the whole problem, and no
+            // bound otherwise (the chain's least crossing may be below the problem's).
+            Stage::Devices if formulation.chain_is_whole() => formulation
+                .partition(problem, capacities, model, Goal::Fewest { limit: balance }, offloaded_bytes)
+                .filter(|p| p.complete),
             _ => None,
         };
         // Without `cpu` and `disk`, a whole chain with no partition has no plan at all.
@@ -66,17 +101,22 @@ pub(super) fn solve_stages(
             return infeasible;
         }
         if let Some(chain) = partition.as_ref().filter(|p| p.complete) {
-            let value = if model.stage == Stage::Offload { 0.0 } else { chain.value };
-            if model.stage == Stage::Offload {
+            let value = if model.stage == Stage::Offload && !split { 0.0 } else { chain.value };
+            match model.stage {
                 // Everything fits on the GPUs: nothing goes to `cpu` or `disk`, however small.
-                fixes.push(formulation.host_copies.clone().leq(0.0));
-            }
-            if model.stage == Stage::Balance {
-                bound = value;
-                balance = value + 1e-6 * value.abs().max(1.0);
+                Stage::Offload if !split => fixes.push(formulation.host_copies.clone().leq(0.0)),
+                Stage::Offload => offloaded = value,
+                Stage::Disk => on_disk = value,
+                Stage::Balance => {
+                    bound = value;
+                    balance = value + 1e-6 * value.abs().max(1.0);
+                }
+                Stage::Crossing => crossing = value,
+                Stage::Load | Stage::Devices => {}
             }
             fixes.push(model.objective.clone().leq(value + 1e-6 * value.abs().max(1.0)));
             incumbent = Some(chain.start.clone());
+            gaps.push(proven(model.stage, value, value));
             continue;
         }
         if let (Stage::Crossing, Some(values)) = (model.stage, &incumbent) {
@@ -85,12 +125,35 @@ pub(super) fn solve_stages(
             let floor = partition.as_ref().map_or(floor, |chain| floor.max(chain.value));
             if cost <= floor * (1.0 + 1e-9) {
                 fixes.push(model.objective.clone().leq(cost + 1e-6 * cost.max(1.0)));
+                gaps.push(proven(Stage::Crossing, cost, floor.min(cost)));
                 continue;
             }
         }
-        if let Some(chain) = partition.filter(|_| model.stage != Stage::Offload) {
+        // A bound and a start, but not for fewest GPUs: the chain's least crossing may be
+        // below the problem's, and its count with it.
+        let partition_value = partition.as_ref().map(|p| p.value);
+        if let Some(chain) = partition.filter(|_| !matches!(model.stage, Stage::Offload | Stage::Devices)) {
             fixes.push(model.objective.clone().geq(chain.value * (1.0 - 1e-9)));
             start = Some(chain.start);
+        }
+        // Beside a chain that is not the whole problem, the partition and a largest-first fill
+        // of the rest: a start, and often within the gap of what no plan beats.
+        if model.stage == Stage::Balance
+            && !split
+            && let Some(filled) = formulation.filled_start(problem, capacities, model)
+        {
+            let value = formulation.largest_utilisation(problem, &filled);
+            let floor = if offloaded <= 1e-9 { formulation.floor_on_gpus } else { formulation.floor };
+            let floor = partition_value.map_or(floor, |v| v.max(floor));
+            if value <= floor * (1.0 + relative_gap) {
+                bound = floor.min(value);
+                balance = value + 1e-6 * value.abs().max(1.0);
+                fixes.push(model.objective.clone().leq(balance));
+                incumbent = Some(filled);
+                gaps.push(proven(Stage::Balance, value, floor.min(value)));
+                continue;
+            }
+            start = Some(filled);
         }
         let remaining = time_limit.map(|limit| limit - started.elapsed().as_secs_f64());
         if remaining.is_some_and(|r| r <= 0.0) {
@@ -108,10 +171,12 @@ pub(super) fn solve_stages(
             if value <= floor * (1.0 + relative_gap) {
                 fixes.push(model.objective.clone().leq(value + 1e-6 * value.max(1.0)));
                 incumbent = Some(start.clone());
+                gaps.push(proven(Stage::Load, value, floor.min(value)));
                 continue;
             }
         }
-        match run_stage(model, rows.cloned(), start.as_deref(), relative_gap, remaining) {
+        let run = run_stage(model, rows.cloned(), start.as_deref(), relative_gap, remaining);
+        match run {
             Run::Found { values, objective, bound: stage_bound, optimal } => {
                 if model.stage == Stage::Offload {
                     offloaded = objective;
@@ -123,8 +188,15 @@ pub(super) fn solve_stages(
                     bound = stage_bound.max(0.0);
                     balance = objective + 1e-6 * objective.abs().max(1.0);
                 }
+                match model.stage {
+                    Stage::Disk => on_disk = objective,
+                    Stage::Crossing => crossing = objective,
+                    _ => {}
+                }
                 fixes.push(model.objective.clone().leq(objective + 1e-6 * objective.abs().max(1.0)));
                 incumbent = Some(values);
+                let ended = if optimal { StageStatus::Optimal } else { StageStatus::TimeLimit };
+                gaps.push(gap(model.stage, ended, objective, stage_bound.max(0.0)));
                 if !optimal {
                     status = Status::TimeLimit;
                     break;
@@ -137,6 +209,10 @@ pub(super) fn solve_stages(
             }
         }
     }
+    // Stages the time limit stopped or never reached: nothing proven of them.
+    for model in &formulation.stages[gaps.len()..] {
+        gaps.push(StageGap::proven(model.stage, StageStatus::NotRun, f64::NAN, f64::NAN));
+    }
     let assignment = incumbent.map(|values| formulation.assignment(problem, &values));
-    Staged { status, assignment, bound }
+    Staged { status, assignment, bound, stages: gaps }
 }
