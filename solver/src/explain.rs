@@ -722,20 +722,13 @@ fn open_up_to(low: u64, high: u64, mut open: impl FnMut(u64) -> bool) -> Option<
 }
 
 /// The smallest value in `low..=high` that `open` leaves open, by bisection (the bounds shrink
-/// as the value grows); `None` when `high` is closed.
+/// as the value grows); `None` when `high` is closed: [`open_up_to`] counted down from `high`.
 fn open_from(low: u32, high: u32, mut open: impl FnMut(u32) -> bool) -> Option<u32> {
-    if low > high || !open(high) {
+    if low > high {
         return None;
     }
-    if open(low) {
-        return Some(low);
-    }
-    let (mut bad, mut good) = (low, high);
-    while good - bad > 1 {
-        let mid = bad + (good - bad) / 2;
-        if open(mid) { good = mid } else { bad = mid }
-    }
-    Some(good)
+    let below = open_up_to(0, u64::from(high - low), |down| open(high - down as u32))?;
+    Some(high - below as u32)
 }
 
 /// The profile with `n` GPUs of its first GPU's kind, when it has a catalog kind.

@@ -320,14 +320,10 @@ impl Formulation {
 /// blocks, or what the offload devices cannot take, whichever is more) must fit under
 /// `Σ_d max(0, U·S_d − fixed_d)` over the GPUs. A GPU whose fixed bytes alone stay under this
 /// bound may count them as if it were always used: that adds `U ≥ fixed_d / S_d`, which every
-/// plan meets, and keeps the relaxation from paying a fraction of the fixed bytes.
-pub(super) fn utilisation_floor(problem: &Problem, capacities: &[u64], blocks: &[Block]) -> f64 {
-    utilisation_floor_of(problem, capacities, blocks, false)
-}
-
-/// [`utilisation_floor`], or with `all_on_gpus` the same for plans that offload nothing (once
-/// the offload stage has proven that none needs to): every byte on the GPUs.
-pub(super) fn utilisation_floor_of(
+/// plan meets, and keeps the relaxation from paying a fraction of the fixed bytes. With
+/// `all_on_gpus`, the bound for plans that offload nothing (once the offload stage has proven
+/// that none needs to): every byte on the GPUs.
+pub(super) fn utilisation_floor(
     problem: &Problem,
     capacities: &[u64],
     blocks: &[Block],

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use good_lp::{Constraint, Expression, IntoAffineExpression, ProblemVariables, Variable, variable};
 
 use super::blocks::{Block, pools, spills};
-use super::bounds::{chain_links, utilisation_floor, utilisation_floor_of};
+use super::bounds::{chain_links, utilisation_floor};
 use super::{Stage, ordered_pairs};
 use crate::chain::Link;
 use crate::problem::Problem;
@@ -200,7 +200,7 @@ impl Formulation {
             .map(|d| capacities[d].saturating_add(problem.devices[d].fixed_bytes).max(1) as f64)
             .collect();
         let scale = size.iter().copied().fold(1.0, f64::max);
-        let floor = utilisation_floor(problem, capacities, &pooled);
+        let floor = utilisation_floor(problem, capacities, &pooled, false);
         let mut x = Builder::new(pooled, size, is_gpu, spilling);
 
         // Rows every stage has.
@@ -241,7 +241,7 @@ impl Formulation {
         }
 
         let chain = if problem.ordered { chain_links(&handoffs, &x) } else { None };
-        let floor_on_gpus = utilisation_floor_of(problem, capacities, &x.blocks, true);
+        let floor_on_gpus = utilisation_floor(problem, capacities, &x.blocks, true);
         let column = x.vars.iter_variables_with_def().enumerate().map(|(i, (v, _))| (v, i)).collect();
         Formulation {
             base,

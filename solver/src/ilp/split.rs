@@ -33,9 +33,15 @@ pub(super) struct Held {
     pub(super) crossing: f64,
 }
 
-/// A value `value` within the held `limit` (the rows that hold a stage allow 10⁻⁶ relative).
+/// The most a stage's objective may reach once its value `value` is held: 10⁻⁶ relative above
+/// it (above HiGHS's feasibility tolerance of 10⁻⁷), as the row that holds it allows.
+pub(super) fn held(value: f64) -> f64 {
+    value + 1e-6 * value.abs().max(1.0)
+}
+
+/// A value `value` within the held `limit`.
 fn within(value: f64, limit: f64) -> bool {
-    value <= limit + 1e-6 * limit.abs().max(1.0)
+    value <= held(limit)
 }
 
 impl Formulation {

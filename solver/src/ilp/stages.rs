@@ -9,7 +9,7 @@ use good_lp::Constraint;
 use super::blocks::blocks;
 use super::formulation::Formulation;
 use super::highs::{Run, run_stage};
-use super::split::Held;
+use super::split::{Held, held};
 use super::{SolveOptions, Stage, StageGap, StageStatus, Staged, Status};
 use crate::chain::Goal;
 use crate::problem::Problem;
@@ -58,10 +58,10 @@ pub(super) fn solve_stages(
         }
         let mut start = incumbent.as_deref().map(|values| formulation.start(model, values));
         // The chain's best partition: a bound no plan beats, and a plan to start from.
-        let offloaded_bytes = (offloaded + 1e-6 * offloaded.max(1.0)) * formulation.scale;
-        let held = Held { offloaded, on_disk, balance, crossing };
+        let offloaded_bytes = held(offloaded) * formulation.scale;
+        let values_held = Held { offloaded, on_disk, balance, crossing };
         let partition = match model.stage {
-            _ if split => formulation.split_partition(problem, capacities, model, model.stage, &held),
+            _ if split => formulation.split_partition(problem, capacities, model, model.stage, &values_held),
             // Whether everything fits on the GPUs, when the chain is the whole problem; if not,
             // how much must leave them.
             Stage::Offload => {
@@ -70,7 +70,7 @@ pub(super) fn solve_stages(
                     on_gpus
                 } else {
                     let split_chain =
-                        formulation.split_partition(problem, capacities, model, model.stage, &held);
+                        formulation.split_partition(problem, capacities, model, model.stage, &values_held);
                     split = split_chain.is_some();
                     split_chain.or(on_gpus)
                 }
@@ -109,12 +109,12 @@ pub(super) fn solve_stages(
                 Stage::Disk => on_disk = value,
                 Stage::Balance => {
                     bound = value;
-                    balance = value + 1e-6 * value.abs().max(1.0);
+                    balance = held(value);
                 }
                 Stage::Crossing => crossing = value,
                 Stage::Load | Stage::Devices => {}
             }
-            fixes.push(model.objective.clone().leq(value + 1e-6 * value.abs().max(1.0)));
+            fixes.push(model.objective.clone().leq(held(value)));
             incumbent = Some(chain.start.clone());
             gaps.push(proven(model.stage, value, value));
             continue;
@@ -124,7 +124,7 @@ pub(super) fn solve_stages(
             let floor = formulation.crossing_floor(problem, capacities, balance);
             let floor = partition.as_ref().map_or(floor, |chain| floor.max(chain.value));
             if cost <= floor * (1.0 + 1e-9) {
-                fixes.push(model.objective.clone().leq(cost + 1e-6 * cost.max(1.0)));
+                fixes.push(model.objective.clone().leq(held(cost)));
                 gaps.push(proven(Stage::Crossing, cost, floor.min(cost)));
                 continue;
             }
@@ -147,7 +147,7 @@ pub(super) fn solve_stages(
             let floor = partition_value.map_or(floor, |v| v.max(floor));
             if value <= floor * (1.0 + relative_gap) {
                 bound = floor.min(value);
-                balance = value + 1e-6 * value.abs().max(1.0);
+                balance = held(value);
                 fixes.push(model.objective.clone().leq(balance));
                 incumbent = Some(filled);
                 gaps.push(proven(Stage::Balance, value, floor.min(value)));
@@ -169,7 +169,7 @@ pub(super) fn solve_stages(
             // The split start is often within the gap of what no plan can beat.
             let value = formulation.load_value(&formulation.block_counts(start));
             if value <= floor * (1.0 + relative_gap) {
-                fixes.push(model.objective.clone().leq(value + 1e-6 * value.max(1.0)));
+                fixes.push(model.objective.clone().leq(held(value)));
                 incumbent = Some(start.clone());
                 gaps.push(proven(Stage::Load, value, floor.min(value)));
                 continue;
@@ -186,14 +186,14 @@ pub(super) fn solve_stages(
                 }
                 if model.stage == Stage::Balance {
                     bound = stage_bound.max(0.0);
-                    balance = objective + 1e-6 * objective.abs().max(1.0);
+                    balance = held(objective);
                 }
                 match model.stage {
                     Stage::Disk => on_disk = objective,
                     Stage::Crossing => crossing = objective,
                     _ => {}
                 }
-                fixes.push(model.objective.clone().leq(objective + 1e-6 * objective.abs().max(1.0)));
+                fixes.push(model.objective.clone().leq(held(objective)));
                 incumbent = Some(values);
                 let ended = if optimal { StageStatus::Optimal } else { StageStatus::TimeLimit };
                 gaps.push(gap(model.stage, ended, objective, stage_bound.max(0.0)));
