@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use vramplan_profiles::InputError;
 use vramplan_solver::Runtime;
 use vramplan_solver::build::{Request, experts_module, parse_pin};
-use vramplan_solver::explain::{Explanation, explain};
+use vramplan_solver::explain::{DEFAULT_BUDGET_S, Explanation, explain};
 use vramplan_solver::export::{Format, export};
 use vramplan_solver::plan::{Plan, Settings, SolverKind, Verdict, deadline_after, plan, seconds_left};
 
@@ -208,10 +208,13 @@ pub(crate) fn solve(
         None
     };
     // Why, and what would fit, only after a proof that nothing does: the ILP's. The greedy
-    // baseline's map running out proves nothing about other maps.
+    // baseline's map running out proves nothing about other maps. The remedies get their usual
+    // budget, or less where less of `--time-limit` is left: a limit is a ceiling, and a longer
+    // one is for the plan, not for more probes.
     let explanation = (result.verdict == Verdict::DoesNotFit && solver == SolverKind::Ilp && !data_parallel)
         .then(|| {
-            explain(model, hardware, workload, &request, &Settings { time_limit_s: left(), ..settings })
+            let budget = left().map_or(DEFAULT_BUDGET_S, |s| s.min(DEFAULT_BUDGET_S));
+            explain(model, hardware, workload, &request, &Settings { time_limit_s: Some(budget), ..settings })
         });
     Ok(Solved { loaded, result, baseline, explanation })
 }

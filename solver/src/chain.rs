@@ -53,6 +53,8 @@ pub(crate) struct Slot {
     /// Workspace it reserves whenever it holds a range, beyond its range's own (the weights of
     /// offloaded units streamed through the GPU that runs them).
     pub workspace: u64,
+    /// Whether it must hold a range (the GPU that runs offloaded units holds one itself).
+    pub required: bool,
 }
 
 /// What the partition minimises.
@@ -95,8 +97,9 @@ pub(crate) fn partition(links: &[Link], slots: &[Slot], goal: Goal) -> Option<(f
     best[0][0] = Value(0.0, 0);
     for (t, slot) in slots.iter().enumerate() {
         for i in 0..=m {
-            // The empty range.
-            let (mut value, mut start) = (best[t][i], i);
+            // The empty range, where the slot may stay empty.
+            let empty = if slot.required { Value(f64::INFINITY, 0) } else { best[t][i] };
+            let (mut value, mut start) = (empty, i);
             let (mut bytes, mut transient) = (0u64, slot.workspace);
             for j in (0..i).rev() {
                 let link = &links[j];
@@ -165,6 +168,7 @@ mod tests {
             spills: false,
             weight: 1.0,
             workspace: 0,
+            required: false,
         }
     }
 
@@ -196,6 +200,23 @@ mod tests {
                 assert_eq!(slot_of.iter().collect::<std::collections::BTreeSet<_>>().len() as f64, devices);
             }
         }
+    }
+
+    #[test]
+    fn a_required_slot_holds_a_range() {
+        // 4 4 over a device of 10 with 30 fixed bytes once used, and a bare one of 10: both
+        // on the bare one (8/10) beats one on each ((30 + 4)/40 = 0.85), unless the first
+        // must hold a range.
+        let links: Vec<Link> = [4, 4].iter().map(|&b| link(b, 0.0)).collect();
+        let busy = Slot { fixed: 30, size: 40.0, ..gpu(10) };
+        let (value, slot_of) = partition(&links, &[busy.clone(), gpu(10)], Goal::Balance).expect("fits");
+        assert_eq!((value, slot_of), (0.8, vec![1, 1]));
+        let required = Slot { required: true, ..busy };
+        let (value, slot_of) = partition(&links, &[required, gpu(10)], Goal::Balance).expect("fits");
+        assert!((value - 0.85).abs() < 1e-12, "{value}");
+        assert_eq!(slot_of, vec![0, 1]);
+        let alone = Slot { required: true, ..gpu(10) };
+        assert!(partition(&links[..0], &[alone], Goal::Balance).is_none());
     }
 
     #[test]

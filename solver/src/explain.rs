@@ -28,8 +28,8 @@
 //!
 //! # Budget
 //!
-//! All probes share one deadline: `Settings::time_limit_s` (what is left of the command's
-//! `--time-limit`), or [`DEFAULT_BUDGET_S`] when the command has none. A first round searches
+//! All probes share one deadline: `Settings::time_limit_s`, or [`DEFAULT_BUDGET_S`] without
+//! one (the command line passes that budget, or what is left of `--time-limit` where less). A first round searches
 //! every remedy with steps 1 and 2 (step 2 is the plan as asked where there is no `cpu` or
 //! `disk`); a second round searches again, with step 3, the remedies the first left
 //! undecided: a batch or sequence up from the one found (from the smallest when none was),

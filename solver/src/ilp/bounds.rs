@@ -67,6 +67,7 @@ impl Formulation {
                     spills: spills(problem, d),
                     weight: self.handoffs.weight[d],
                     workspace: 0,
+                    required: false,
                 }
             })
             .collect()
@@ -87,98 +88,6 @@ impl Formulation {
             }
         }
         start
-    }
-
-    /// A plan on the GPUs alone for an ordered problem whose chain is not the whole of it
-    /// (llama.cpp's expert tensors beside its layers), the better of two fills: the chain's
-    /// best partition, then the other pools' copies, largest first, each on the GPU where it
-    /// raises the utilisation least (a longest-processing-time fill); and those copies first,
-    /// then the chain's best partition around them. Every count column is set; `None` where a
-    /// copy fits no GPU it may use.
-    pub(super) fn filled_start(
-        &self,
-        problem: &Problem,
-        capacities: &[u64],
-        model: &StageModel,
-    ) -> Option<Vec<f64>> {
-        [false, true]
-            .into_iter()
-            .filter_map(|rest_first| {
-                let counts = self.fill(problem, capacities, rest_first)?;
-                let mut start = vec![f64::INFINITY; model.vars.len()];
-                for (p, on_devices) in counts.iter().enumerate() {
-                    for (d, &count) in on_devices.iter().enumerate() {
-                        if let Copies::Free(v) = self.copies[p][d]
-                            && let Some(slot) = start.get_mut(self.column[&v])
-                        {
-                            *slot = f64::from(count);
-                        }
-                    }
-                }
-                Some((self.largest_utilisation(problem, &start), start))
-            })
-            .min_by(|a, b| a.0.total_cmp(&b.0))
-            .map(|(_, start)| start)
-    }
-
-    /// One fill of [`Formulation::filled_start`]: each pool's copies per device.
-    fn fill(&self, problem: &Problem, capacities: &[u64], rest_first: bool) -> Option<Vec<Vec<u32>>> {
-        let (chain_pools, links) = self.chain.as_ref()?;
-        let n_devices = self.shape.1;
-        let size = |d: usize| capacities[d].saturating_add(problem.devices[d].fixed_bytes).max(1) as f64;
-        let mut counts = vec![vec![0u32; n_devices]; self.pools.len()];
-        let (mut bytes, mut workspace) = (vec![0u64; n_devices], vec![0u64; n_devices]);
-        let mut in_chain = vec![false; self.pools.len()];
-        for &p in chain_pools {
-            in_chain[p] = true;
-        }
-        let place_chain = |counts: &mut Vec<Vec<u32>>, bytes: &mut Vec<u64>, workspace: &mut Vec<u64>| {
-            let mut slots = self.slots(problem, capacities, 0.0);
-            for (d, slot) in slots.iter_mut().enumerate() {
-                slot.capacity = slot.capacity.checked_sub(bytes[d])?;
-                slot.fixed += bytes[d];
-                slot.workspace = workspace[d];
-            }
-            let (_, slot_of) = chain::partition(links, &slots, Goal::Balance)?;
-            let mut placed = vec![false; self.pools.len()];
-            for (&p, &d) in chain_pools.iter().zip(&slot_of) {
-                if !placed[p] {
-                    counts[p][d] = self.pools[p].copies;
-                    bytes[d] += self.pools[p].bytes * u64::from(self.pools[p].copies);
-                    workspace[d] = workspace[d].max(self.pools[p].transient);
-                }
-                placed[p] = true;
-            }
-            Some(())
-        };
-        if !rest_first {
-            place_chain(&mut counts, &mut bytes, &mut workspace)?;
-        }
-        let mut rest: Vec<usize> = (0..self.pools.len()).filter(|&p| !in_chain[p]).collect();
-        rest.sort_by_key(|&p| (std::cmp::Reverse(self.pools[p].bytes), p));
-        for p in rest {
-            let pool = &self.pools[p];
-            for _ in 0..pool.copies {
-                let utilisation = |d: usize| {
-                    let held = bytes[d] + pool.bytes + workspace[d].max(pool.transient);
-                    (held <= capacities[d]).then(|| (problem.devices[d].fixed_bytes + held) as f64 / size(d))
-                };
-                let best = pool
-                    .allowed
-                    .iter()
-                    .filter(|&&(d, most)| self.is_gpu[d] && counts[p][d] < most)
-                    .filter_map(|&(d, _)| Some((utilisation(d)?, d)))
-                    .min_by(|a, b| a.0.total_cmp(&b.0))?;
-                let d = best.1;
-                counts[p][d] += 1;
-                bytes[d] += pool.bytes;
-                workspace[d] = workspace[d].max(pool.transient);
-            }
-        }
-        if rest_first {
-            place_chain(&mut counts, &mut bytes, &mut workspace)?;
-        }
-        Some(counts)
     }
 
     /// The largest GPU utilisation of the plan `values` ([`Problem::utilisation`]).

@@ -13,9 +13,8 @@
 //! - balance, crossings, fewest GPUs: the best partition over the splits within the values
 //!   held, each stage as [`chain::partition`] answers it.
 //!
-//! The one rule the partition cannot see is that the GPU running offloaded units holds some
-//! unit itself; a partition that leaves it empty while hosts hold units is a relaxation, given
-//! as a bound and a start, not as the stage's answer.
+//! The GPU running offloaded units holds some unit itself (the ILP's rule): its slot is
+//! [`Slot::required`] whenever the hosts hold anything, so every split's partition is a plan.
 
 use super::Stage;
 use super::bounds::Partition;
@@ -80,7 +79,7 @@ impl Formulation {
             let workspace = (k..j).map(|i| links[i].transient).max().unwrap_or(0);
             (k..j).all(|i| links[i].allowed[first]) && bytes.saturating_add(workspace) <= capacity
         };
-        let mut best: Option<(f64, Vec<usize>, usize)> = None;
+        let mut best: Option<(f64, Vec<usize>)> = None;
         for k in (0..=m).rev() {
             let offloaded = suffix[k] as f64 / self.scale;
             if stage != Stage::Offload && !within(offloaded, held.offloaded) {
@@ -91,8 +90,13 @@ impl Formulation {
                 let peaks: u64 = (k..m).map(peak).sum();
                 let streamed = (k..m).map(|i| on_host(i) + links[i].transient).max().unwrap_or(0);
                 let Some(capacity) = slots[r].capacity.checked_sub(peaks) else { continue };
-                slots[r] =
-                    Slot { capacity, fixed: slots[r].fixed + peaks, workspace: streamed, ..slots[r].clone() };
+                slots[r] = Slot {
+                    capacity,
+                    fixed: slots[r].fixed + peaks,
+                    workspace: streamed,
+                    required: true,
+                    ..slots[r].clone()
+                };
             }
             // The splits between the hosts to try: for offload and disk, the longest run the
             // first holds (the least on the second); after them, every split within the held.
@@ -141,16 +145,14 @@ impl Formulation {
                 let Some((value, slot_of)) = answer else { continue };
                 let value = if stage == Stage::Offload { offloaded } else { value };
                 if best.as_ref().is_none_or(|b| value < b.0) {
-                    best = Some((value, slot_of, k));
+                    best = Some((value, slot_of));
                 }
             }
             if stage == Stage::Offload && best.is_some() {
                 break;
             }
         }
-        let (value, slot_of, k) = best?;
-        // The GPU running offloaded units must hold one itself.
-        let exact = k == m || runs_on.is_none_or(|r| slot_of.contains(&r));
-        Some(Partition { value, start: self.chain_start(model, pools, &slot_of), complete: exact })
+        let (value, slot_of) = best?;
+        Some(Partition { value, start: self.chain_start(model, pools, &slot_of), complete: true })
     }
 }
