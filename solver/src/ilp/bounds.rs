@@ -230,13 +230,14 @@ impl Formulation {
 /// `Σ_d max(0, U·S_d − fixed_d)` over the GPUs. A GPU whose fixed bytes alone stay under this
 /// bound may count them as if it were always used: that adds `U ≥ fixed_d / S_d`, which every
 /// plan meets, and keeps the relaxation from paying a fraction of the fixed bytes. With
-/// `all_on_gpus`, the bound for plans that offload nothing (once the offload stage has proven
-/// that none needs to): every byte on the GPUs.
+/// `offloaded_at_most`, the bound for plans that offload at most that many bytes (once the
+/// offload stage has held its value; 0 where it proved that none needs to): every byte but
+/// those stays on the GPUs.
 pub(super) fn utilisation_floor(
     problem: &Problem,
     capacities: &[u64],
     blocks: &[Block],
-    all_on_gpus: bool,
+    offloaded_at_most: Option<f64>,
 ) -> f64 {
     let offload: Vec<usize> =
         (0..problem.devices.len()).filter(|&d| !matches!(problem.devices[d].tier, Target::Gpu(_))).collect();
@@ -244,12 +245,13 @@ pub(super) fn utilisation_floor(
         blocks.iter().filter(|b| stays(b)).map(|b| b.bytes as f64 * f64::from(b.copies)).sum()
     };
     let everything = total(&|_| true);
-    let on_gpus = if offload.is_empty() || all_on_gpus {
+    let on_gpus = if offload.is_empty() {
         everything
     } else {
         let gpu_only = total(&|b| b.allowed.iter().all(|(d, _)| !offload.contains(d)));
         let offload_room: f64 = offload.iter().map(|&d| capacities[d] as f64).sum();
-        gpu_only.max(everything - offload_room)
+        let held = offloaded_at_most.map_or(0.0, |most| everything - most.max(0.0));
+        gpu_only.max(everything - offload_room).max(held)
     };
     let gpus: Vec<(f64, f64)> = (0..problem.devices.len())
         .filter(|d| !offload.contains(d))

@@ -200,7 +200,7 @@ impl Formulation {
             .map(|d| capacities[d].saturating_add(problem.devices[d].fixed_bytes).max(1) as f64)
             .collect();
         let scale = size.iter().copied().fold(1.0, f64::max);
-        let floor = utilisation_floor(problem, capacities, &pooled, false);
+        let floor = utilisation_floor(problem, capacities, &pooled, None);
         let mut x = Builder::new(pooled, size, is_gpu, spilling);
 
         // Rows every stage has.
@@ -241,7 +241,7 @@ impl Formulation {
         }
 
         let chain = if problem.ordered { chain_links(&handoffs, &x) } else { None };
-        let floor_on_gpus = utilisation_floor(problem, capacities, &x.blocks, true);
+        let floor_on_gpus = utilisation_floor(problem, capacities, &x.blocks, Some(0.0));
         let column = x.vars.iter_variables_with_def().enumerate().map(|(i, (v, _))| (v, i)).collect();
         Formulation {
             base,

@@ -7,7 +7,7 @@ use std::time::Instant;
 use good_lp::Constraint;
 
 use super::blocks::blocks;
-use super::bounds::Partition;
+use super::bounds::{Partition, utilisation_floor};
 use super::formulation::Formulation;
 use super::highs::{Run, run_stage};
 use super::split::{Held, held};
@@ -169,6 +169,25 @@ pub(super) fn solve_stages(
             // The floor as a cut: HiGHS's relaxation spreads copies as bytes, below it.
             fixes.push(model.objective.clone().geq(floor * (1.0 - 1e-9)));
             start = Some(filled);
+        }
+        // With some bytes offloaded, the plan in hand (the offload stage's) is often within
+        // the gap of what the bytes left on the GPUs need: they are full.
+        if model.stage == Stage::Balance
+            && !split
+            && offloaded > 1e-9
+            && let Some(values) = &incumbent
+        {
+            let value = formulation.largest_utilisation(problem, values);
+            let most = offloaded_bytes + 1.0;
+            let floor = utilisation_floor(problem, capacities, &formulation.pools, Some(most));
+            let floor = partition_value.map_or(floor, |v| v.max(floor)).max(formulation.floor);
+            if value <= floor * (1.0 + relative_gap) {
+                bound = floor.min(value);
+                balance = held(value);
+                fixes.push(model.objective.clone().leq(balance));
+                gaps.push(proven(Stage::Balance, value, floor.min(value)));
+                continue;
+            }
         }
         let remaining = time_limit.map(|limit| limit - started.elapsed().as_secs_f64());
         if remaining.is_some_and(|r| r <= 0.0) {
