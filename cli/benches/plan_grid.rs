@@ -800,6 +800,32 @@ fn summary(records: &[Value], cap: Duration, top: usize, jsonl: &Path) -> String
         round_keys.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join(", ")
     ));
 
+    // Each family of cases (the label's first part: offload, pins, --min-devices, loads, …).
+    let mut families: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
+    for r in records {
+        let family = text(r, "label").split('/').next().unwrap_or("–");
+        families.entry(family).or_default().push(r);
+    }
+    md.push_str("## By family\n\n| family | cases | p50 | p95 | max | over 1 s | max gap |\n|---|---|---|---|---|---|---|\n");
+    for (family, members) in &families {
+        let mut t: Vec<f64> = members.iter().map(|r| seconds(r)).collect();
+        t.sort_by(f64::total_cmp);
+        let gap = members
+            .iter()
+            .filter_map(|r| r["gap"].as_f64())
+            .fold(None, |m: Option<f64>, g| Some(m.map_or(g, |m| m.max(g))));
+        md.push_str(&format!(
+            "| {family} | {} | {:.3} s | {:.3} s | {:.3} s | {} | {} |\n",
+            members.len(),
+            percentile(&t, 0.5),
+            percentile(&t, 0.95),
+            t.last().copied().unwrap_or(f64::NAN),
+            t.iter().filter(|x| **x > 1.0).count(),
+            fmt_gap(gap)
+        ));
+    }
+    md.push('\n');
+
     let row = |r: &Value| {
         format!(
             "| {} | {:.3} | {} | {} | {} | {} | {} | `{}` |\n",
