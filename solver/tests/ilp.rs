@@ -670,3 +670,20 @@ fn whole_expert_tensors_are_proven_beyond_the_even_split() {
         / (capacity + fixed) as f64;
     assert!(s.bound > even * 1.03 && s.gap <= 0.01, "bound {} gap {}", s.bound, s.gap);
 }
+
+#[test]
+fn a_whole_chain_with_no_split_between_gpus_and_hosts_has_no_plan() {
+    // Three 6 GB layers in order; one 10 GB GPU that runs what the CPU holds, a 4 GB CPU and no
+    // disk. All three on the GPU are 18 GB. Any layer on the CPU is streamed through the GPU
+    // (6 GB of workspace), which then has 4 GB left, too little for a layer of its own, and it
+    // must hold one to run the others; the CPU cannot hold a layer either. No plan.
+    let units: Vec<Unit> = (0..3)
+        .map(|i| Unit { order: Some(i), handoff_bytes: MB, ..unit(&format!("layer {i}"), 6 * GB) })
+        .collect();
+    let mut p = problem(units, vec![gpu(0, 10 * GB), host(Target::Cpu, 4 * GB)]);
+    p.ordered = true;
+    p.offload_runs_on = Some(0);
+    let s = solve(&p);
+    assert_eq!(s.status, Status::Infeasible, "{:?}", s.stages);
+    assert!(s.assignment.is_none());
+}

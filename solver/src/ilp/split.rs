@@ -44,6 +44,16 @@ fn within(value: f64, limit: f64) -> bool {
 }
 
 impl Formulation {
+    /// Whether every plan is a split of the whole chain as this module scans them: the chain
+    /// holds every pool, and there are hosts, all after every GPU in device order (accelerate's
+    /// and the pipeline's; llama.cpp puts `cpu` first, its first layers there). Then a chain
+    /// with no split has no plan.
+    pub(super) fn splits_whole_chain(&self) -> bool {
+        let first_host = self.is_gpu.iter().position(|&gpu| !gpu);
+        let last_gpu = self.is_gpu.iter().rposition(|&gpu| gpu);
+        self.chain_is_whole() && first_host.is_some_and(|h| last_gpu.is_none_or(|g| g < h))
+    }
+
     /// The best split of the whole chain between GPUs and hosts for `stage`, the earlier
     /// stages held at `held`; `None` where the chain is not the whole problem, there is no
     /// host, or no split has a partition.
@@ -56,10 +66,10 @@ impl Formulation {
         held: &Held,
     ) -> Option<Partition> {
         let (pools, links) = self.chain.as_ref()?;
-        let hosts: Vec<usize> = (0..self.shape.1).filter(|&d| !self.is_gpu[d]).collect();
-        if hosts.is_empty() || !self.chain_is_whole() {
+        if !self.splits_whole_chain() {
             return None;
         }
+        let hosts: Vec<usize> = (0..self.shape.1).filter(|&d| !self.is_gpu[d]).collect();
         let base = self.slots(problem, capacities, f64::INFINITY);
         let runs_on = problem.offload_runs_on.filter(|&r| self.is_gpu.get(r).copied().unwrap_or(false));
         let m = links.len();

@@ -100,12 +100,16 @@ pub(super) fn solve_stages(
                 .filter(|p| p.complete),
             _ => None,
         };
-        // Without `cpu` and `disk`, a whole chain with no partition has no plan at all.
-        if model.stage == Stage::Balance
-            && partition.is_none()
-            && formulation.chain_is_whole()
-            && formulation.is_gpu.iter().all(|&gpu| gpu)
-        {
+        // A whole chain with no partition has no plan at all: without `cpu` and `disk`, at the
+        // balance stage; with them after the GPUs, at the offload stage, where every split
+        // between GPUs and hosts was tried (`split.rs`: the longest run on `cpu` leaves the
+        // least to `disk`).
+        let no_plan = match model.stage {
+            Stage::Balance => formulation.chain_is_whole() && formulation.is_gpu.iter().all(|&gpu| gpu),
+            Stage::Offload => formulation.splits_whole_chain(),
+            _ => false,
+        };
+        if partition.is_none() && no_plan {
             return infeasible;
         }
         if let Some(chain) = partition.as_ref().filter(|p| p.complete) {
