@@ -715,6 +715,11 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// The largest of `values`, `None` when there are none.
+fn largest(values: impl Iterator<Item = f64>) -> Option<f64> {
+    values.reduce(f64::max)
+}
+
 fn mib(bytes: f64) -> String {
     format!("{:.1} MiB", bytes / (1024.0 * 1024.0))
 }
@@ -753,8 +758,7 @@ fn summary(records: &[Value], cap: Duration, top: usize, jsonl: &Path) -> String
         *rounds.entry(round).or_default() += 1;
     }
     let gaps: Vec<(f64, &Value)> = records.iter().filter_map(|r| r["gap"].as_f64().map(|g| (g, r))).collect();
-    let max_gap =
-        gaps.iter().map(|(g, _)| *g).fold(None, |m: Option<f64>, g| Some(m.map_or(g, |m| m.max(g))));
+    let max_gap = largest(gaps.iter().map(|(g, _)| *g));
     let over_gap = gaps.iter().filter(|(g, _)| *g > 0.01).count();
     let over_1s = times.iter().filter(|t| **t > 1.0).count();
     let timeouts = outcomes.get("timeout").copied().unwrap_or(0);
@@ -810,10 +814,7 @@ fn summary(records: &[Value], cap: Duration, top: usize, jsonl: &Path) -> String
     for (family, members) in &families {
         let mut t: Vec<f64> = members.iter().map(|r| seconds(r)).collect();
         t.sort_by(f64::total_cmp);
-        let gap = members
-            .iter()
-            .filter_map(|r| r["gap"].as_f64())
-            .fold(None, |m: Option<f64>, g| Some(m.map_or(g, |m| m.max(g))));
+        let gap = largest(members.iter().filter_map(|r| r["gap"].as_f64()));
         md.push_str(&format!(
             "| {family} | {} | {:.3} s | {:.3} s | {:.3} s | {} | {} |\n",
             members.len(),

@@ -7,23 +7,10 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
 use vramplan_solver::ilp::{self, SolveOptions};
-use vramplan_solver::{Device, Problem, Steady, Target, Unit};
+use vramplan_solver::{Device, Problem, Target, Unit};
 
 fn unit(name: String, resident_bytes: u64) -> Unit {
-    Unit {
-        name,
-        count: 1,
-        resident_bytes,
-        weight_bytes: resident_bytes,
-        floor_bytes: resident_bytes,
-        steady: Steady::lasting(resident_bytes, 0),
-        peak_bytes: 0,
-        transient_bytes: 0,
-        order: None,
-        handoff_bytes: 0,
-        load: 0.0,
-        gpu_only: false,
-    }
+    Unit::weights(name, resident_bytes)
 }
 
 fn gpus(n: u32, capacity_bytes: u64, fixed_bytes: u64, per_node: u32, links: (u64, u64)) -> Vec<Device> {

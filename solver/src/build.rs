@@ -314,37 +314,11 @@ fn llamacpp_units(
         });
         sources.push(UnitSource::LlamaLayer { layer: l });
         if experts[l] > 0 {
-            units.push(Unit {
-                name: format!("blk.{l}.ffn_*_exps"),
-                count: 1,
-                resident_bytes: experts[l],
-                weight_bytes: experts[l],
-                floor_bytes: experts[l],
-                steady: Steady::lasting(experts[l], 0),
-                peak_bytes: 0,
-                transient_bytes: 0,
-                order: None,
-                handoff_bytes: 0,
-                load: 0.0,
-                gpu_only: false,
-            });
+            units.push(Unit::weights(format!("blk.{l}.ffn_*_exps"), experts[l]));
             sources.push(UnitSource::LlamaExperts { layer: l });
         }
     }
-    units.push(Unit {
-        name: "output".into(),
-        count: 1,
-        resident_bytes: output,
-        weight_bytes: output,
-        floor_bytes: output,
-        steady: Steady::lasting(output, 0),
-        peak_bytes: 0,
-        transient_bytes: 0,
-        order: Some(2 * layers as u32),
-        handoff_bytes: 0,
-        load: 0.0,
-        gpu_only: true,
-    });
+    units.push(Unit { order: Some(2 * layers as u32), gpu_only: true, ..Unit::weights("output", output) });
     sources.push(UnitSource::LlamaOutput);
     // Every GPU holding layers allocates a compute buffer of the graph's size.
     let gpus = gpu_devices(hardware, request.headroom, budget.compute_bytes);

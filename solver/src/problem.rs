@@ -63,6 +63,28 @@ pub struct Unit {
     pub gpu_only: bool,
 }
 
+impl Unit {
+    /// A unit of one copy that holds only its weights, `bytes` of them, throughout the step:
+    /// nothing at the peak, no workspace, no position, no load, free to go to `cpu` and `disk`.
+    /// The other fields are set with struct update syntax where a unit needs them.
+    pub fn weights(name: impl Into<String>, bytes: u64) -> Unit {
+        Unit {
+            name: name.into(),
+            count: 1,
+            resident_bytes: bytes,
+            weight_bytes: bytes,
+            floor_bytes: bytes,
+            steady: Steady::lasting(bytes, 0),
+            peak_bytes: 0,
+            transient_bytes: 0,
+            order: None,
+            handoff_bytes: 0,
+            load: 0.0,
+            gpu_only: false,
+        }
+    }
+}
+
 /// A placement problem.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Problem {

@@ -80,20 +80,7 @@ impl Rng {
 }
 
 fn unit(name: String, count: u32, bytes: u64) -> Unit {
-    Unit {
-        name,
-        count,
-        resident_bytes: bytes,
-        weight_bytes: bytes,
-        floor_bytes: bytes,
-        steady: Steady::lasting(bytes, 0),
-        peak_bytes: 0,
-        transient_bytes: 0,
-        order: None,
-        handoff_bytes: 0,
-        load: 0.0,
-        gpu_only: false,
-    }
+    Unit { count, ..Unit::weights(name, bytes) }
 }
 
 /// One copy's bytes: whole gigabytes, quarters of one, or any byte count (ties and exact

@@ -3,7 +3,7 @@
 //! determinism. Each test's comment derives the figure it asserts.
 
 use vramplan_solver::ilp::{self, Solution, SolveOptions, Status};
-use vramplan_solver::{Device, Problem, Steady, Target, Unit};
+use vramplan_solver::{Device, Problem, Target, Unit};
 
 const GB: u64 = 1_000_000_000;
 const MB: u64 = 1_000_000;
@@ -24,20 +24,7 @@ fn host(tier: Target, capacity_bytes: u64) -> Device {
 }
 
 fn unit(name: &str, bytes: u64) -> Unit {
-    Unit {
-        name: name.into(),
-        count: 1,
-        resident_bytes: bytes,
-        weight_bytes: bytes,
-        floor_bytes: bytes,
-        steady: Steady::lasting(bytes, 0),
-        peak_bytes: 0,
-        transient_bytes: 0,
-        order: None,
-        handoff_bytes: 0,
-        load: 0.0,
-        gpu_only: false,
-    }
+    Unit::weights(name, bytes)
 }
 
 fn problem(units: Vec<Unit>, devices: Vec<Device>) -> Problem {

@@ -203,12 +203,13 @@ impl Fill<'_> {
                 }
             };
             for &p in movable.iter().filter(|&&p| self.counts[p][top] > 0) {
+                // `top` without one copy of `p`, wherever it goes.
+                let moved = self.utilisation(
+                    top,
+                    self.bytes[top] - pools[p].bytes,
+                    self.workspace_without(top, p, None),
+                );
                 for &e in gpus.iter().filter(|&&e| e != top && self.has_room(p, e)) {
-                    let moved = self.utilisation(
-                        top,
-                        self.bytes[top] - pools[p].bytes,
-                        self.workspace_without(top, p, None),
-                    );
                     let there = self.utilisation(
                         e,
                         self.bytes[e] + pools[p].bytes,

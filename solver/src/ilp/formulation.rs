@@ -68,9 +68,8 @@ pub(super) struct Formulation {
     /// offload is needed this count is held at zero, so no small unit is offloaded while a GPU
     /// has room for it.
     pub(super) host_copies: Expression,
-    /// A bound on the largest GPU utilisation from bytes alone ([`utilisation_floor`]), and
-    /// the same when nothing is offloaded.
-    pub(super) floor: f64,
+    /// A bound on the largest GPU utilisation from bytes alone when nothing is offloaded
+    /// ([`utilisation_floor`]).
     pub(super) floor_on_gpus: f64,
     /// Ordered problems: the pool at each position of the chain and the chain as
     /// [`chain::partition`](crate::chain::partition) takes it.
@@ -257,7 +256,6 @@ impl Formulation {
             shape: (problem.units.len(), n_devices),
             chain,
             handoffs,
-            floor,
             floor_on_gpus,
             scale,
             host_copies: terms.host_copies,

@@ -63,6 +63,8 @@ struct Packing {
     sizes: Vec<(u64, u32)>,
     /// Every byte that must sit on the GPUs.
     total: u64,
+    /// The mixed-radix index of a count vector: `stride[i]` per copy of size `i`.
+    stride: Vec<usize>,
 }
 
 impl Packing {
@@ -98,7 +100,14 @@ impl Packing {
             })
             .count();
         sizes.truncate(whole);
-        (!sizes.is_empty() && !gpus.is_empty()).then_some(Packing { gpus, sizes, total })
+        if sizes.is_empty() || gpus.is_empty() {
+            return None;
+        }
+        let mut stride = vec![1usize; sizes.len()];
+        for i in (0..sizes.len() - 1).rev() {
+            stride[i] = stride[i + 1] * (sizes[i + 1].1 as usize + 1);
+        }
+        Some(Packing { gpus, sizes, total, stride })
     }
 
     /// Whether the test of the module documentation passes at utilisation `u` (or cannot say).
@@ -115,13 +124,9 @@ impl Packing {
             return false;
         }
         rooms.sort_unstable_by(|a, b| b.cmp(a));
-        // Mixed-radix index of a count vector: `stride[i]` per copy of size `i`.
-        let mut stride = vec![1usize; self.sizes.len()];
-        for i in (0..self.sizes.len().saturating_sub(1)).rev() {
-            stride[i] = stride[i + 1] * (self.sizes[i + 1].1 as usize + 1);
-        }
+        let stride = &self.stride;
         let states = stride[0] * (self.sizes[0].1 as usize + 1);
-        let full: usize = self.sizes.iter().zip(&stride).map(|(s, st)| s.1 as usize * st).sum();
+        let full: usize = self.sizes.iter().zip(stride).map(|(s, st)| s.1 as usize * st).sum();
         // The count vectors reachable so far, as a list and as a set.
         let mut seen = vec![false; states];
         let mut frontier = vec![0usize];

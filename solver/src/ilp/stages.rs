@@ -148,17 +148,27 @@ pub(super) fn solve_stages(
             fixes.push(model.objective.clone().geq(chain.value * (1.0 - 1e-9)));
             start = Some(chain.start);
         }
-        // Beside a chain that is not the whole problem, the partition and a largest-first fill
-        // of the rest: a start, and often within the gap of what no plan beats.
+        // A plan without HiGHS, often within the gap of what no plan beats: where nothing is
+        // offloaded, a fill of the GPUs alone (beside a chain that is not the whole problem, or
+        // with none); where some bytes are, the offload stage's own plan (the GPUs are full).
+        let nothing_offloaded = offloaded <= 1e-9;
         if model.stage == Stage::Balance
             && !split
-            && let Some(filled) = formulation.filled_start(problem, capacities, model)
+            && let Some(values) = if nothing_offloaded {
+                formulation.filled_start(problem, capacities, model)
+            } else {
+                incumbent.clone()
+            }
         {
-            let value = formulation.largest_utilisation(problem, &filled);
-            let floor = if offloaded <= 1e-9 { formulation.floor_on_gpus } else { formulation.floor };
+            let value = formulation.largest_utilisation(problem, &values);
+            let floor = if nothing_offloaded {
+                formulation.floor_on_gpus
+            } else {
+                utilisation_floor(problem, capacities, &formulation.pools, Some(offloaded_bytes))
+            };
             let floor = partition_value.map_or(floor, |v| v.max(floor));
             // Whole copies pack less evenly than bytes: a floor of its own where it is needed.
-            let packed = (offloaded <= 1e-9 && value > floor * (1.0 + relative_gap))
+            let packed = (nothing_offloaded && value > floor * (1.0 + relative_gap))
                 .then(|| formulation.packing_floor(problem, capacities, value, relative_gap))
                 .flatten();
             let floor = packed.map_or(floor, |packed| packed.max(floor));
@@ -166,31 +176,14 @@ pub(super) fn solve_stages(
                 bound = floor.min(value);
                 balance = held(value);
                 fixes.push(model.objective.clone().leq(balance));
-                incumbent = Some(filled);
+                incumbent = Some(values);
                 gaps.push(proven(Stage::Balance, value, floor.min(value)));
                 continue;
             }
             // The floor as a cut: HiGHS's relaxation spreads copies as bytes, below it.
             fixes.push(model.objective.clone().geq(floor * (1.0 - 1e-9)));
-            start = Some(filled);
-        }
-        // With some bytes offloaded, the plan in hand (the offload stage's) is often within
-        // the gap of what the bytes left on the GPUs need: they are full.
-        if model.stage == Stage::Balance
-            && !split
-            && offloaded > 1e-9
-            && let Some(values) = &incumbent
-        {
-            let value = formulation.largest_utilisation(problem, values);
-            let most = offloaded_bytes + 1.0;
-            let floor = utilisation_floor(problem, capacities, &formulation.pools, Some(most));
-            let floor = partition_value.map_or(floor, |v| v.max(floor)).max(formulation.floor);
-            if value <= floor * (1.0 + relative_gap) {
-                bound = floor.min(value);
-                balance = held(value);
-                fixes.push(model.objective.clone().leq(balance));
-                gaps.push(proven(Stage::Balance, value, floor.min(value)));
-                continue;
+            if nothing_offloaded {
+                start = Some(values);
             }
         }
         let remaining = time_limit.map(|limit| limit - started.elapsed().as_secs_f64());
