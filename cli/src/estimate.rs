@@ -305,7 +305,12 @@ fn check_plan_model(
             }
         }
         Err(_) => {
-            let unknown = plan.device_map.keys().find(|key| !key.is_empty() && !model.has_path(key));
+            let unknown = plan
+                .device_map
+                .0
+                .iter()
+                .map(|(key, _)| key)
+                .find(|key| !key.is_empty() && !model.has_path(key));
             if let Some(key) = unknown {
                 return Err(mismatch(format!("its device map places `{key}`, which {given} does not have")));
             }

@@ -17,14 +17,14 @@ use vramplan_profiles::hardware;
 use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::{self, ImportOptions, ModelDescription};
 use vramplan_sim::estimate::{DeviceEstimate, is_data_parallel};
-use vramplan_sim::input::WorkloadFlags;
+use vramplan_sim::input::{WorkloadFlags, lora_target_modules};
 use vramplan_sim::program::step_program;
 use vramplan_sim::workload::{Engine, Finetune, GradCheckpointing, Mode, Quant, Workload};
-use vramplan_sim::{Placement, Target, device_map, input};
+use vramplan_sim::{Placement, device_map, input};
 use vramplan_solver::Runtime;
 use vramplan_solver::check::{Finding, check_device_map, offloaded_in_training};
 use vramplan_solver::export::PlanTarget;
-use vramplan_solver::export::{PlanFile, read_plan_file};
+use vramplan_solver::export::{DeviceMapEntries, PlanFile, read_plan_file};
 use vramplan_validate::{Backend, TorchLora, TorchRequest, Unavailable, Validation};
 
 /// Exit code when the backend has no usable device here.
@@ -164,28 +164,17 @@ fn torch_request(
         DType::F32 => "fp32",
         _ => return Err(unsupported(&format!("{dtype} weights"))),
     };
+    // The modules the simulation adapts, by full path (PEFT matches a path exactly), so the
+    // runtime adapts the same ones (no targets means PEFT's default for the architecture).
     let lora = match &workload.finetune {
-        Finetune::Lora { rank, alpha, targets } => Some(TorchLora {
-            rank: *rank,
-            alpha: *alpha,
-            targets: targets.iter().filter(|t| *t != "all-linear").cloned().collect(),
-        }),
+        Finetune::Lora { rank, alpha, .. } => {
+            Some(TorchLora { rank: *rank, alpha: *alpha, targets: lora_target_modules(workload, model)? })
+        }
         Finetune::Full => None,
     };
-    let device_map = plan
-        .device_map
-        .iter()
-        .map(|(module, target)| {
-            let value = match target {
-                PlanTarget::Gpu(g) => serde_json::Value::from(*g),
-                PlanTarget::Host(h) => serde_json::Value::from(h.clone()),
-            };
-            (module.clone(), value)
-        })
-        .collect();
     Ok(TorchRequest {
         config,
-        device_map,
+        device_map: plan.device_map.clone(),
         mode: if workload.mode == Mode::Train { "train" } else { "inference" }.to_string(),
         batch: workload.batch,
         seq: workload.seq,
@@ -212,16 +201,13 @@ fn plan_of_map(
         None => Workload::default(),
     };
     let workload = args.flags.apply(base)?;
-    let device_map = device_map::read_device_map(map, &model, &hardware)?
-        .into_iter()
-        .map(|(module, target)| {
-            let target = match target {
-                Target::Gpu(g) => PlanTarget::Gpu(g),
-                other => PlanTarget::Host(other.to_string()),
-            };
-            (module, target)
-        })
-        .collect();
+    // In file order: the first GPU the map lists runs what it offloads.
+    let device_map = DeviceMapEntries(
+        device_map::read_device_map(map, &model, &hardware)?
+            .into_iter()
+            .map(|(module, target)| (module, PlanTarget::of(target)))
+            .collect(),
+    );
     let plan = PlanFile {
         vramplan_plan: 1,
         model: args.plan.clone(),
@@ -309,7 +295,7 @@ pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write)
         Backend::Torch => {
             let mut request = torch_request(&plan, &model, &workload, args.steps, &origin)?;
             if args.cpu {
-                request.device_map = [(String::new(), serde_json::Value::from("cpu"))].into();
+                request.device_map = DeviceMapEntries(vec![(String::new(), PlanTarget::Host("cpu".into()))]);
             }
             if args.fake_gpus {
                 request.fake_gpus = gpus;
@@ -328,8 +314,17 @@ pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write)
                 .with_fix("validate a plan for --target accelerate or accelerate-v4 on it"));
             }
             let steps = (workload.mode == Mode::Train).then_some(args.steps);
-            let request =
-                vramplan_validate::CpuRequest { model: &model, entries: &entries, train_steps: steps };
+            // LoRA adapts the model for training, as the torch backend's harness does.
+            let targets = match (&workload.finetune, steps) {
+                (Finetune::Lora { .. }, Some(_)) => Some(lora_target_modules(&workload, &model)?),
+                _ => None,
+            };
+            let request = vramplan_validate::CpuRequest {
+                model: &model,
+                entries: &entries,
+                train_steps: steps,
+                lora_targets: targets.as_deref(),
+            };
             Ok(vramplan_validate::run_cpu(&request).map_err(|e| {
                 InputError::new("validate --backend cpu", format!("candle failed: {e}"))
                     .with_fix("this is a fault of vramplan's cpu backend; please report it with the plan")

@@ -51,7 +51,24 @@ XLNET_TWO = {"transformer.word_embedding": 0, "transformer.mask_emb": 0, "transf
              "transformer.layer.1": 1, "lm_loss": 0}
 XLNET_TIED_SPLIT = dict(XLNET_TWO, lm_loss=1)
 
-# name, config, map, modes, GPUs
+# A map listing one tensor, or one module, of a layer inside that layer's entry, on another
+# device: the layer's hook moves a listed tensor back to the layer's GPU (`place_submodules`); a
+# listed module keeps its own hook and device.
+LLAMA_TENSOR_INSIDE_LAYER = dict(LLAMA_TWO, **{"model.layers.0.mlp.down_proj.weight": 1})
+LLAMA_TENSOR_INSIDE_LAYER_ON_CPU = dict(LLAMA_TWO, **{"model.layers.0.mlp.down_proj.weight": "cpu"})
+LLAMA_MODULE_INSIDE_LAYER = dict(LLAMA_TWO, **{"model.layers.0.mlp.down_proj": 1})
+# Offloaded modules in a LoRA step, over two GPUs (so the HF Trainer would not move the model):
+# a frozen embedding, and a layer holding adapted linears.
+LLAMA_EMBEDDING_ON_CPU_TWO = dict(LLAMA_TWO, **{"model.embed_tokens": "cpu"})
+LLAMA_LAYER_ON_CPU = dict(LLAMA_TWO, **{"model.layers.0": "cpu"})
+
+# LoRA's targets as vramplan resolves them (PEFT matches a full path exactly).
+LORA_QV = {"rank": 4, "alpha": 8, "targets": [f"model.layers.{i}.self_attn.{p}" for i in range(2)
+                                               for p in ("q_proj", "v_proj")]}
+LORA_MIXTRAL = {"rank": 4, "alpha": 8, "targets": [f"model.layers.{i}.self_attn.{p}" for i in range(2)
+                                                   for p in ("q_proj", "k_proj", "v_proj", "o_proj")]}
+
+# name, config, map, modes, GPUs[, LoRA]
 CASES = [
     ("llama-two-gpus", LLAMA, LLAMA_SAME, ["inference", "train"], 2),
     ("llama-tied-split", LLAMA, LLAMA_TWO, ["inference", "train"], 2),
@@ -61,6 +78,14 @@ CASES = [
     ("mixtral-experts-apart", MIXTRAL, MIXTRAL_EXPERTS_APART, ["inference", "train"], 2),
     ("xlnet-two-gpus", XLNET, XLNET_TWO, ["inference", "train"], 2),
     ("xlnet-tied-split", XLNET, XLNET_TIED_SPLIT, ["inference"], 2),
+    ("llama-tensor-inside-listed-layer", LLAMA_UNTIED, LLAMA_TENSOR_INSIDE_LAYER, ["inference", "train"], 2),
+    ("llama-tensor-inside-listed-layer-on-cpu", LLAMA_UNTIED, LLAMA_TENSOR_INSIDE_LAYER_ON_CPU, ["train"], 2),
+    ("llama-module-inside-listed-layer", LLAMA_UNTIED, LLAMA_MODULE_INSIDE_LAYER, ["inference"], 2),
+    ("llama-lora-two-gpus", LLAMA_UNTIED, LLAMA_TWO, ["train"], 2, LORA_QV),
+    ("llama-lora-tied-split", LLAMA, LLAMA_TWO, ["train"], 2, LORA_QV),
+    ("llama-lora-embedding-on-cpu", LLAMA_UNTIED, LLAMA_EMBEDDING_ON_CPU_TWO, ["train"], 2, LORA_QV),
+    ("llama-lora-layer-on-cpu", LLAMA_UNTIED, LLAMA_LAYER_ON_CPU, ["train"], 2, LORA_QV),
+    ("mixtral-lora-experts-apart", MIXTRAL, MIXTRAL_EXPERTS_APART, ["train"], 2, LORA_MIXTRAL),
 ]
 
 
@@ -79,16 +104,20 @@ def run(request):
 
 def main():
     records, versions = [], None
-    for name, config, device_map, modes, gpus in CASES:
+    for name, config, device_map, modes, gpus, *lora in CASES:
+        lora = lora[0] if lora else None
         for mode in modes:
             reply = run({"config": config, "device_map": device_map, "mode": mode, "batch": 2, "seq": 16,
-                         "dtype": "fp32", "lora": None, "grad_checkpointing": False, "steps": 2,
+                         "dtype": "fp32", "lora": lora, "grad_checkpointing": False, "steps": 2,
                          "fake_gpus": gpus})
-            versions = reply.pop("versions")
+            versions = {**(versions or {}), **reply.pop("versions")}
             reply.pop("devices")
             print(f"{name} {mode}: {reply['outcome']} {reply['module']} {reply['mismatched']}", file=sys.stderr)
+            # The map as [name, device] pairs: its order is part of it (the first GPU listed is
+            # accelerate's main device), and a JSON object's order is lost by many readers.
             records.append({"name": name, "mode": mode, "gpus": gpus, "config": config,
-                            "device_map": device_map, "batch": 2, "seq": 16, **reply})
+                            "device_map": [[k, v] for k, v in device_map.items()], "batch": 2, "seq": 16,
+                            "lora": lora, **reply})
     document = {
         "about": "What the real runtime does with planted device maps on fake GPUs (FakeTensorMode): "
                  "scripts/reference/mismatches.py through validate/harness/run_plan.py. Training runs "

@@ -191,6 +191,9 @@ struct Map<'a> {
     /// The entries with Python's dict semantics: first position, last device.
     entries: Vec<(String, Target)>,
     placement: Placement,
+    /// Per entry of `entries`: a tensor's own entry that places nothing at run time
+    /// ([`overridden_entries`]).
+    overridden: Vec<bool>,
     /// Where accelerate runs modules offloaded to cpu or disk: the map's first GPU.
     main: Target,
     runtime: Runtime,
@@ -201,13 +204,19 @@ impl<'a> Map<'a> {
         let placement = Placement::as_read(written);
         let entries = placement.entries().to_vec();
         let main = placement.main_gpu().map_or(Target::Cpu, Target::Gpu);
-        Map { model, entries, placement, main, runtime }
+        let overridden = if matches!(runtime, Runtime::Accelerate | Runtime::AccelerateV4) {
+            overridden_entries(model, &entries)
+        } else {
+            vec![false; entries.len()]
+        };
+        Map { model, entries, placement, overridden, main, runtime }
     }
 
-    /// Where the tensor or module at `path` runs: its entry's GPU, or the main device for an
-    /// offloaded one; `None` when no entry covers it.
+    /// Where the tensor or module at `path` runs: the GPU of the entry that places it at run
+    /// time ([`longest_entry`]), or the main device for an offloaded one; `None` when no entry
+    /// covers it.
     fn runs_on(&self, path: &str) -> Option<Target> {
-        self.placement.target_of(path).map(|t| self.execution(t))
+        longest_entry(self, path).map(|i| self.execution(self.entries[i].1))
     }
 
     fn execution(&self, target: Target) -> Target {
@@ -697,14 +706,33 @@ fn hook_entry(map: &Map, path: &str) -> Option<usize> {
         .map(|(i, _)| i)
 }
 
-/// The entry the tensor at `path` loads by: the longest that covers it.
+/// The entry that places the tensor at `path` once dispatched: the longest that covers it (as
+/// transformers loads it), an overridden tensor entry aside.
 fn longest_entry(map: &Map, path: &str) -> Option<usize> {
     map.entries
         .iter()
         .enumerate()
-        .filter(|(_, (k, _))| covers(k, path))
+        .filter(|(i, (k, _))| !map.overridden[*i] && covers(k, path))
         .max_by_key(|(_, (k, _))| k.len())
         .map(|(i, _)| i)
+}
+
+/// Per entry of `entries` (read with dict semantics): whether accelerate overrides it, a
+/// tensor's own entry inside a listed module. transformers loads the tensor where its own entry
+/// says, but `dispatch_model` hooks the module with `AlignDevicesHook(place_submodules=True)`
+/// (the innermost listed module last), whose `init_hook` moves every tensor under it to the
+/// module's device, or to the meta device for an offloaded one: the tensor's entry changes
+/// nothing at run time. The real runtime on fake GPUs runs such a map as if the entry were not
+/// there (fixtures/reference/mismatches: `llama-tensor-inside-listed-layer`), and
+/// `from_pretrained` (transformers 4.57 and 5.23) loads it with no weight left on meta.
+pub(crate) fn overridden_entries(model: &ModelDescription, entries: &[(String, Target)]) -> Vec<bool> {
+    let is_module = |key: &str| model.root.find(key).is_some();
+    entries
+        .iter()
+        .map(|(key, _)| {
+            !is_module(key) && entries.iter().any(|(k, _)| k != key && covers(k, key) && is_module(k))
+        })
+        .collect()
 }
 
 /// The modules (and own tensors) that cover what `outer` covers outside the other entries

@@ -81,8 +81,42 @@ pub struct PlanFile {
     pub target: String,
     /// The workload the plan was made for.
     pub workload: Workload,
-    /// Module → device: a GPU index, `cpu` or `disk`.
-    pub device_map: BTreeMap<String, PlanTarget>,
+    /// Module → device: a GPU index, `cpu` or `disk`, in the order written.
+    pub device_map: DeviceMapEntries,
+}
+
+/// A plan file's device map, module → device, in the order written: the order is part of the
+/// map, since accelerate's `dispatch_model` runs the modules offloaded to `cpu` or `disk` on the
+/// first GPU the map lists. Read and written as a mapping, kept as pairs (a name listed twice
+/// is kept twice; [`PlanFile::entries`] hands both on, and the map is read with Python's dict
+/// semantics downstream).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeviceMapEntries(pub Vec<(String, PlanTarget)>);
+
+impl Serialize for DeviceMapEntries {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        crate::plan::ordered_map(&self.0, serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for DeviceMapEntries {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Pairs;
+        impl<'de> serde::de::Visitor<'de> for Pairs {
+            type Value = DeviceMapEntries;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a mapping of module names to devices (a GPU index, `cpu` or `disk`)")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut pairs = Vec::new();
+                while let Some(pair) = map.next_entry::<String, PlanTarget>()? {
+                    pairs.push(pair);
+                }
+                Ok(DeviceMapEntries(pairs))
+            }
+        }
+        deserializer.deserialize_map(Pairs)
+    }
 }
 
 /// A device in a plan file.
@@ -93,6 +127,17 @@ pub enum PlanTarget {
     Gpu(u32),
     /// `cpu` or `disk` (or any device spelling, read with `Target::parse`).
     Host(String),
+}
+
+impl PlanTarget {
+    /// How a plan file writes `target`.
+    pub fn of(target: Target) -> PlanTarget {
+        match target {
+            Target::Gpu(g) => PlanTarget::Gpu(g),
+            Target::Cpu => PlanTarget::Host("cpu".into()),
+            Target::Disk => PlanTarget::Host("disk".into()),
+        }
+    }
 }
 
 /// One export: the document to write.
@@ -134,18 +179,9 @@ pub fn export(
                 hardware: hardware.to_string(),
                 target: plan.target.name().to_string(),
                 workload: workload.clone(),
-                device_map: plan
-                    .device_map
-                    .iter()
-                    .map(|(k, t)| {
-                        let v = match t {
-                            Target::Gpu(g) => PlanTarget::Gpu(*g),
-                            Target::Cpu => PlanTarget::Host("cpu".into()),
-                            Target::Disk => PlanTarget::Host("disk".into()),
-                        };
-                        (k.clone(), v)
-                    })
-                    .collect(),
+                device_map: DeviceMapEntries(
+                    plan.device_map.iter().map(|(k, t)| (k.clone(), PlanTarget::of(*t))).collect(),
+                ),
             };
             serde_saphyr::to_string(&file)
                 .map_err(|e| InputError::new("-o", format!("cannot write YAML: {e}")))?
@@ -334,6 +370,7 @@ impl PlanFile {
     /// a GPU past `gpus`, is refused at its key of the plan file `origin`.
     pub fn entries(&self, origin: &str, gpus: u32) -> Result<Vec<(String, Target)>, InputError> {
         self.device_map
+            .0
             .iter()
             .map(|(module, target)| {
                 let parsed = match target {
@@ -348,5 +385,31 @@ impl PlanFile {
                 Ok((module.clone(), t))
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A plan file keeps its map in the order written, not sorted: accelerate runs what a map
+    /// offloads on the first GPU it lists (here GPU 0, where sorting would put `lm_head`, on
+    /// GPU 1, first).
+    #[test]
+    fn a_plan_files_device_map_keeps_its_order() {
+        let text = "vramplan_plan: 1\nmodel: gpt2\nhardware: 2xt4\ntarget: accelerate\nworkload: {}\n\
+                    device_map:\n  transformer.wte: 0\n  transformer.h: cpu\n  lm_head: 1\n";
+        let plan: PlanFile = serde_saphyr::from_str(text).unwrap();
+        let entries = plan.entries("plan.yaml", 2).unwrap();
+        let names: Vec<&str> = entries.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, ["transformer.wte", "transformer.h", "lm_head"]);
+        assert_eq!(vramplan_sim::Placement::as_read(&entries).main_gpu(), Some(0));
+        // Written back, in the same order.
+        let written = serde_saphyr::to_string(&plan).unwrap();
+        let at = |name: &str| written.find(name).unwrap();
+        assert!(
+            at("transformer.wte") < at("transformer.h") && at("transformer.h") < at("lm_head"),
+            "{written}"
+        );
     }
 }

@@ -3,7 +3,9 @@
 //! backend's harness: `scripts/reference/mismatches.py`): `validate --backend cpu` must stop in
 //! the same module with the same two devices, or complete where the runtime completed, and say
 //! the same bytes were placed on each device; the static check must find a problem exactly where
-//! the runtime met one. Two more planted maps the real runtime cannot run on fake GPUs (a
+//! the runtime met one. Among them: a listed tensor, and a listed module, inside a listed
+//! layer; and LoRA (PEFT) steps, with adapters on two GPUs, next to a split tied group, and with
+//! a frozen and an adapted module offloaded. Two more planted maps the real runtime cannot run on fake GPUs (a
 //! transformers 4.x Mixtral loops over the experts a batch hits, a data-dependent shape; a
 //! custom model has no Python class) are checked against accelerate's rules as the cpu
 //! backend's docs state them.
@@ -23,6 +25,14 @@ fn hardware(gpus: u64) -> &'static str {
 
 fn devices(v: &Value) -> BTreeSet<String> {
     v.as_array().unwrap().iter().map(|d| d.as_str().unwrap().to_string()).collect()
+}
+
+/// The device map of `[name, device]` pairs as a JSON object in their order (the first GPU it
+/// lists is accelerate's main device).
+fn map_text(pairs: &Value) -> String {
+    let entries: Vec<String> =
+        pairs.as_array().unwrap().iter().map(|p| format!("{}: {}", p[0], p[1])).collect();
+    format!("{{{}}}", entries.join(", "))
 }
 
 /// `validate MODEL --device-map MAP --hardware HW --batch 2 --seq 16 --backend cpu --json`, and
@@ -62,22 +72,31 @@ fn assert_stopped(out: &Output, module: &str, rule: &str) {
 fn the_cpu_backend_and_the_static_check_agree_with_the_real_runtime_on_every_planted_map() {
     let doc = fixture();
     let records = doc["records"].as_array().unwrap();
-    assert_eq!(records.len(), 15);
+    assert_eq!(records.len(), 24);
     let dir = tempfile::tempdir().unwrap();
     let mut mismatches = 0;
     let mut tied = 0;
+    let mut loras = 0;
     for (i, r) in records.iter().enumerate() {
         let name = format!("{} {}", r["name"].as_str().unwrap(), r["mode"].as_str().unwrap());
         let config = write(dir.path(), &format!("config{i}.json"), r["config"].to_string());
-        let map = write(dir.path(), &format!("map{i}.json"), r["device_map"].to_string());
+        let map = write(dir.path(), &format!("map{i}.json"), map_text(&r["device_map"]));
         assert_eq!((r["batch"].as_u64(), r["seq"].as_u64()), (Some(2), Some(16)), "{name}");
         let mode = r["mode"].as_str().unwrap();
-        let out = validate_cpu(
-            &config,
-            &map,
-            hardware(r["gpus"].as_u64().unwrap()),
-            &["--mode", mode, "--run-anyway"],
-        );
+        let mut extra = vec!["--mode".to_string(), mode.to_string(), "--run-anyway".to_string()];
+        if let Some(lora) = r["lora"].as_object() {
+            let targets: Vec<&str> =
+                lora["targets"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+            extra.extend([
+                "--lora-rank".into(),
+                lora["rank"].to_string(),
+                "--lora-targets".into(),
+                targets.join(","),
+            ]);
+            loras += 1;
+        }
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let out = validate_cpu(&config, &map, hardware(r["gpus"].as_u64().unwrap()), &extra);
         assert!(out.code == 0 || out.code == 1, "{name}: {}\n{}", out.stdout, out.stderr);
         let got = out.json();
         let run = &got["run"];
@@ -106,8 +125,9 @@ fn the_cpu_backend_and_the_static_check_agree_with_the_real_runtime_on_every_pla
         assert_eq!(out.code, if real == "completed" { 0 } else { 1 }, "{name}");
         mismatches += usize::from(real == "device_mismatch");
     }
-    assert_eq!(mismatches, 5);
-    assert_eq!(tied, 3, "the two Llama tied splits and XLNet's");
+    assert_eq!(mismatches, 9);
+    assert_eq!(tied, 4, "the Llama tied splits (one with LoRA) and XLNet's");
+    assert_eq!(loras, 5);
 }
 
 /// transformers 4.x's Mixtral runs each expert a batch hits and weights its output in the MoE

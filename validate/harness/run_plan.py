@@ -8,7 +8,8 @@ LoRA plan). Nothing is downloaded: the model is built from its config with rando
 Request (argv[1], a JSON file): the model's raw `config.json` (`config`), the plan's
 `device_map` (module -> GPU index, "cpu" or "disk"), and the workload: `mode` (train |
 inference), `batch`, `seq`, `dtype` (bf16 | fp16 | fp32), `lora` (null or {rank, alpha,
-targets}), `grad_checkpointing`, `steps`.
+targets}: the paths of the linear modules to adapt, as vramplan resolves the plan's targets),
+`grad_checkpointing`, `steps`.
 
 What it does, as a user's script would:
 - builds `architectures[0]` from the config on the meta device in `dtype`
@@ -115,6 +116,15 @@ def fake_devices():
     # transformers' MoE experts choose `torch._grouped_mm` by the GPU's compute capability;
     # the fake GPUs are taken to be H100s (9.0), as the device runs this harness on.
     torch.cuda.get_device_capability = lambda device=None: (9, 0)
+    # PEFT moves each new adapter to its base layer's device with `Module.to`, which for a fake
+    # parameter swaps the old and new tensors (`torch.utils.swap_tensors`); that refuses a
+    # tensor with a weak reference, and FakeTensorMode keeps one to every fake tensor it made.
+    # The swap itself is what `.to` does to a real parameter (a parameter on the new device in
+    # its place), so only the weak-reference check is skipped, and only in torch.utils.
+    import types
+    import weakref
+
+    torch.utils.weakref = types.SimpleNamespace(getweakrefs=lambda tensor: [], ref=weakref.ref)
     return FakeTensorMode(allow_non_fake_inputs=True)
 
 
@@ -200,6 +210,7 @@ def main():
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if request.get("lora") and train:
                 import peft
+                versions["peft"] = peft.__version__
                 lora = request["lora"]
                 targets = lora["targets"] or "all-linear"
                 model = peft.get_peft_model(model, peft.LoraConfig(r=lora["rank"], lora_alpha=lora["alpha"],
@@ -264,6 +275,8 @@ def main():
         outcome, message = "error", f"{type(e).__name__}: {e}"
     if outcome not in ("completed", "not_trained"):
         module = running[-1] if running else ""
+    # PEFT's wrapper names every module `base_model.model.<name>`; the plan names the model's.
+    module = module.removeprefix("base_model.model.")
     report = []
     for d in devices:
         free, total = torch.cuda.mem_get_info(d)

@@ -9,6 +9,7 @@ use crate::{Backend, DevicePeaks, Outcome, Unavailable, Validation};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::process::Command;
+use vramplan_solver::export::DeviceMapEntries;
 
 /// The harness, as shipped.
 const HARNESS: &str = include_str!("../harness/run_plan.py");
@@ -18,8 +19,8 @@ const HARNESS: &str = include_str!("../harness/run_plan.py");
 pub struct TorchRequest {
     /// The model's raw `config.json`.
     pub config: serde_json::Value,
-    /// Module → a GPU index, `"cpu"` or `"disk"`, as the plan writes it.
-    pub device_map: BTreeMap<String, serde_json::Value>,
+    /// Module → a GPU index, `"cpu"` or `"disk"`, as the plan writes it, in its order.
+    pub device_map: DeviceMapEntries,
     /// `train` or `inference`.
     pub mode: String,
     /// Sequences per step.
@@ -28,7 +29,7 @@ pub struct TorchRequest {
     pub seq: u64,
     /// `bf16`, `fp16` or `fp32`: the dtype the model is built in.
     pub dtype: String,
-    /// LoRA's rank, alpha and target names (empty: PEFT's `all-linear`).
+    /// LoRA's rank, alpha and the paths of the modules it adapts.
     pub lora: Option<TorchLora>,
     /// transformers' gradient checkpointing.
     pub grad_checkpointing: bool,
@@ -46,7 +47,7 @@ pub struct TorchLora {
     pub rank: u64,
     /// `lora_alpha`.
     pub alpha: u64,
-    /// `target_modules`; empty for `all-linear`.
+    /// `target_modules`: the full paths of the linear modules to adapt.
     pub targets: Vec<String>,
 }
 

@@ -30,12 +30,16 @@
 //! - a listed tensor that got no hook stays where `from_pretrained` loaded it, the CPU, and the
 //!   parent's forward meets it with hidden states on the GPU: PyTorch's device error.
 
-use super::{DEVICE_ERROR, Finding, Rule, cuda, join, json_device, label, listed_with_more, shown};
+use super::{
+    DEVICE_ERROR, Finding, Rule, cuda, join, json_device, label, listed_with_more, overridden_entries, shown,
+};
 use crate::runtime::Runtime;
 use vramplan_profiles::model::{ModelDescription, TensorKind};
 use vramplan_profiles::units::format_bytes;
+use vramplan_sim::input::lora_target_modules;
+use vramplan_sim::placement::covers;
 use vramplan_sim::placement::{Placement, Target};
-use vramplan_sim::workload::{Mode, Workload};
+use vramplan_sim::workload::{Finetune, Mode, Workload};
 
 /// accelerate's guard on `model.to` once weights are offloaded (`dispatch_model`).
 const MOVE_ERROR: &str =
@@ -68,13 +72,18 @@ pub fn offloaded_in_training(
     // `dispatch_model`: with no GPU in the map the CPU is the main device and only `disk`
     // entries are offloaded.
     let main = gpus.first().map_or(Target::Cpu, |g| Target::Gpu(*g));
+    // A tensor's own entry inside a listed module places nothing: the module's hook moves it.
+    let overridden = overridden_entries(model, map);
     let offloaded: Vec<&(String, Target)> = map
         .iter()
-        .filter(|(_, t)| match t {
+        .zip(&overridden)
+        .filter(|((_, t), overridden)| match t {
+            _ if **overridden => false,
             Target::Gpu(_) => false,
             Target::Cpu => main != Target::Cpu,
             Target::Disk => true,
         })
+        .map(|(entry, _)| entry)
         .collect();
     if offloaded.is_empty() {
         return None;
@@ -83,6 +92,11 @@ pub fn offloaded_in_training(
     let is_module = |(k, _): &&&(String, Target)| model.root.find(k).is_some();
     let modules: Vec<&(String, Target)> = offloaded.iter().filter(is_module).copied().collect();
     let tensors: Vec<&(String, Target)> = offloaded.iter().filter(|e| !is_module(e)).copied().collect();
+    if matches!(workload.finetune, Finetune::Lora { .. }) {
+        // Targets that match nothing were refused by the input checks.
+        let targets = lora_target_modules(workload, model).unwrap_or_default();
+        return lora_offload(model, &modules, &tensors, main, &gpus, &targets);
+    }
     let mut devices = vec![label(main)];
     for (_, t) in &offloaded {
         if !devices.contains(&label(*t)) {
@@ -113,6 +127,88 @@ pub fn offloaded_in_training(
     Some(Finding {
         rule: Rule::OffloadedInTraining,
         modules: offloaded.iter().map(|(k, _)| k.clone()).collect(),
+        devices,
+        message: parts.join(" "),
+    })
+}
+
+/// The finding of a LoRA training map that offloads `modules` and `tensors`: only the adapted
+/// modules, the listed tensors, and (where the map's only GPU is the trainer's) the HF Trainer's
+/// refusal break the step; frozen weights may be streamed (fixtures/reference/mismatches:
+/// `llama-lora-embedding-on-cpu` completes, `llama-lora-layer-on-cpu` stops in an adapter).
+fn lora_offload(
+    model: &ModelDescription,
+    modules: &[&(String, Target)],
+    tensors: &[&(String, Target)],
+    main: Target,
+    gpus: &[u32],
+    targets: &[String],
+) -> Option<Finding> {
+    let adapts = |key: &str| targets.iter().any(|t| covers(key, t));
+    let adapted: Vec<&(String, Target)> = modules.iter().filter(|(k, _)| adapts(k)).copied().collect();
+    let frozen: Vec<&(String, Target)> = modules.iter().filter(|(k, _)| !adapts(k)).copied().collect();
+    let trainer_refuses = gpus == [0] && !modules.is_empty();
+    if adapted.is_empty() && tensors.is_empty() && !trainer_refuses {
+        return None;
+    }
+    let gpu = label(main);
+    let keys = |entries: &[&(String, Target)]| -> Vec<String> {
+        entries.iter().map(|(k, t)| format!("{} ({})", shown(k), label(*t))).collect()
+    };
+    let all: Vec<&(String, Target)> = modules.iter().chain(tensors).copied().collect();
+    let mut parts = vec![format!("This LoRA training map offloads {}.", listed_with_more(&keys(&all)))];
+    if !adapted.is_empty() {
+        let wrapped: Vec<&String> =
+            targets.iter().filter(|t| adapted.iter().any(|(k, _)| covers(k, t))).collect();
+        parts.push(format!(
+            "PEFT moves each new adapter to the device of its base layer's weight \
+             (`_move_adapter_to_device_of_base_layer`), and accelerate's offload has left the weights of {} on \
+             the meta device, so the adapters of {} linear layer{} there (`{}` first) are made on meta, and the \
+             first forward raises `{DEVICE_ERROR}, {} and meta!` in `{}.lora_A.default`.",
+            listed_with_more(&adapted.iter().map(|(k, _)| shown(k)).collect::<Vec<_>>()),
+            wrapped.len(),
+            if wrapped.len() == 1 { "" } else { "s" },
+            wrapped.first().map_or("", |t| t.as_str()),
+            cuda(main),
+            wrapped.first().map_or("", |t| t.as_str()),
+        ));
+    }
+    if !tensors.is_empty() {
+        parts.push(tensors_part(model, tensors, main));
+    }
+    if trainer_refuses {
+        parts.push(format!(
+            "With {gpu} the map's only GPU, the HF Trainer moves the model to its device \
+             (`Trainer._move_model_to_device`) and accelerate refuses: `{MOVE_ERROR}`"
+        ));
+    } else if !frozen.is_empty() {
+        parts.push(format!(
+            "{} hold{} no adapter: {} frozen weights are streamed in for each forward, which a LoRA step can \
+             live with.",
+            listed_with_more(&frozen.iter().map(|(k, _)| shown(k)).collect::<Vec<_>>()),
+            if frozen.len() == 1 { "s" } else { "" },
+            if frozen.len() == 1 { "its" } else { "their" },
+        ));
+    }
+    let broken: Vec<&(String, Target)> =
+        if trainer_refuses { all.clone() } else { adapted.iter().chain(tensors).copied().collect() };
+    let fixes: Vec<String> =
+        broken.iter().map(|(k, _)| format!("`\"{k}\": {}`", json_device(main))).collect();
+    parts.push(format!(
+        "Fix: put {} on a GPU, e.g. {}{}.",
+        if broken.len() == 1 { "it" } else { "them" },
+        listed_with_more(&fixes),
+        if trainer_refuses { "" } else { "; modules with no adapter may stay offloaded" },
+    ));
+    let mut devices = vec![gpu];
+    for (_, t) in &broken {
+        if !devices.contains(&label(*t)) {
+            devices.push(label(*t));
+        }
+    }
+    Some(Finding {
+        rule: Rule::OffloadedInTraining,
+        modules: broken.iter().map(|(k, _)| k.clone()).collect(),
         devices,
         message: parts.join(" "),
     })
@@ -248,5 +344,43 @@ mod tests {
         // A name listed twice keeps its last device.
         let moved = map(&[("", Target::Cpu), ("", Target::Gpu(1))]);
         assert_eq!(offloaded_in_training(&model, &moved, Runtime::Accelerate, &train()), None);
+    }
+
+    /// LoRA trains only the adapters: a frozen module may be streamed (over several GPUs, where
+    /// the HF Trainer leaves the model where it is); an adapted one may not (PEFT puts its
+    /// adapters on the meta device); on one GPU the Trainer's `model.to` is refused either way.
+    #[test]
+    fn a_lora_map_may_offload_only_frozen_modules_and_only_over_several_gpus() {
+        let model = model::load("gpt2", ImportOptions::default()).unwrap();
+        let lora = Workload {
+            finetune: Finetune::Lora { rank: 8, alpha: 16, targets: vec!["c_attn".into()] },
+            ..train()
+        };
+        let frozen_two = map(&[
+            ("transformer.wte", Target::Cpu),
+            ("transformer.wpe", Target::Gpu(0)),
+            ("transformer.h", Target::Gpu(0)),
+            ("transformer.ln_f", Target::Gpu(1)),
+            ("lm_head", Target::Gpu(1)),
+        ]);
+        assert_eq!(offloaded_in_training(&model, &frozen_two, Runtime::Accelerate, &lora), None);
+        // A full fine-tune of the same map trains a streamed copy.
+        assert!(offloaded_in_training(&model, &frozen_two, Runtime::Accelerate, &train()).is_some());
+        let adapted = map(&[
+            ("transformer.wte", Target::Gpu(0)),
+            ("transformer.wpe", Target::Gpu(0)),
+            ("transformer.h.0", Target::Gpu(0)),
+            ("transformer.h.1", Target::Cpu),
+            ("transformer.h", Target::Gpu(1)),
+            ("transformer.ln_f", Target::Gpu(1)),
+            ("lm_head", Target::Gpu(1)),
+        ]);
+        let found = offloaded_in_training(&model, &adapted, Runtime::Accelerate, &lora).unwrap();
+        assert_eq!(found.modules, ["transformer.h.1"]);
+        assert!(found.message.contains("cuda:0 and meta!"), "{}", found.message);
+        assert!(found.message.contains("`transformer.h.1.attn.c_attn.lora_A.default`"), "{}", found.message);
+        let frozen_one = map(&[("transformer.wte", Target::Cpu), ("", Target::Gpu(0))]);
+        let found = offloaded_in_training(&model, &frozen_one, Runtime::Accelerate, &lora).unwrap();
+        assert!(found.message.contains(MOVE_ERROR), "{}", found.message);
     }
 }

@@ -30,6 +30,9 @@ pub(crate) enum Device {
     Gpu(u32),
     /// `cpu`.
     Cpu,
+    /// `meta`: a tensor with no data (PEFT's adapters of a module whose weights accelerate's
+    /// offload left there).
+    Meta,
 }
 
 impl fmt::Display for Device {
@@ -37,6 +40,7 @@ impl fmt::Display for Device {
         match self {
             Device::Gpu(g) => write!(f, "cuda:{g}"),
             Device::Cpu => f.write_str("cpu"),
+            Device::Meta => f.write_str("meta"),
         }
     }
 }

@@ -17,12 +17,16 @@
 //! - any other container: its children read the input, and their outputs meet in one
 //!   operation with the container's own tensors; a last `Linear` reads what they make.
 //!
+//! - a `Linear` LoRA adapts (`lora.rs`): PEFT's wrapper, which runs the original module (its
+//!   hook included) as `base_layer`, then its adapters on the wrapper's own input.
+//!
 //! Every operation checks PyTorch's rule: all its tensors on one device, or the run stops with
 //! the module, the operation and the two devices. Training runs the steps with candle's
 //! autograd and SGD, and reports trainable tensors no gradient reached (accelerate's offload
-//! trains a streamed copy, not the weight).
+//! trains a streamed copy, not the weight); with LoRA only the adapters are trained.
 
 mod dispatch;
+mod lora;
 
 use crate::{Backend, Outcome, Validation};
 use candle_core::{DType, Device as Host, Tensor, Var};
@@ -47,6 +51,9 @@ pub struct CpuRequest<'a> {
     pub entries: &'a [(String, Target)],
     /// Training steps; `None` for one prefill.
     pub train_steps: Option<u32>,
+    /// The linear modules LoRA adapts (as `vramplan_sim::input::lora_target_modules` resolves
+    /// them), after the model is dispatched, as PEFT's `get_peft_model` does; `None` for no LoRA.
+    pub lora_targets: Option<&'a [String]>,
 }
 
 /// A tensor of the run, on its virtual device.
@@ -78,6 +85,8 @@ struct Run<'a> {
     trainable: BTreeMap<String, bool>,
     /// The modules running, outermost first.
     running: Vec<String>,
+    /// LoRA's adapters, by the path of the linear module they adapt.
+    adapters: BTreeMap<String, lora::Adapter>,
 }
 
 impl Run<'_> {
@@ -132,11 +141,19 @@ impl Run<'_> {
     }
 
     fn module(&mut self, m: &Module, input: Placed, side: &[Placed]) -> Result<Placed, Stop> {
+        if let Some(adapter) = self.adapters.get(&m.path).cloned() {
+            return self.adapted(m, &adapter, input, side);
+        }
+        self.hooked(m, m.path.clone(), input, side)
+    }
+
+    /// `m` behind its hook, running under the name `name`.
+    fn hooked(&mut self, m: &Module, name: String, input: Placed, side: &[Placed]) -> Result<Placed, Stop> {
         let hook = self.dispatched.hooks.get(&m.path).copied();
         let moved = |p: &Placed| Placed { tensor: p.tensor.clone(), device: hook.unwrap_or(p.device) };
         let input = moved(&input);
         let side: Vec<Placed> = side.iter().map(moved).collect();
-        self.running.push(m.path.clone());
+        self.running.push(name);
         let device = input.device;
         let own = self.tensors(m, device)?;
         let out = match m.kind {
@@ -284,7 +301,11 @@ pub(crate) fn run(request: &CpuRequest) -> candle_core::Result<Validation> {
         let values: Vec<f32> = (0..WIDTH).map(|i| (start + i as f64 * 0.01) as f32).collect();
         weights.insert(path.clone(), Var::from_vec(values, WIDTH, &host)?);
     }
-    let mut run = Run { dispatched: &dispatched, weights, trainable, running: Vec::new() };
+    let adapters = match request.lora_targets {
+        Some(targets) => lora::adapt(targets, &dispatched, &mut weights, &mut trainable, WIDTH)?,
+        None => BTreeMap::new(),
+    };
+    let mut run = Run { dispatched: &dispatched, weights, trainable, running: Vec::new(), adapters };
     let ids = Tensor::ones((TOKENS, WIDTH), DType::F32, &host)?;
     let steps = request.train_steps.unwrap_or(1);
     let mut outcome = Outcome::Completed;
@@ -305,7 +326,7 @@ pub(crate) fn run(request: &CpuRequest) -> candle_core::Result<Validation> {
                         let Some(g) = grads.get(var.as_tensor()) else {
                             // A weight no plain step uses (XLNet's `mask_emb`) gets none either;
                             // the plan's fault is a streamed one.
-                            if dispatched.homes[path] == Home::Streamed {
+                            if dispatched.homes.get(path) == Some(&Home::Streamed) {
                                 untrained.insert(path.clone());
                             }
                             continue;
