@@ -290,7 +290,8 @@ pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write)
     let estimate = vramplan_sim::estimate(&model, &hardware, &workload, &placement)?;
     let outcome = match backend {
         Backend::Cuda => {
-            vramplan_validate::run_cuda(&step_program(&model, &hardware, &workload, &placement), &hardware)
+            let program = step_program(&model, &hardware, &workload, &placement);
+            vramplan_validate::run_cuda(&program, &model, &workload, &hardware)
         }
         Backend::Torch => {
             let mut request = torch_request(&plan, &model, &workload, args.steps, &origin)?;

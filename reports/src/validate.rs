@@ -95,6 +95,14 @@ pub fn unavailable_message(backend: Backend, why: &Unavailable) -> String {
                 shown.join(", ")
             )
         }
+        Unavailable::NoLibrary { library, tried } => format!(
+            "validate --backend {}: no {library} library here: none of the {} names cudarc looks for loads \
+             ({}); install the CUDA toolkit's {library}, or add the folder that holds it to \
+             LD_LIBRARY_PATH",
+            backend.name(),
+            tried.len(),
+            tried.iter().take(3).map(String::as_str).collect::<Vec<_>>().join(", ")
+        ),
         Unavailable::DriverFailed { error } => format!(
             "validate --backend {}: the CUDA driver loaded but did not start ({error}); check that \
              `nvidia-smi` works here",

@@ -433,6 +433,16 @@ impl CachingAllocator {
         charged
     }
 
+    /// Where live allocation `id` is: its segment (numbered as [`SegmentChange`] numbers
+    /// them), its offset in that segment, and the bytes of its block (the request rounded up, or
+    /// the whole block it did not split). `None` once it is freed. The validator points at
+    /// the program's allocations with it: a segment's address plus the offset.
+    pub fn place(&self, id: u64) -> Option<(usize, u64, u64)> {
+        let index = (*self.live.get(usize::try_from(id).ok()?)?)?;
+        let block = &self.blocks[index as usize];
+        Some((block.segment as usize, block.offset, block.size))
+    }
+
     /// Frees allocation `id`, merging with free neighbours; returns the bytes released from
     /// `allocated` (0 if unknown).
     pub fn free(&mut self, id: u64) -> u64 {
@@ -584,6 +594,37 @@ mod tests {
             ]
         );
         assert!(a.take_segment_changes().is_empty());
+    }
+
+    /// Live allocations sit inside their segments, at least their request long, and never
+    /// overlap; a freed one has no place.
+    #[test]
+    fn places_are_disjoint_and_inside_their_segments() {
+        let mut a = CachingAllocator::recording_segments(u64::MAX);
+        let requests = [(0, 1000), (1, 3 * MIB), (2, 700), (3, 25 * MIB), (4, 3 * MIB), (5, 512)];
+        for (id, bytes) in requests {
+            a.alloc(id, bytes);
+        }
+        a.free(1);
+        a.alloc(6, 2 * MIB);
+        let mut sizes = std::collections::HashMap::new();
+        for change in a.take_segment_changes() {
+            if let SegmentChange::Created { segment, bytes } = change {
+                sizes.insert(segment, bytes);
+            }
+        }
+        assert_eq!(a.place(1), None);
+        let live: Vec<(u64, u64)> =
+            requests.iter().copied().filter(|(id, _)| *id != 1).chain([(6, 2 * MIB)]).collect();
+        let places: Vec<(usize, u64, u64)> = live.iter().map(|(id, _)| a.place(*id).unwrap()).collect();
+        for (i, ((segment, offset, size), (_, bytes))) in places.iter().zip(&live).enumerate() {
+            assert!(size >= bytes && offset + size <= sizes[segment], "{:?}", places[i]);
+            for (other, o_offset, o_size) in &places[i + 1..] {
+                assert!(other != segment || offset + size <= *o_offset || o_offset + o_size <= *offset);
+            }
+        }
+        // The 2 MiB request reuses the freed 3 MiB block at its offset.
+        assert_eq!(a.place(6).map(|(s, o, _)| (s, o)), Some((1, 0)));
     }
 
     /// Holds `a` to its own bookkeeping: each segment's blocks tile it and link both ways, with

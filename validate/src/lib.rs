@@ -3,11 +3,13 @@
 //! prediction.
 //!
 //! Backends:
-//! - `cuda` (`cuda.rs`): the program's allocations on real CUDA devices, through the
+//! - `cuda` (`cuda/`): the program's allocations on real CUDA devices, through the
 //!   simulator's model of PyTorch's caching allocator (`vramplan_sim::allocator`): each segment
 //!   the model creates is taken from the driver (`cuMemAlloc`) and each it releases given back,
-//!   so the driver's own count of used memory (`cuMemGetInfo`) is measured at every event. The
-//!   driver is loaded at run time: where there is none, [`Unavailable`] names what is missing.
+//!   so the driver's own count of used memory (`cuMemGetInfo`) is measured at every event. Beside
+//!   them runs the compute — cuBLAS GEMMs and NVRTC kernels with the model's shapes, on views into
+//!   the program's live allocations, each checking PyTorch's device rule. The driver, cuBLAS and
+//!   NVRTC are loaded at run time: where one is missing, [`Unavailable`] names it.
 //! - `torch` (`torch.rs`): the real runtime (transformers, accelerate, PEFT) run by a Python
 //!   harness shipped in the binary, with the user's Python.
 //! - `cpu` (`cpu/`): the model run with candle on the CPU at a reduced scale, on virtual
@@ -27,7 +29,9 @@ pub use torch::{TorchLora, TorchRequest};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use vramplan_profiles::hardware::HardwareProfile;
+use vramplan_profiles::model::ModelDescription;
 use vramplan_sim::program::StepProgram;
+use vramplan_sim::workload::Workload;
 
 /// Where a plan is run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -58,6 +62,13 @@ impl Backend {
 pub enum Unavailable {
     /// No CUDA driver library could be loaded.
     NoDriver {
+        /// The library names tried, in order.
+        tried: Vec<String>,
+    },
+    /// A CUDA library the `cuda` backend's compute needs (cuBLAS, NVRTC) could not be loaded.
+    NoLibrary {
+        /// The library as cudarc names it (`cublas`, `nvrtc`).
+        library: String,
         /// The library names tried, in order.
         tried: Vec<String>,
     },
@@ -141,7 +152,7 @@ pub enum Outcome {
         free_bytes: u64,
     },
     /// The run stopped: `out_of_memory`, `device_mismatch`, `not_trained` (trainable weights
-    /// no step changed) or `error`.
+    /// no step changed) or `error` (any other failure, a CUDA library call's included).
     RuntimeError {
         /// Which.
         error: String,
@@ -170,10 +181,16 @@ pub struct Validation {
     pub placed: BTreeMap<String, u64>,
 }
 
-/// Runs `program` (made for `hardware`) on the CUDA devices here. Whatever the run took is
-/// given back before this returns, an out-of-memory included.
-pub fn run_cuda(program: &StepProgram, hardware: &HardwareProfile) -> Result<Validation, Unavailable> {
-    cuda::run(program, hardware)
+/// Runs `program` (made for `model`, `workload` and `hardware`) on the CUDA devices here: its
+/// allocations, and its compute with the model's shapes. Whatever the run took is given back
+/// before this returns, an out-of-memory or a device mismatch included.
+pub fn run_cuda(
+    program: &StepProgram,
+    model: &ModelDescription,
+    workload: &Workload,
+    hardware: &HardwareProfile,
+) -> Result<Validation, Unavailable> {
+    cuda::run(program, model, workload, hardware)
 }
 
 /// Runs `request` with the real runtime, in the Python interpreter `python`.

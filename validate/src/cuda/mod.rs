@@ -1,4 +1,5 @@
-//! The `cuda` backend: a step program's allocations on real CUDA devices.
+//! The `cuda` backend: a step program run on real CUDA devices, its allocations and its
+//! compute.
 //!
 //! Each plan GPU `i` is CUDA device `i`. Per device, the simulator's caching-allocator model
 //! decides, allocation by allocation, which segments exist; every segment it creates is taken
@@ -8,33 +9,45 @@
 //! each new segment and at every event. A segment the driver refuses is the run's
 //! out-of-memory: the event and device are noted, and everything taken is given back.
 //!
-//! The driver library is found before cudarc is asked for it (cudarc panics where it is
-//! missing): [`driver_library`] tries the names cudarc would.
+//! Beside the allocations runs the compute (`compute.rs`): each moment of the program runs its
+//! operations (`plan.rs`: cuBLAS GEMMs for the linear layers, experts and eager attention, and
+//! NVRTC kernels, `kernels.rs`, for the rest; backward and the optimizer step in training; a
+//! copy at each device boundary) on views into the program's live allocations (`bind.rs`), so
+//! that the measured allocated and reserved bytes stay the program's. Every operation checks
+//! PyTorch's device rule on its operands; a violation stops the run with the module, the
+//! operation and the two devices. `engine.rs` runs them through cudarc.
+//!
+//! The driver, cuBLAS and NVRTC are found before cudarc is asked for them (cudarc panics where
+//! one is missing): [`driver_library`] and `engine::libraries` try the names cudarc would.
+//!
+//! The tests (`tests.rs`) drive all of this with a fake driver and a fake engine, no GPU needed,
+//! and check the kernels' syntax with a host C++ compiler; what only a GPU shows (NVRTC's own
+//! compile, cuBLAS's and the kernels' behaviour, timings) they do not.
+
+mod bind;
+mod compute;
+mod engine;
+mod kernels;
+mod ops;
+mod plan;
+#[cfg(test)]
+mod tests;
+mod walk;
 
 use crate::{DevicePeaks, Outcome, Sample, Unavailable, Validation};
+use compute::Runner;
 use cudarc::driver::{CudaContext, DriverError, result, sys};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use vramplan_profiles::hardware::HardwareProfile;
+use vramplan_profiles::model::ModelDescription;
 use vramplan_sim::allocator::{CachingAllocator, SegmentChange};
-use vramplan_sim::program::{Alloc, Compute, Op, StepProgram};
+use vramplan_sim::program::{Alloc, AllocId, Compute, Op, StepProgram};
+use vramplan_sim::workload::Workload;
 
 /// The name of the CUDA driver library that loads here, trying the names cudarc tries.
 pub(crate) fn driver_library() -> Result<String, Unavailable> {
-    let mut tried: Vec<String> = Vec::new();
-    for library in ["cuda", "nvcuda"] {
-        for name in cudarc::get_lib_name_candidates(library) {
-            // SAFETY: loading the driver library runs its initialisers, exactly as cudarc's
-            // own loading of it does; the handle is dropped at once.
-            if unsafe { libloading::Library::new(&name) }.is_ok() {
-                return Ok(name);
-            }
-            if !tried.contains(&name) {
-                tried.push(name);
-            }
-        }
-    }
-    Err(Unavailable::NoDriver { tried })
+    engine::find_library(&["cuda", "nvcuda"]).map_err(|tried| Unavailable::NoDriver { tried })
 }
 
 fn driver_failed(e: DriverError) -> Unavailable {
@@ -148,6 +161,12 @@ impl Device {
         Ok(None)
     }
 
+    /// Where live allocation `id` starts: its segment's address plus its offset there.
+    fn pointer(&self, id: AllocId) -> Option<u64> {
+        let (segment, offset, _) = self.allocator.place(id as u64)?;
+        Some(self.segments.get(&segment)? + offset)
+    }
+
     /// Gives every held segment back.
     fn release_all(&mut self) {
         for (_, pointer) in self.segments.drain() {
@@ -168,9 +187,16 @@ fn devices_used(program: &StepProgram) -> BTreeSet<u32> {
         .collect()
 }
 
-/// Runs `program` on the CUDA devices of this machine; see the module documentation.
-pub(crate) fn run(program: &StepProgram, hardware: &HardwareProfile) -> Result<Validation, Unavailable> {
+/// Runs `program` (of `workload` for `model`) on the CUDA devices of this machine; see the
+/// module documentation.
+pub(crate) fn run(
+    program: &StepProgram,
+    model: &ModelDescription,
+    workload: &Workload,
+    hardware: &HardwareProfile,
+) -> Result<Validation, Unavailable> {
     driver_library()?;
+    engine::libraries()?;
     result::init().map_err(driver_failed)?;
     let found = u32::try_from(CudaContext::device_count().map_err(driver_failed)?).unwrap_or(0);
     let needed = devices_used(program);
@@ -178,14 +204,34 @@ pub(crate) fn run(program: &StepProgram, hardware: &HardwareProfile) -> Result<V
         return Err(Unavailable::TooFewDevices { needed: needed.into_iter().collect(), found });
     }
     let mut devices: BTreeMap<u32, Device> = BTreeMap::new();
+    let mut contexts: BTreeMap<u32, Arc<CudaContext>> = BTreeMap::new();
     for &index in &needed {
         let context = CudaContext::new(index as usize).map_err(driver_failed)?;
         let name = context.name().unwrap_or_else(|_| format!("CUDA device {index}"));
-        let device = Device::new(index, name, usable_bytes(hardware, index), Box::new(Cuda(context)))
+        let device = Device::new(index, name, usable_bytes(hardware, index), Box::new(Cuda(context.clone())))
             .map_err(driver_failed)?;
         devices.insert(index, device);
+        contexts.insert(index, context);
     }
-    execute(program, devices).map_err(driver_failed)
+    match engine::CudaEngine::new(&contexts) {
+        Ok(cuda) => {
+            let mut runner = Runner::new(model, workload, program, Box::new(cuda));
+            execute(program, devices, Some(&mut runner)).map_err(driver_failed)
+        }
+        // The kernels did not compile, or cuBLAS did not start: nothing was taken yet.
+        Err(message) => Ok(Validation {
+            backend: crate::Backend::Cuda,
+            outcome: Outcome::RuntimeError {
+                error: "error".into(),
+                module: String::new(),
+                message,
+                devices: Vec::new(),
+            },
+            devices: devices.into_values().map(|d| d.peaks).collect(),
+            samples: Vec::new(),
+            placed: Default::default(),
+        }),
+    }
 }
 
 /// The profile's usable bytes of GPU `index`: the model releases free segments before passing
@@ -194,9 +240,14 @@ fn usable_bytes(hardware: &HardwareProfile, index: u32) -> u64 {
     hardware.devices.iter().find(|d| d.index == index).map_or(u64::MAX, |d| d.usable_bytes())
 }
 
-/// Replays `program` on `devices`, gives everything back, and reports.
-fn execute(program: &StepProgram, mut devices: BTreeMap<u32, Device>) -> Result<Validation, DriverError> {
-    let result = replay(program, &mut devices);
+/// Replays `program` on `devices` (with its compute, where `runner` is given), gives everything
+/// back, and reports.
+fn execute(
+    program: &StepProgram,
+    mut devices: BTreeMap<u32, Device>,
+    runner: Option<&mut Runner>,
+) -> Result<Validation, DriverError> {
+    let result = replay(program, &mut devices, runner);
     devices.values_mut().for_each(Device::release_all);
     let (outcome, samples) = result?;
     Ok(Validation {
@@ -208,17 +259,25 @@ fn execute(program: &StepProgram, mut devices: BTreeMap<u32, Device>) -> Result<
     })
 }
 
-/// The program's operations, in order, until the end or an out-of-memory.
+/// The program's operations, in order, until the end, an out-of-memory or the compute's stop.
 fn replay(
     program: &StepProgram,
     devices: &mut BTreeMap<u32, Device>,
+    mut runner: Option<&mut Runner>,
 ) -> Result<(Outcome, Vec<Sample>), DriverError> {
     let mut samples = Vec::new();
     let mut event = "load".to_string();
     let mut device_of: HashMap<usize, u32> = HashMap::new();
-    for op in &program.ops {
+    for (at, op) in program.ops.iter().enumerate() {
         match *op {
-            Op::Compute(Compute { event: e, .. }) => {
+            Op::Compute(c @ Compute { event: e, .. }) => {
+                if let Some(runner) = runner.as_deref_mut() {
+                    let pointers =
+                        |d: u32, id: AllocId| devices.get(&d).and_then(|device| device.pointer(id));
+                    if let Err(stop) = runner.compute(at, &c, &pointers) {
+                        return Ok((stop.outcome(), samples));
+                    }
+                }
                 event = program.describe(e);
                 for (&index, device) in devices.iter_mut() {
                     let used = device.observe(&event)?;
@@ -231,127 +290,44 @@ fn replay(
                     });
                 }
             }
-            Op::Alloc(Alloc { id, device: index, bytes, .. }) => {
-                let Some(device) = devices.get_mut(&index) else { continue };
-                device_of.insert(id, index);
-                device.allocator.alloc(id as u64, bytes);
-                if let Some(requested_bytes) = device.apply_segment_changes(&event)? {
-                    let (free_bytes, _) = device.driver.memory()?;
-                    let outcome = Outcome::OutOfMemory { event, device: index, requested_bytes, free_bytes };
-                    return Ok((outcome, samples));
+            Op::Alloc(alloc @ Alloc { id, device: index, bytes, .. }) => {
+                if let Some(device) = devices.get_mut(&index) {
+                    device_of.insert(id, index);
+                    device.allocator.alloc(id as u64, bytes);
+                    if let Some(requested_bytes) = device.apply_segment_changes(&event)? {
+                        let (free_bytes, _) = device.driver.memory()?;
+                        let outcome =
+                            Outcome::OutOfMemory { event, device: index, requested_bytes, free_bytes };
+                        return Ok((outcome, samples));
+                    }
+                }
+                if let Some(runner) = runner.as_deref_mut() {
+                    let pointer = devices.get(&index).and_then(|device| device.pointer(id));
+                    if let Err(stop) = runner.alloc(&alloc, pointer) {
+                        return Ok((stop.outcome(), samples));
+                    }
                 }
             }
             Op::Free(id) => {
+                if let Some(runner) = runner.as_deref_mut() {
+                    let pointers =
+                        |d: u32, id: AllocId| devices.get(&d).and_then(|device| device.pointer(id));
+                    if let Err(stop) = runner.before_free(at, &pointers) {
+                        return Ok((stop.outcome(), samples));
+                    }
+                    runner.free(id);
+                }
                 if let Some(device) = device_of.remove(&id).and_then(|index| devices.get_mut(&index)) {
                     device.allocator.free(id as u64);
                 }
             }
         }
     }
+    if let Some(runner) = runner {
+        let pointers = |d: u32, id: AllocId| devices.get(&d).and_then(|device| device.pointer(id));
+        if let Err(stop) = runner.finish(program.ops.len(), &pointers) {
+            return Ok((stop.outcome(), samples));
+        }
+    }
     Ok((Outcome::Completed, samples))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Where no driver is installed (CI), the probe names the libraries it tried, without
-    /// panicking; where one is, it names the one that loads.
-    #[test]
-    fn the_driver_probe_answers_either_way() {
-        match driver_library() {
-            Ok(name) => assert!(name.contains("cuda"), "{name}"),
-            Err(Unavailable::NoDriver { tried }) => {
-                assert!(tried.iter().any(|n| n == "libcuda.so" || n == "nvcuda.dll"), "{tried:?}")
-            }
-            Err(other) => panic!("unexpected {other:?}"),
-        }
-    }
-
-    /// A driver of `total` bytes that hands out addresses in order and counts what it holds.
-    struct Fake {
-        total: u64,
-        held: std::rc::Rc<std::cell::RefCell<BTreeMap<u64, u64>>>,
-        next: u64,
-    }
-
-    impl Driver for Fake {
-        fn malloc(&mut self, bytes: u64) -> Result<Option<u64>, DriverError> {
-            let used: u64 = self.held.borrow().values().sum();
-            if used + bytes > self.total {
-                return Ok(None);
-            }
-            self.next += 1;
-            self.held.borrow_mut().insert(self.next, bytes);
-            Ok(Some(self.next))
-        }
-
-        fn free(&mut self, pointer: u64) -> Result<(), DriverError> {
-            self.held
-                .borrow_mut()
-                .remove(&pointer)
-                .map(|_| ())
-                .ok_or(DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE))
-        }
-
-        fn memory(&mut self) -> Result<(u64, u64), DriverError> {
-            let used: u64 = self.held.borrow().values().sum();
-            Ok((self.total - used, self.total))
-        }
-    }
-
-    /// GPT-2 trained two steps on a T4 at batch 2 × 256: the program and the simulator's
-    /// estimate of it.
-    fn gpt2_training() -> (StepProgram, vramplan_sim::Estimate) {
-        use vramplan_profiles::model::{self, ImportOptions};
-        use vramplan_sim::workload::{Mode, Workload};
-        let model = model::load("gpt2", ImportOptions::default()).unwrap();
-        let hardware = vramplan_profiles::hardware::load("t4").unwrap();
-        let workload = Workload { mode: Mode::Train, batch: 2, seq: 256, ..Workload::default() };
-        let placement = vramplan_sim::Placement::single(0);
-        let program = vramplan_sim::program::step_program(&model, &hardware, &workload, &placement);
-        let estimate = vramplan_sim::estimate(&model, &hardware, &workload, &placement).unwrap();
-        (program, estimate)
-    }
-
-    fn fake(total: u64) -> (Device, std::rc::Rc<std::cell::RefCell<BTreeMap<u64, u64>>>) {
-        let held = std::rc::Rc::new(std::cell::RefCell::new(BTreeMap::new()));
-        let driver = Fake { total, held: held.clone(), next: 0 };
-        (Device::new(0, "fake".into(), total, Box::new(driver)).unwrap(), held)
-    }
-
-    /// On a device with room, the driver holds at the peak exactly the segments the allocator
-    /// model reserves (the simulator's reserved figure for the same program), and nothing once
-    /// the run is over.
-    #[test]
-    fn the_driver_holds_the_models_segments_and_gets_them_back() {
-        let (program, predicted) = gpt2_training();
-        let (device, held) = fake(64 << 30);
-        let run = execute(&program, BTreeMap::from([(0, device)])).unwrap();
-        assert_eq!(run.outcome, Outcome::Completed);
-        let d = &run.devices[0];
-        assert_eq!(d.reserved_bytes, predicted.devices[0].peak_reserved_bytes);
-        assert_eq!(d.allocated_bytes, predicted.devices[0].peak_allocated_bytes);
-        assert_eq!(d.driver_used_bytes, d.reserved_bytes, "the fake driver holds only the segments");
-        assert!(held.borrow().is_empty(), "segments left: {:?}", held.borrow());
-        assert!(run.samples.iter().any(|s| s.event.starts_with("optimizer step")));
-    }
-
-    /// On a device too small, the refused segment ends the run with its event and device, and
-    /// every segment taken before it is given back.
-    #[test]
-    fn an_out_of_memory_is_reported_and_everything_given_back() {
-        let (program, _) = gpt2_training();
-        let (device, held) = fake(300 << 20);
-        let run = execute(&program, BTreeMap::from([(0, device)])).unwrap();
-        match &run.outcome {
-            Outcome::OutOfMemory { device, requested_bytes, free_bytes, event } => {
-                assert_eq!(*device, 0);
-                assert!(requested_bytes > free_bytes, "{requested_bytes} asked with {free_bytes} free");
-                assert!(!event.is_empty());
-            }
-            other => panic!("{other:?}"),
-        }
-        assert!(held.borrow().is_empty(), "segments left: {:?}", held.borrow());
-    }
 }
