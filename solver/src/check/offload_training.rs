@@ -97,18 +97,11 @@ pub fn offloaded_in_training(
         let targets = lora_target_modules(workload, model).unwrap_or_default();
         return lora_offload(model, &modules, &tensors, main, &gpus, &targets);
     }
-    let mut devices = vec![label(main)];
-    for (_, t) in &offloaded {
-        if !devices.contains(&label(*t)) {
-            devices.push(label(*t));
-        }
-    }
     let mut parts = Vec::new();
-    let keys: Vec<String> = offloaded.iter().map(|(k, t)| format!("{} ({})", shown(k), label(*t))).collect();
     parts.push(format!(
         "This training map offloads {}. Offloading streams weights for inference; training needs them \
          in place.",
-        listed_with_more(&keys)
+        listed_with_more(&entry_labels(&offloaded))
     ));
     if !modules.is_empty() {
         parts.push(modules_part(model, &modules, main, &gpus));
@@ -116,20 +109,13 @@ pub fn offloaded_in_training(
     if !tensors.is_empty() {
         parts.push(tensors_part(model, &tensors, main));
     }
-    let fixes: Vec<String> =
-        offloaded.iter().map(|(k, _)| format!("`\"{k}\": {}`", json_device(main))).collect();
     parts.push(format!(
         "Fix: put them on a GPU, e.g. {} (`vramplan plan … --mode train` places a training step); to \
          train with weights off the GPU, leave the map out and offload with DeepSpeed ZeRO-3 \
          (`--parallel zero3 --offload-params`), which updates the CPU copy.",
-        listed_with_more(&fixes)
+        listed_with_more(&moved_to(&offloaded, main))
     ));
-    Some(Finding {
-        rule: Rule::OffloadedInTraining,
-        modules: offloaded.iter().map(|(k, _)| k.clone()).collect(),
-        devices,
-        message: parts.join(" "),
-    })
+    Some(finding(&offloaded, main, parts))
 }
 
 /// The finding of a LoRA training map that offloads `modules` and `tensors`: only the adapted
@@ -147,16 +133,14 @@ fn lora_offload(
     let adapts = |key: &str| targets.iter().any(|t| covers(key, t));
     let adapted: Vec<&(String, Target)> = modules.iter().filter(|(k, _)| adapts(k)).copied().collect();
     let frozen: Vec<&(String, Target)> = modules.iter().filter(|(k, _)| !adapts(k)).copied().collect();
-    let trainer_refuses = gpus == [0] && !modules.is_empty();
+    let trainer_refuses = trainer_moves_model(gpus) && !modules.is_empty();
     if adapted.is_empty() && tensors.is_empty() && !trainer_refuses {
         return None;
     }
     let gpu = label(main);
-    let keys = |entries: &[&(String, Target)]| -> Vec<String> {
-        entries.iter().map(|(k, t)| format!("{} ({})", shown(k), label(*t))).collect()
-    };
     let all: Vec<&(String, Target)> = modules.iter().chain(tensors).copied().collect();
-    let mut parts = vec![format!("This LoRA training map offloads {}.", listed_with_more(&keys(&all)))];
+    let mut parts =
+        vec![format!("This LoRA training map offloads {}.", listed_with_more(&entry_labels(&all)))];
     if !adapted.is_empty() {
         let wrapped: Vec<&String> =
             targets.iter().filter(|t| adapted.iter().any(|(k, _)| covers(k, t))).collect();
@@ -192,26 +176,46 @@ fn lora_offload(
     }
     let broken: Vec<&(String, Target)> =
         if trainer_refuses { all.clone() } else { adapted.iter().chain(tensors).copied().collect() };
-    let fixes: Vec<String> =
-        broken.iter().map(|(k, _)| format!("`\"{k}\": {}`", json_device(main))).collect();
     parts.push(format!(
         "Fix: put {} on a GPU, e.g. {}{}.",
         if broken.len() == 1 { "it" } else { "them" },
-        listed_with_more(&fixes),
+        listed_with_more(&moved_to(&broken, main)),
         if trainer_refuses { "" } else { "; modules with no adapter may stay offloaded" },
     ));
-    let mut devices = vec![gpu];
-    for (_, t) in &broken {
+    Some(finding(&broken, main, parts))
+}
+
+/// The HF Trainer moves the model to its device (`Trainer._move_model_to_device`) when the
+/// map's GPUs are only the trainer's own, `cuda:0` in a one-process run (`is_model_parallel`
+/// is false).
+fn trainer_moves_model(gpus: &[u32]) -> bool {
+    gpus == [0]
+}
+
+/// `name (device)` for each entry.
+fn entry_labels(entries: &[&(String, Target)]) -> Vec<String> {
+    entries.iter().map(|(k, t)| format!("{} ({})", shown(k), label(*t))).collect()
+}
+
+/// The fix's example for each entry: `"name": main`.
+fn moved_to(entries: &[&(String, Target)], main: Target) -> Vec<String> {
+    entries.iter().map(|(k, _)| format!("`\"{k}\": {}`", json_device(main))).collect()
+}
+
+/// The finding about `entries`: the main device first, then each other device they name once.
+fn finding(entries: &[&(String, Target)], main: Target, parts: Vec<String>) -> Finding {
+    let mut devices = vec![label(main)];
+    for (_, t) in entries {
         if !devices.contains(&label(*t)) {
             devices.push(label(*t));
         }
     }
-    Some(Finding {
+    Finding {
         rule: Rule::OffloadedInTraining,
-        modules: broken.iter().map(|(k, _)| k.clone()).collect(),
+        modules: entries.iter().map(|(k, _)| k.clone()).collect(),
         devices,
         message: parts.join(" "),
-    })
+    }
 }
 
 /// What happens to listed modules: hooked, streamed in, never trained; the trainer's refusal
@@ -243,7 +247,7 @@ fn modules_part(
          tensors after it (`post_forward`).",
         format_bytes(params)
     );
-    if gpus == [0] {
+    if trainer_moves_model(gpus) {
         text += &format!(
             " With {gpu} the map's only GPU, the HF Trainer moves the model to its device \
              (`Trainer._move_model_to_device`) and accelerate refuses: `{MOVE_ERROR}`"

@@ -13,7 +13,7 @@
 //! - only the adapters are trained (`requires_grad` is turned off everywhere else).
 
 use super::dispatch::{Device, Dispatched, Home};
-use super::{Placed, Run, Stop};
+use super::{Placed, Run, Stop, WIDTH};
 use candle_core::{Device as Host, Var};
 use std::collections::BTreeMap;
 use vramplan_profiles::model::{Module, join};
@@ -33,7 +33,6 @@ pub(super) fn adapt(
     dispatched: &Dispatched,
     weights: &mut BTreeMap<String, Var>,
     trainable: &mut BTreeMap<String, bool>,
-    width: usize,
 ) -> candle_core::Result<BTreeMap<String, Adapter>> {
     trainable.values_mut().for_each(|t| *t = false);
     let mut adapters = BTreeMap::new();
@@ -49,8 +48,8 @@ pub(super) fn adapt(
         let a = format!("{target}.lora_A.default.weight");
         let b = format!("{target}.lora_B.default.weight");
         for (k, path) in [&a, &b].into_iter().enumerate() {
-            let values: Vec<f32> = (0..width).map(|i| 0.05 + (k + i) as f32 * 0.01).collect();
-            weights.insert(path.clone(), Var::from_vec(values, width, &Host::Cpu)?);
+            let values: Vec<f32> = (0..WIDTH).map(|i| 0.05 + (k + i) as f32 * 0.01).collect();
+            weights.insert(path.clone(), Var::from_vec(values, WIDTH, &Host::Cpu)?);
             trainable.insert(path.clone(), true);
         }
         adapters.insert(target.clone(), Adapter { a, b, device });

@@ -302,7 +302,7 @@ pub(crate) fn run(request: &CpuRequest) -> candle_core::Result<Validation> {
         weights.insert(path.clone(), Var::from_vec(values, WIDTH, &host)?);
     }
     let adapters = match request.lora_targets {
-        Some(targets) => lora::adapt(targets, &dispatched, &mut weights, &mut trainable, WIDTH)?,
+        Some(targets) => lora::adapt(targets, &dispatched, &mut weights, &mut trainable)?,
         None => BTreeMap::new(),
     };
     let mut run = Run { dispatched: &dispatched, weights, trainable, running: Vec::new(), adapters };

@@ -245,20 +245,12 @@ impl Engine for CudaEngine {
                 let function =
                     gpu.kernels.get(&(*elem, *kernel)).ok_or_else(|| format!("no kernel {kernel}"))?;
                 let mut launch = gpu.stream.launch_builder(function);
-                let (mut longs, mut ints, mut floats) = (Vec::new(), Vec::new(), Vec::new());
-                for a in args {
-                    match *a {
-                        Arg::Pointer(v) | Arg::U64(v) => longs.push(v),
-                        Arg::I32(v) => ints.push(v),
-                        Arg::F32(v) => floats.push(v),
-                    }
-                }
-                let (mut l, mut i, mut f) = (longs.iter(), ints.iter(), floats.iter());
+                // Each argument by reference into `args`, which outlives the launch.
                 for a in args {
                     match a {
-                        Arg::Pointer(_) | Arg::U64(_) => launch.arg(l.next().expect("pushed above")),
-                        Arg::I32(_) => launch.arg(i.next().expect("pushed above")),
-                        Arg::F32(_) => launch.arg(f.next().expect("pushed above")),
+                        Arg::Pointer(v) | Arg::U64(v) => launch.arg(v),
+                        Arg::I32(v) => launch.arg(v),
+                        Arg::F32(v) => launch.arg(v),
                     };
                 }
                 let config =

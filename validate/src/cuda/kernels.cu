@@ -48,27 +48,34 @@ __device__ __forceinline__ ULL warp_stride() { return thread_stride() >> 5; }
 __device__ __forceinline__ ULL min_ull(ULL a, ULL b) { return a < b ? a : b; }
 __device__ __forceinline__ float minus_infinity() { return __int_as_float(0xff800000); }
 
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+/* The reductions: a sum, and a maximum. */
+struct Sum {
+    __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+struct Max {
+    __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+/* `op` over the warp's values of `v`, in every lane. */
+template <typename Op>
+__device__ __forceinline__ float warp_reduce(float v, Op op) {
+    for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
     return v;
 }
 
-__device__ __forceinline__ float warp_max(float v) {
-    for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-    return v;
-}
-
-/* The sum over the block of every thread's `v` (blocks of at most 1024 threads). */
-__device__ float block_sum(float v, float* shared) {
+/* `op` over the block of every thread's `v` (blocks of at most 1024 threads); `identity` fills
+   the lanes past the block's last warp. */
+template <typename Op>
+__device__ float block_reduce(float v, float* shared, float identity, Op op) {
     int lane = threadIdx.x & 31;
     int warp = threadIdx.x >> 5;
-    v = warp_sum(v);
+    v = warp_reduce(v, op);
     __syncthreads();
     if (lane == 0) shared[warp] = v;
     __syncthreads();
     if (warp == 0) {
-        float t = (lane < (int)((blockDim.x + 31) >> 5)) ? shared[lane] : 0.0f;
-        t = warp_sum(t);
+        float t = (lane < (int)((blockDim.x + 31) >> 5)) ? shared[lane] : identity;
+        t = warp_reduce(t, op);
         if (lane == 0) shared[0] = t;
     }
     __syncthreads();
@@ -77,23 +84,9 @@ __device__ float block_sum(float v, float* shared) {
     return total;
 }
 
-__device__ float block_max(float v, float* shared) {
-    int lane = threadIdx.x & 31;
-    int warp = threadIdx.x >> 5;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0) shared[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        float t = (lane < (int)((blockDim.x + 31) >> 5)) ? shared[lane] : minus_infinity();
-        t = warp_max(t);
-        if (lane == 0) shared[0] = t;
-    }
-    __syncthreads();
-    float total = shared[0];
-    __syncthreads();
-    return total;
-}
+__device__ __forceinline__ float warp_sum(float v) { return warp_reduce(v, Sum()); }
+__device__ float block_sum(float v, float* shared) { return block_reduce(v, shared, 0.0f, Sum()); }
+__device__ float block_max(float v, float* shared) { return block_reduce(v, shared, minus_infinity(), Max()); }
 
 /* Adds `v` to `*p` atomically; a 16-bit value through the aligned 32-bit word holding it. */
 __device__ void add_elem(elem* p, float v) {
