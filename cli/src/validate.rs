@@ -73,6 +73,11 @@ pub(crate) struct ValidateArgs {
     /// operands' devices, but nothing is allocated (training runs the forward and its loss).
     #[arg(long)]
     fake_gpus: bool,
+    /// cuda backend: run plan GPU i on CUDA device i mod n (n the devices here), so a plan for
+    /// several GPUs runs on one; each plan GPU keeps its own allocator and capacity, and the
+    /// driver's used bytes are the shared device's.
+    #[arg(long)]
+    fold_devices: bool,
     /// Run the backend even when the static check finds a mismatch, to see what the runtime
     /// does with the map.
     #[arg(long)]
@@ -261,6 +266,13 @@ pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write)
     let gpus = u32::try_from(hardware.devices.len()).unwrap_or(u32::MAX);
     let entries = plan.entries(&origin, gpus)?;
     let backend = args.backend.backend();
+    if args.fold_devices && backend != Backend::Cuda {
+        return Err(InputError::new(
+            "validate --fold-devices",
+            "only the cuda backend runs a plan's GPUs on fewer devices",
+        )
+        .with_fix("drop --fold-devices, or use --backend cuda"));
+    }
 
     // Static first: a mismatch the rules find needs no device.
     let mut findings = check_device_map(&model, &entries, runtime);
@@ -291,7 +303,7 @@ pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write)
     let outcome = match backend {
         Backend::Cuda => {
             let program = step_program(&model, &hardware, &workload, &placement);
-            vramplan_validate::run_cuda(&program, &model, &workload, &hardware)
+            vramplan_validate::run_cuda(&program, &model, &workload, &hardware, args.fold_devices)
         }
         Backend::Torch => {
             let mut request = torch_request(&plan, &model, &workload, args.steps, &origin)?;

@@ -189,6 +189,9 @@ def main():
         print(json.dumps({"outcome": "no_device", "needed": needed, "found": fake or len(devices),
                           "message": f"the plan uses GPUs {needed}; torch sees {fake or len(devices)}"}))
         sys.exit(3)
+    if devices:
+        # The peak counters exist once CUDA is initialised ("Invalid device argument" before).
+        torch.cuda.init()
     for d in devices:
         torch.cuda.reset_peak_memory_stats(d)
     running = []

@@ -183,14 +183,18 @@ pub struct Validation {
 
 /// Runs `program` (made for `model`, `workload` and `hardware`) on the CUDA devices here: its
 /// allocations, and its compute with the model's shapes. Whatever the run took is given back
-/// before this returns, an out-of-memory or a device mismatch included.
+/// before this returns, an out-of-memory or a device mismatch included. Plan GPU `i` is CUDA
+/// device `i`; with `fold_devices`, device `i mod n` of the `n` here, each plan GPU still with its
+/// own allocator and capacity (a plan for several GPUs checked on one; the driver's used bytes
+/// are then the shared device's).
 pub fn run_cuda(
     program: &StepProgram,
     model: &ModelDescription,
     workload: &Workload,
     hardware: &HardwareProfile,
+    fold_devices: bool,
 ) -> Result<Validation, Unavailable> {
-    cuda::run(program, model, workload, hardware)
+    cuda::run(program, model, workload, hardware, fold_devices)
 }
 
 /// Runs `request` with the real runtime, in the Python interpreter `python`.

@@ -1,7 +1,10 @@
 //! The `cuda` backend: a step program run on real CUDA devices, its allocations and its
 //! compute.
 //!
-//! Each plan GPU `i` is CUDA device `i`. Per device, the simulator's caching-allocator model
+//! Each plan GPU `i` is CUDA device `i`; with `fold_devices`, CUDA device `i mod n` of the `n`
+//! here, so that a plan for several GPUs runs on one (each plan GPU keeps its own allocator
+//! model, capacity and peaks; the driver's count is then that of the device they share). Per
+//! plan GPU, the simulator's caching-allocator model
 //! decides, allocation by allocation, which segments exist; every segment it creates is taken
 //! from the driver with `cuMemAlloc` and every one it returns is given back with `cuMemFree`.
 //! So the bytes the device holds are the bytes the prediction says PyTorch would reserve, and
@@ -194,20 +197,22 @@ pub(crate) fn run(
     model: &ModelDescription,
     workload: &Workload,
     hardware: &HardwareProfile,
+    fold_devices: bool,
 ) -> Result<Validation, Unavailable> {
     driver_library()?;
     engine::libraries()?;
     result::init().map_err(driver_failed)?;
     let found = u32::try_from(CudaContext::device_count().map_err(driver_failed)?).unwrap_or(0);
     let needed = devices_used(program);
-    if needed.iter().any(|d| *d >= found) {
+    if found == 0 || (!fold_devices && needed.iter().any(|d| *d >= found)) {
         return Err(Unavailable::TooFewDevices { needed: needed.into_iter().collect(), found });
     }
+    let cuda_device = |index: u32| if fold_devices { index % found } else { index };
     let mut devices: BTreeMap<u32, Device> = BTreeMap::new();
     let mut contexts: BTreeMap<u32, Arc<CudaContext>> = BTreeMap::new();
     for &index in &needed {
-        let context = CudaContext::new(index as usize).map_err(driver_failed)?;
-        let name = context.name().unwrap_or_else(|_| format!("CUDA device {index}"));
+        let context = CudaContext::new(cuda_device(index) as usize).map_err(driver_failed)?;
+        let name = context.name().unwrap_or_else(|_| format!("CUDA device {}", cuda_device(index)));
         let device = Device::new(index, name, usable_bytes(hardware, index), Box::new(Cuda(context.clone())))
             .map_err(driver_failed)?;
         devices.insert(index, device);
