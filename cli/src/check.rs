@@ -20,7 +20,7 @@ use vramplan_sim::estimate::{DeviceEstimate, is_data_parallel, keeps_replica_who
 use vramplan_sim::workload::{Parallelism, Workload};
 use vramplan_sim::{Placement, device_map};
 use vramplan_solver::Runtime;
-use vramplan_solver::check::{Finding, Rule, check_device_map, data_parallel_map, offloaded_in_training};
+use vramplan_solver::check::{Finding, Rule, map_findings};
 
 #[derive(Args, Debug)]
 pub(crate) struct CheckArgs {
@@ -64,11 +64,7 @@ pub(crate) fn run(args: &CheckArgs, out: &mut dyn Write) -> Result<i32, InputErr
     refuse_parallelism(args, &workload, runtime)?;
     let entries = device_map::read_device_map(&args.device_map, &model, &hardware)
         .map_err(|e| with_naming_hint(e, args, runtime, &hardware))?;
-    let mut findings = check_device_map(&model, &entries, runtime);
-    if data_parallel {
-        findings.extend(data_parallel_map(&entries, hardware.devices.len()));
-    }
-    findings.extend(offloaded_in_training(&model, &entries, runtime, &workload));
+    let findings = map_findings(&model, &entries, runtime, &workload, hardware.devices.len());
     let placement = Placement::from_entries(entries);
     let memory_skipped = findings.iter().find(|f| f.rule == Rule::Uncovered).map(|f| {
         format!(

@@ -22,7 +22,7 @@ use vramplan_sim::program::step_program;
 use vramplan_sim::workload::{Engine, Finetune, GradCheckpointing, Mode, Quant, Workload};
 use vramplan_sim::{Placement, device_map, input};
 use vramplan_solver::Runtime;
-use vramplan_solver::check::{Finding, check_device_map, offloaded_in_training};
+use vramplan_solver::check::{Finding, map_findings};
 use vramplan_solver::export::PlanTarget;
 use vramplan_solver::export::{DeviceMapEntries, PlanFile, read_plan_file};
 use vramplan_validate::{Backend, TorchLora, TorchRequest, Unavailable, Validation};
@@ -275,8 +275,7 @@ pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write)
     }
 
     // Static first: a mismatch the rules find needs no device.
-    let mut findings = check_device_map(&model, &entries, runtime);
-    findings.extend(offloaded_in_training(&model, &entries, runtime, &workload));
+    let findings = map_findings(&model, &entries, runtime, &workload, hardware.devices.len());
     if !findings.is_empty() && !args.run_anyway {
         let text = if args.json {
             crate::json_text(&ValidateOutput {
@@ -326,6 +325,17 @@ pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write)
                 )
                 .with_fix("validate a plan for --target accelerate or accelerate-v4 on it"));
             }
+            if workload.quant != Quant::None {
+                return Err(InputError::new(
+                    format!("{origin}: workload.quant"),
+                    "the cpu backend runs every weight at full precision, so a quantized plan's \
+                     placement and bytes would not be the plan's",
+                )
+                .with_fix(
+                    "run `vramplan check` on the map for the runtime's device rules, or --backend cuda where \
+                     there is a GPU",
+                ));
+            }
             let steps = (workload.mode == Mode::Train).then_some(args.steps);
             // LoRA adapts the model for training, as the torch backend's harness does.
             let targets = match (&workload.finetune, steps) {
@@ -360,7 +370,9 @@ pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write)
             Ok(EXIT_NO_DEVICE)
         }
         Ok(run) => {
-            let ok = findings.is_empty() && run.outcome == vramplan_validate::Outcome::Completed;
+            // Findings reach a run only under --run-anyway, which asks what the runtime does: the
+            // run's outcome decides.
+            let ok = run.outcome == vramplan_validate::Outcome::Completed;
             let text = if args.json {
                 let output = ValidateOutput {
                     findings: &findings,
@@ -373,8 +385,12 @@ pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write)
             } else if findings.is_empty() {
                 vramplan_reports::validate_table(&estimate, &run)
             } else {
-                let checked =
-                    vramplan_reports::check_table(runtime, None, Some("run with --run-anyway"), &findings);
+                let checked = vramplan_reports::check_table(
+                    runtime,
+                    None,
+                    Some("--run-anyway: the run went ahead, and its outcome is below"),
+                    &findings,
+                );
                 format!("{checked}\n{}", vramplan_reports::validate_table(&estimate, &run))
             };
             crate::print(out, &text)?;

@@ -172,6 +172,7 @@ mod tests {
             device_used_bytes: reserved + (300 << 20),
             peak_at: "backward of model.layers.0".into(),
             steady_bytes: 0,
+            loaded_bytes: reserved,
             components: Components { weights: reserved, overhead: 300 << 20, ..Components::default() },
             fits,
         }

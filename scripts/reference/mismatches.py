@@ -62,6 +62,30 @@ LLAMA_MODULE_INSIDE_LAYER = dict(LLAMA_TWO, **{"model.layers.0.mlp.down_proj": 1
 LLAMA_EMBEDDING_ON_CPU_TWO = dict(LLAMA_TWO, **{"model.embed_tokens": "cpu"})
 LLAMA_LAYER_ON_CPU = dict(LLAMA_TWO, **{"model.layers.0": "cpu"})
 
+# GPT-NeoX computes its rotary embedding before its first layer, and its `emb_dropout` holds no
+# tensor: with the rotary module on the last GPU (where a map in definition order puts it), the
+# runtime runs the dropout on the embeddings' GPU and hands the position embeddings to each layer.
+NEOX = {"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "hidden_size": 64,
+        "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256,
+        "rotary_pct": 0.25, "max_position_embeddings": 512, "tie_word_embeddings": False,
+        "torch_dtype": "float32"}
+NEOX_ROTARY_LAST = {"gpt_neox.embed_in": 0, "gpt_neox.layers.0": 0, "gpt_neox.layers.1": 1,
+                    "gpt_neox.final_layer_norm": 1, "gpt_neox.rotary_emb": 1, "lm_head": 1}
+# The whole model on the CPU (the "GPU at 0 %" incident): one device, so no hooks.
+ALL_ON_CPU = {"": "cpu"}
+# A tied pair with one side on the CPU, and a module with buffers only on the CPU in training.
+LLAMA_TIED_HEAD_ON_CPU = dict(LLAMA_SAME, lm_head="cpu")
+LLAMA_ROTARY_ON_CPU = dict(LLAMA_TWO, **{"model.rotary_emb": "cpu", "lm_head": 1})
+
+# BERT's masked-LM head with its transform on another GPU than its decoder and output bias (the
+# decoder's bias is tied to the head's own `bias`), as vramplan plans it over two GPUs.
+BERT = {"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden_size": 64,
+        "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256,
+        "max_position_embeddings": 512, "torch_dtype": "float32"}
+BERT_HEAD_SPLIT = {"bert.embeddings": 0, "bert.encoder.layer.0": 0, "bert.encoder.layer.1": 1,
+                   "cls.predictions.bias": 0, "cls.predictions.transform.dense": 1,
+                   "cls.predictions.transform.LayerNorm": 1, "cls.predictions.decoder": 0}
+
 # LoRA's targets as vramplan resolves them (PEFT matches a full path exactly).
 LORA_QV = {"rank": 4, "alpha": 8, "targets": [f"model.layers.{i}.self_attn.{p}" for i in range(2)
                                                for p in ("q_proj", "v_proj")]}
@@ -86,6 +110,11 @@ CASES = [
     ("llama-lora-embedding-on-cpu", LLAMA_UNTIED, LLAMA_EMBEDDING_ON_CPU_TWO, ["train"], 2, LORA_QV),
     ("llama-lora-layer-on-cpu", LLAMA_UNTIED, LLAMA_LAYER_ON_CPU, ["train"], 2, LORA_QV),
     ("mixtral-lora-experts-apart", MIXTRAL, MIXTRAL_EXPERTS_APART, ["train"], 2, LORA_MIXTRAL),
+    ("neox-rotary-on-last-gpu", NEOX, NEOX_ROTARY_LAST, ["inference", "train"], 2),
+    ("llama-all-on-cpu", LLAMA_UNTIED, ALL_ON_CPU, ["inference", "train"], 1),
+    ("llama-tied-head-on-cpu", LLAMA, LLAMA_TIED_HEAD_ON_CPU, ["inference", "train"], 2),
+    ("llama-untied-rotary-on-cpu", LLAMA_UNTIED, LLAMA_ROTARY_ON_CPU, ["train"], 2),
+    ("bert-head-split", BERT, BERT_HEAD_SPLIT, ["inference", "train"], 2),
 ]
 
 

@@ -106,6 +106,10 @@ pub struct DeviceEstimate {
     pub peak_at: String,
     /// Live tensor bytes between steps (weights, optimizer states, persistent buffers).
     pub steady_bytes: u64,
+    /// Bytes of the model's tensors the load puts on this GPU, as stored (weights as held,
+    /// buffers, LoRA adapters; before the allocator's rounding): what `from_pretrained` and
+    /// accelerate's dispatch place here under the map.
+    pub loaded_bytes: u64,
     /// Components at the peak; `overhead` is device-used minus tensors.
     pub components: Components,
     /// Whether peak reserved stays within usable memory.
@@ -224,6 +228,7 @@ fn device_estimate(
         device_used_bytes: device_used,
         peak_at: run.peak_at,
         steady_bytes: run.steady,
+        loaded_bytes: run.loaded,
         components,
         fits: run.peak_reserved <= usable,
     }
@@ -297,6 +302,7 @@ pub fn data_parallel_estimate(
                     components: Components::default(),
                     steady: 0,
                     managed: 0,
+                    loaded: 0,
                 });
                 runs.push((key, run.clone()));
                 run

@@ -226,6 +226,83 @@ impl Placement {
     }
 }
 
+/// Where each tensor of a model ends up under a [`Placement`], by accelerate's rules for a
+/// `device_map` whose keys may name modules at any depth, single parameters and buffers, or `""`:
+/// `from_pretrained` first puts every tensor where its longest matching key says; then
+/// `dispatch_model` gives every listed *module* a hook that moves all the tensors under it to
+/// its device (`AlignDevicesHook(place_submodules=True)`, parents before children). So a tensor
+/// ends on the device of the longest module key above it, and only where no module key is above
+/// it does its own key (a parameter or buffer listed by name) decide. A tensor no key covers is
+/// placed nowhere.
+#[derive(Debug, Clone)]
+pub struct TensorPlacement {
+    /// Each key's target, and whether the key names a tensor (not a module).
+    keys: std::collections::HashMap<String, (Target, bool)>,
+}
+
+impl TensorPlacement {
+    /// The rules above for `placement` on `model` (which keys name tensors).
+    pub fn new(placement: &Placement, model: &ModelDescription) -> TensorPlacement {
+        let mut keys: std::collections::HashMap<String, (Target, bool)> =
+            placement.entries.iter().map(|(k, t)| (k.clone(), (*t, false))).collect();
+        model.root.visit(&mut |m| {
+            for tensor in &m.tensors {
+                let name = vramplan_profiles::model::join(&m.path, &tensor.name);
+                if let Some(entry) = keys.get_mut(&name) {
+                    entry.1 = true;
+                }
+            }
+        });
+        TensorPlacement { keys }
+    }
+
+    /// Where the tensor named `path` (`model.layers.0.mlp.down_proj.weight`) ends up.
+    pub fn target(&self, path: &str) -> Option<Target> {
+        self.module_target(path).or_else(|| self.keys.get(path).map(|(target, _)| *target))
+    }
+
+    /// The device of the longest *module* key above `path`, whose hook moves it there.
+    fn module_target(&self, path: &str) -> Option<Target> {
+        let mut prefix = path;
+        loop {
+            if let Some(&(target, false)) = self.keys.get(prefix) {
+                return Some(target);
+            }
+            if prefix.is_empty() {
+                return None;
+            }
+            prefix = prefix.rfind('.').map_or("", |dot| &prefix[..dot]);
+        }
+    }
+
+    /// Where the one tensor that `source` and the names tied to it (`tied`) share ends up:
+    /// `from_pretrained` loads it where the longest key above `source` says and ties the others
+    /// to it; each listed module's hook then gives that module its own copy on its device, and
+    /// `dispatch_model` ends by tying every name back to the tensor of the first of them in
+    /// sorted order (`retie_parameters` over `find_tied_parameters`' sorted groups). So it is
+    /// where that first name's module key put it, or, with no module key above that name, where
+    /// the load put it.
+    pub fn tied_target(&self, source: &str, tied: &[String]) -> Option<Target> {
+        let first = tied.iter().map(String::as_str).chain(std::iter::once(source)).min().unwrap_or(source);
+        self.module_target(first).or_else(|| self.loaded_at(source))
+    }
+
+    /// Where `from_pretrained` loads the tensor at `path`: its longest matching key, module or
+    /// tensor.
+    fn loaded_at(&self, path: &str) -> Option<Target> {
+        let mut prefix = path;
+        loop {
+            if let Some(&(target, _)) = self.keys.get(prefix) {
+                return Some(target);
+            }
+            if prefix.is_empty() {
+                return None;
+            }
+            prefix = prefix.rfind('.').map_or("", |dot| &prefix[..dot]);
+        }
+    }
+}
+
 /// The root's children and, for a base-model container (`model`, `transformer`), its children,
 /// in definition order.
 fn top_level_modules(model: &ModelDescription) -> Vec<String> {

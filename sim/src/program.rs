@@ -25,13 +25,13 @@ use crate::model::activations::{ActivationModel, BlockActivations};
 use crate::model::declared::{self, Declarations, Declared};
 use crate::model::precision::Precision;
 use crate::model::units::{self, Unit, UnitKind};
-use crate::placement::{Placement, Target, covers};
+use crate::placement::{Placement, Target, TensorPlacement, covers};
 use crate::workload::{Finetune, GradCheckpointing, Mode, Parallelism, Quant, Trainer, Workload};
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use vramplan_profiles::hardware::HardwareProfile;
-use vramplan_profiles::model::{AttentionKind, ModelDescription, ModuleKind, NormKind, StackKind};
+use vramplan_profiles::model::{AttentionKind, ModelDescription, ModuleKind, NormKind, StackKind, join};
 
 /// Which component an allocation belongs to (the rows of an estimate's breakdown).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -245,9 +245,22 @@ pub(crate) struct Resolved<'a> {
     /// The GPU each unit runs on: where it is placed, or for inference the main GPU when it is
     /// offloaded to `cpu` or `disk`.
     devices: Vec<Option<u32>>,
-    /// Units whose weights live on `cpu` or `disk` and are copied to their GPU around their
-    /// forward (accelerate's `AlignDevicesHook` with offload): their KV cache stays there.
-    offloaded: Vec<bool>,
+    /// Per unit, the GPU each of its weight tensors is loaded on (`None`: on `cpu` or `disk`, or
+    /// on no device), by accelerate's rules for the map's keys at any depth
+    /// ([`TensorPlacement`]). A map may split a unit, so the tensors of one may sit on several.
+    homes: Vec<Vec<Option<u32>>>,
+    /// Per unit, its tensors on `cpu` or `disk` in inference, which accelerate's hook copies to
+    /// the main GPU around the unit's forward (`AlignDevicesHook` with offload); a unit with
+    /// nothing on a GPU runs there, and its KV cache stays there.
+    streamed: Vec<Vec<usize>>,
+    /// Per unit, its trainable tensors grouped by the GPU their weight is on, in order of first
+    /// appearance: their gradients and optimizer states live there.
+    trainable_groups: Vec<Vec<(u32, Vec<units::TrainableTensor>)>>,
+    /// Per unit, the other GPUs that hold some of its tensors (a map that splits it): its hidden
+    /// states are handed to each of them and back in its forward and backward.
+    spans: Vec<Vec<u32>>,
+    /// The GPU that runs what is offloaded in inference (the first the map lists).
+    main_gpu: Option<u32>,
     shards: u64,
     /// The units as every program lists them.
     program_units: Vec<ProgramUnit>,
@@ -287,17 +300,75 @@ impl<'a> Resolved<'a> {
         let precision = Precision::of(model, workload);
         let units = units::units(model, workload, &precision, &lora_targets);
         let main_gpu = placement.main_gpu().filter(|_| workload.mode == Mode::Inference);
-        let mut offloaded = vec![false; units.len()];
-        let devices: Vec<Option<u32>> = units
-            .iter()
-            .zip(offloaded.iter_mut())
-            .map(|(u, offloaded)| match placement.target_of(&u.keys[0]) {
-                Some(Target::Gpu(g)) => Some(g),
-                Some(Target::Cpu | Target::Disk) if main_gpu.is_some() => {
-                    *offloaded = true;
-                    main_gpu
+        let tensors = TensorPlacement::new(placement, model);
+        // The names tied to each tensor (a head's weight to the input embedding's).
+        let mut tied: std::collections::HashMap<String, Vec<String>> = std::collections::HashMap::new();
+        model.root.visit(&mut |m| {
+            for t in &m.tensors {
+                if let Some(source) = &t.tied_to {
+                    tied.entry(source.clone()).or_default().push(join(&m.path, &t.name));
                 }
-                _ => None,
+            }
+        });
+        let mut homes = Vec::with_capacity(units.len());
+        let mut streamed = Vec::with_capacity(units.len());
+        let mut devices: Vec<Option<u32>> = Vec::with_capacity(units.len());
+        for u in &units {
+            // A unit with no tensors of its own (a head tied to the embedding) goes where its
+            // key says.
+            let targets: Vec<Option<Target>> = if u.placed_by.is_empty() {
+                vec![placement.target_of(&u.keys[0])]
+            } else {
+                u.placed_by
+                    .iter()
+                    .map(|p| match tied.get(p) {
+                        Some(names) => tensors.tied_target(p, names),
+                        None => tensors.target(p),
+                    })
+                    .collect()
+            };
+            let home: Vec<Option<u32>> =
+                targets.iter().map(|t| if let Some(Target::Gpu(g)) = t { Some(*g) } else { None }).collect();
+            let hosted: Vec<usize> = (0..u.weight_tensors.len())
+                .filter(|&j| matches!(targets.get(j), Some(Some(Target::Cpu | Target::Disk))))
+                .collect();
+            // It runs where its first tensor on a GPU is (where a block's input arrives); with
+            // nothing on a GPU, on the main GPU in inference when offloaded.
+            let device = match home.iter().flatten().next() {
+                Some(g) => Some(*g),
+                None if targets.iter().any(|t| matches!(t, Some(Target::Cpu | Target::Disk))) => main_gpu,
+                None => None,
+            };
+            devices.push(device);
+            streamed.push(if main_gpu.is_some() { hosted } else { Vec::new() });
+            homes.push(if u.placed_by.is_empty() { Vec::new() } else { home });
+        }
+        let trainable_groups: Vec<Vec<(u32, Vec<units::TrainableTensor>)>> = units
+            .iter()
+            .zip(&homes)
+            .map(|(u, home)| {
+                let mut groups: Vec<(u32, Vec<units::TrainableTensor>)> = Vec::new();
+                for t in &u.trainable_tensors {
+                    let Some(Some(g)) = home.get(t.weight) else { continue };
+                    match groups.iter_mut().find(|(d, _)| d == g) {
+                        Some((_, tensors)) => tensors.push(*t),
+                        None => groups.push((*g, vec![*t])),
+                    }
+                }
+                groups
+            })
+            .collect();
+        let spans: Vec<Vec<u32>> = homes
+            .iter()
+            .zip(&devices)
+            .map(|(home, device)| {
+                let mut others: Vec<u32> = Vec::new();
+                for g in home.iter().flatten() {
+                    if Some(*g) != *device && !others.contains(g) {
+                        others.push(*g);
+                    }
+                }
+                others
             })
             .collect();
         let shards = match workload.parallelism {
@@ -347,7 +418,11 @@ impl<'a> Resolved<'a> {
             blocks: ActivationModel::new(model, workload, precision, &lora_targets),
             units,
             devices,
-            offloaded,
+            homes,
+            streamed,
+            trainable_groups,
+            spans,
+            main_gpu,
             shards,
             ops_hint: AtomicUsize::new(0),
             loaded: OnceLock::new(),
@@ -491,11 +566,11 @@ impl<'r, 'a> Builder<'r, 'a> {
     fn load(&mut self) {
         self.compute(None, None, Event::Load);
         for i in 0..self.r.units.len() {
-            let Some(device) = self.r.devices[i].filter(|_| !self.r.offloaded[i]) else { continue };
-            let held: Vec<u64> =
-                self.r.units[i].weight_tensors.iter().map(|b| self.held_tensor_bytes(*b)).collect();
-            for bytes in held {
-                self.alloc(device, Some(i), Component::Weights, bytes);
+            for (j, home) in self.r.homes[i].iter().enumerate() {
+                if let Some(device) = *home {
+                    let bytes = self.held_tensor_bytes(self.r.units[i].weight_tensors[j]);
+                    self.alloc(device, Some(i), Component::Weights, bytes);
+                }
             }
         }
         // `DistributedDataParallel(model)` wraps the model once its weights are on the GPU; the
@@ -538,11 +613,11 @@ impl<'r, 'a> Builder<'r, 'a> {
         }
         let mut buckets: Vec<(u32, u64)> = Vec::new();
         for i in 0..self.r.units.len() {
-            let Some(device) = self.r.devices[i] else { continue };
-            let bytes = self.trainable_grad_bytes(i);
-            match buckets.iter_mut().find(|(d, _)| *d == device) {
-                Some((_, total)) => *total += bytes,
-                None => buckets.push((device, bytes)),
+            for (device, bytes) in self.grad_bytes(i) {
+                match buckets.iter_mut().find(|(d, _)| *d == device) {
+                    Some((_, total)) => *total += bytes,
+                    None => buckets.push((device, bytes)),
+                }
             }
         }
         buckets.retain(|(_, bytes)| *bytes > 0);
@@ -571,11 +646,9 @@ impl<'r, 'a> Builder<'r, 'a> {
         }
     }
 
-    /// Optimizer states (and master weights) unit `unit` holds on its device once created:
-    /// the bytes in PyTorch's allocator, and those a paged optimizer keeps in CUDA managed
-    /// memory.
-    fn optimizer_state_held(&self, unit: usize) -> (u64, u64) {
-        let tensors = &self.r.units[unit].trainable_tensors;
+    /// Optimizer states (and master weights) of trainable `tensors` once created: the bytes in
+    /// PyTorch's allocator, and those a paged optimizer keeps in CUDA managed memory.
+    fn optimizer_state_held(&self, tensors: &[units::TrainableTensor]) -> (u64, u64) {
         if tensors.is_empty()
             || matches!(self.workload.parallelism, Parallelism::Zero { offload_optimizer: true, .. })
         {
@@ -587,12 +660,16 @@ impl<'r, 'a> Builder<'r, 'a> {
         ((all - paged).div_ceil(self.r.shards), paged.div_ceil(self.r.shards))
     }
 
-    /// Creates unit `unit`'s optimizer states on `device` (the optimizer's first step of it).
-    fn create_optimizer_states(&mut self, unit: usize, device: u32) {
-        let (in_torch, paged) = self.optimizer_state_held(unit);
-        self.alloc(device, Some(unit), Component::Optimizer, in_torch);
-        if paged > 0 {
-            *self.managed.entry(device).or_default() += paged;
+    /// Creates unit `unit`'s optimizer states (the optimizer's first step of it), each beside
+    /// its parameter.
+    fn create_optimizer_states(&mut self, unit: usize) {
+        let r = self.r;
+        for (device, tensors) in &r.trainable_groups[unit] {
+            let (in_torch, paged) = self.optimizer_state_held(tensors);
+            self.alloc(*device, Some(unit), Component::Optimizer, in_torch);
+            if paged > 0 {
+                *self.managed.entry(*device).or_default() += paged;
+            }
         }
     }
 
@@ -749,9 +826,29 @@ impl<'r, 'a> Builder<'r, 'a> {
         (owner != head).then(|| (owner, dtype.bytes_for(numel)))
     }
 
-    fn trainable_grad_bytes(&self, unit: usize) -> u64 {
+    /// Bytes of unit `unit`'s gradients on each GPU that holds trainable tensors of it.
+    fn grad_bytes(&self, unit: usize) -> Vec<(u32, u64)> {
         let dtype = units::trainable_dtype(self.workload, &self.r.precision);
-        dtype.bytes_for(self.r.units[unit].trainable_params())
+        self.r.trainable_groups[unit]
+            .iter()
+            .map(|(device, tensors)| (*device, dtype.bytes_for(tensors.iter().map(|t| t.numel).sum())))
+            .collect()
+    }
+
+    /// A unit a map splits over several GPUs runs each part on its own GPU, the hidden states
+    /// handed across at each part (accelerate's hooks move a module's inputs to its device): the
+    /// GPU that runs the unit and each other one it spans hold a copy while it is in flight.
+    fn cross_within(&mut self, unit: usize, device: u32, event: Event) {
+        let r = self.r;
+        for &other in &r.spans[unit] {
+            let bytes = self.handoff_bytes(self.workload.seq);
+            self.compute(Some(unit), Some(device), event);
+            self.compute(Some(unit), Some(other), event);
+            let sent = self.alloc(device, Some(unit), Component::Activations, bytes);
+            let received = self.alloc(other, Some(unit), Component::Activations, bytes);
+            self.free(received);
+            self.free(sent);
+        }
     }
 
     /// Bytes of the dequantized weight a 4-bit linear materialises for its matmul, in the
@@ -781,7 +878,9 @@ impl<'r, 'a> Builder<'r, 'a> {
         let mut kept_by_unit: Vec<std::ops::Range<usize>> = Vec::with_capacity(self.r.units.len());
         // Forward.
         for i in 0..self.r.units.len() {
-            self.cross_boundary(i, i.checked_sub(1), Event::ActivationsTo(i, step));
+            // The hidden states come from the last unit before this one on their path.
+            let from = (0..i).rev().find(|&k| !self.r.units[k].side).filter(|_| !self.r.units[i].side);
+            self.cross_boundary(i, from, Event::ActivationsTo(i, step));
             let Some(device) = self.r.devices[i] else {
                 kept_by_unit.push(kept.len()..kept.len());
                 continue;
@@ -794,6 +893,7 @@ impl<'r, 'a> Builder<'r, 'a> {
             let dequant = self.dequant_transient(i);
             let gathered = self.gathered_weights(i);
             let unit = Some(i);
+            self.cross_within(i, device, Event::ActivationsTo(i, step));
             self.compute(unit, Some(device), Event::Forward(i, step));
             let gather = self.alloc(device, unit, Component::Weights, gathered);
             let first_kept = kept.len();
@@ -916,17 +1016,22 @@ impl<'r, 'a> Builder<'r, 'a> {
         let tied = self.tied_head_gradient();
         let mut tied_part = None;
         for i in (0..self.r.units.len()).rev() {
-            let from = (i + 1 < self.r.units.len()).then_some(i + 1);
+            let from = (i + 1..self.r.units.len())
+                .find(|&k| !self.r.units[k].side)
+                .filter(|_| !self.r.units[i].side);
             self.cross_boundary(i, from, Event::GradientsTo(i, step));
             let Some(device) = self.r.devices[i] else { continue };
             let acts = &self.activations[i];
             let (saved, backward_transient) = (acts.saved.iter().sum(), acts.backward_transient);
             let is_block = matches!(self.r.units[i].kind, UnitKind::Block(_));
-            let grads = self.trainable_grad_bytes(i);
             // Gradients zeroed in place stay allocated from the first backward on.
-            let grads_new = if w.switches.keep_gradients && !first { 0 } else { grads };
+            let keep = w.switches.keep_gradients && !first;
+            let grads: Vec<(u32, u64)> =
+                self.grad_bytes(i).into_iter().map(|(d, b)| (d, if keep { 0 } else { b })).collect();
+            let grads_new: u64 = grads.iter().map(|(_, b)| b).sum();
             let gathered = self.gathered_weights(i);
             let unit = Some(i);
+            self.cross_within(i, device, Event::GradientsTo(i, step));
             self.compute(unit, Some(device), Event::Backward(i, step));
             let gather = self.alloc(device, unit, Component::Weights, gathered);
             let mut recomputed = None;
@@ -951,7 +1056,10 @@ impl<'r, 'a> Builder<'r, 'a> {
                 }
                 _ => {}
             }
-            let grad = self.alloc(device, unit, Component::Gradients, grads_new);
+            let grad: Vec<(u32, Option<AllocId>)> = grads
+                .iter()
+                .map(|&(d, bytes)| (d, self.alloc(d, unit, Component::Gradients, bytes)))
+                .collect();
             let t = self.alloc(device, unit, Component::Activations, backward_transient);
             self.free(t);
             if contribution.is_some() {
@@ -970,13 +1078,15 @@ impl<'r, 'a> Builder<'r, 'a> {
                 // the gradient's post-accumulate hook, creating its states on its first step,
                 // and sets `.grad = None`.
                 if first {
-                    self.create_optimizer_states(i, device);
+                    self.create_optimizer_states(i);
                 }
-                self.free(grad);
+                grad.into_iter().for_each(|(_, id)| self.free(id));
             } else if zero2 {
                 // Reduce-scatter keeps this rank's shard of the gradients.
-                self.free(grad);
-                self.alloc(device, unit, Component::Gradients, grads_new.div_ceil(self.r.shards));
+                for ((d, id), (_, bytes)) in grad.into_iter().zip(&grads) {
+                    self.free(id);
+                    self.alloc(d, unit, Component::Gradients, bytes.div_ceil(self.r.shards));
+                }
             }
         }
         // Optimizer step: the first creates the states (and master weights) it keeps; in
@@ -984,8 +1094,8 @@ impl<'r, 'a> Builder<'r, 'a> {
         self.compute(None, None, Event::OptimizerStep(step));
         if first && !w.switches.optimizer_in_backward {
             for i in 0..self.r.units.len() {
-                if let Some(device) = self.r.devices[i] {
-                    self.create_optimizer_states(i, device);
+                if self.r.devices[i].is_some() {
+                    self.create_optimizer_states(i);
                 }
             }
         }
@@ -1046,15 +1156,15 @@ impl<'r, 'a> Builder<'r, 'a> {
                 }
                 _ => None,
             };
-            // accelerate's pre-forward hook loads an offloaded unit's weights to the GPU.
-            let streamed: Vec<u64> = if self.r.offloaded[i] {
-                self.r.units[i].weight_tensors.iter().map(|b| self.held_tensor_bytes(*b)).collect()
-            } else {
-                Vec::new()
-            };
-            let copies: Vec<Option<AllocId>> = streamed
-                .into_iter()
-                .map(|bytes| self.alloc(device, unit, Component::Weights, bytes))
+            // accelerate's pre-forward hook loads a unit's offloaded weights to the main GPU.
+            let r = self.r;
+            let main = r.main_gpu.unwrap_or(device);
+            let copies: Vec<Option<AllocId>> = r.streamed[i]
+                .iter()
+                .map(|&j| {
+                    let bytes = self.held_tensor_bytes(r.units[i].weight_tensors[j]);
+                    self.alloc(main, unit, Component::Weights, bytes)
+                })
                 .collect();
             match kind {
                 UnitKind::Block(_) => {

@@ -18,6 +18,8 @@ struct Track {
     peak_reserved: u64,
     peak_at: Event,
     peak_components: [u64; 7],
+    /// Bytes the load placed here as weights, as requested (before the allocator rounds them).
+    loaded: u64,
 }
 
 impl Clone for Track {
@@ -34,6 +36,7 @@ impl Clone for Track {
         self.peak_reserved = source.peak_reserved;
         self.peak_at = source.peak_at;
         self.peak_components = source.peak_components;
+        self.loaded = source.loaded;
     }
 }
 
@@ -47,12 +50,16 @@ impl Track {
             peak_reserved: 0,
             peak_at: Event::Load,
             peak_components: [0; 7],
+            loaded: 0,
         }
     }
 
     fn alloc(&mut self, id: AllocId, component: Component, bytes: u64) -> u64 {
         let charged = self.allocator.alloc(id as u64, bytes);
         self.by_component[component.index()] += charged;
+        if self.event == Event::Load && component == Component::Weights {
+            self.loaded += bytes;
+        }
         self.observe();
         charged
     }
@@ -88,6 +95,8 @@ pub(crate) struct DeviceRun {
     pub steady: u64,
     /// Bytes in CUDA managed memory, outside the allocator (paged optimizer states).
     pub managed: u64,
+    /// Bytes of the model's tensors the load placed here, as stored.
+    pub loaded: u64,
 }
 
 /// What a replay found.
@@ -258,6 +267,7 @@ impl ReplayState {
                     components,
                     steady: t.by_component.iter().sum(),
                     managed: managed.get(&g).copied().unwrap_or(0),
+                    loaded: t.loaded,
                 };
                 (g, run)
             })

@@ -21,9 +21,11 @@
 //! or `disk` under accelerate ([`offloaded_in_training`], `check/offload_training.rs`).
 
 mod data_parallel;
+mod idle_gpus;
 mod offload_training;
 
 pub use data_parallel::data_parallel_map;
+pub use idle_gpus::idle_gpus;
 pub use offload_training::offloaded_in_training;
 
 use crate::runtime::Runtime;
@@ -66,6 +68,8 @@ pub enum Rule {
     /// streamed in for each forward and never updated, the HF Trainer refuses to move the model,
     /// and listed tensors of a parent stay on the CPU ([`offloaded_in_training`]).
     OffloadedInTraining,
+    /// Nothing on any GPU of a profile that has GPUs: the step runs on the CPU ([`idle_gpus`]).
+    GpusIdle,
 }
 
 impl Rule {
@@ -80,6 +84,7 @@ impl Rule {
             Rule::SplitBlock => "split-block",
             Rule::DataParallelMap => "data-parallel-map",
             Rule::OffloadedInTraining => "offloaded-in-training",
+            Rule::GpusIdle => "gpus-idle",
         }
     }
 }
@@ -104,6 +109,26 @@ pub struct Finding {
     pub devices: Vec<String>,
     /// What the runtime does with the map, the error it raises, and the fix.
     pub message: String,
+}
+
+/// Every static rule a map of `model` meets under `runtime` for `workload` on a profile of
+/// `gpus` GPUs: the runtime's device rules ([`check_device_map`]), a data-parallel run's
+/// ([`data_parallel_map`]), a training step's ([`offloaded_in_training`]) and the idle GPUs
+/// ([`idle_gpus`]). What `check`, `validate` and `report` run.
+pub fn map_findings(
+    model: &ModelDescription,
+    entries: &[(String, Target)],
+    runtime: Runtime,
+    workload: &vramplan_sim::workload::Workload,
+    gpus: usize,
+) -> Vec<Finding> {
+    let mut findings = check_device_map(model, entries, runtime);
+    if vramplan_sim::estimate::is_data_parallel(workload) {
+        findings.extend(data_parallel_map(entries, gpus));
+    }
+    findings.extend(offloaded_in_training(model, entries, runtime, workload));
+    findings.extend(idle_gpus(entries, gpus));
+    findings
 }
 
 /// Checks the device map `entries` (in file order, repeats kept) of `model` against the rules
@@ -310,13 +335,20 @@ fn uncovered(map: &Map) -> Option<Finding> {
     Some(Finding { rule: Rule::Uncovered, modules: missing.modules, devices: Vec::new(), message })
 }
 
-/// Tied groups whose tensors the map puts on different devices (as written, which is what
-/// accelerate's `check_tied_parameters_on_same_device` compares).
+/// Tied groups whose tensors the map puts on different GPUs (as written, which is what
+/// accelerate's `check_tied_parameters_on_same_device` compares). A name on `cpu` or `disk` is
+/// offloaded: its module runs on the main GPU with a streamed copy, and `retie_parameters` keeps
+/// the storage of the first name in sorted order that is not on `meta`, so only names on
+/// different GPUs meet (recorded: the Llama head on `cpu` beside its embedding on GPU 0
+/// completes, in training and inference).
 fn tied_weights(map: &Map) -> Vec<Finding> {
     let mut findings = Vec::new();
     for group in map.model.tied_groups() {
-        let placed: Vec<(&str, Target)> =
-            group.iter().filter_map(|path| Some((module_of(path), map.placement.target_of(path)?))).collect();
+        let placed: Vec<(&str, Target)> = group
+            .iter()
+            .filter_map(|path| Some((module_of(path), map.placement.target_of(path)?)))
+            .filter(|(_, t)| matches!(t, Target::Gpu(_)))
+            .collect();
         let Some(&(anchor, anchor_device)) = placed.first() else { continue };
         let apart: Vec<(&str, Target)> =
             placed.iter().copied().filter(|(_, t)| *t != anchor_device).collect();
@@ -340,6 +372,7 @@ fn tied_weights(map: &Map) -> Vec<Finding> {
         let keeper = group
             .iter()
             .filter_map(|path| Some((path.as_str(), map.placement.target_of(path)?)))
+            .filter(|(_, t)| matches!(t, Target::Gpu(_)))
             .min_by(|a, b| a.0.cmp(b.0));
         let (keeper_path, keeper_device) = keeper.unwrap_or((anchor, anchor_device));
         let failing: Vec<(&str, Target)> =

@@ -637,6 +637,7 @@ fn charged_estimate(
         device_used_bytes: allocated + device.context_reserve_bytes,
         peak_at: "the step's peak (solver charges)".into(),
         steady_bytes: resident + replicated,
+        loaded_bytes: weights + replicated_weights,
         components: Components {
             weights: weights + replicated_weights,
             // Gradients and optimizer states, which the charges do not tell apart.

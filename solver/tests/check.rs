@@ -152,12 +152,12 @@ fn tied_embeddings_on_two_gpus() {
     assert_eq!(f.devices, strings(&["GPU 0", "GPU 1"]));
     assert!(f.message.contains("Tied parameters are on different devices"), "{}", f.message);
     assert!(f.message.contains("`\"lm_head\": 0`"), "{}", f.message);
-    // Gemma ties `lm_head.weight` to `model.embed_tokens.weight`; offloading the head is apart too.
+    // Gemma ties `lm_head.weight` to `model.embed_tokens.weight`. An offloaded head runs on the
+    // main GPU with a streamed copy and the storage stays with the embedding on GPU 0: the
+    // runtime completes (recorded, `llama-tied-head-on-cpu` in fixtures/reference/mismatches).
     let gemma = load("gemma-2b", Naming::V5);
     let map = entries(&[("model", gpu(0)), ("lm_head", Target::Cpu)]);
-    let f = only(&check_device_map(&gemma, &map, Runtime::Accelerate), Rule::TiedWeightsSplit).clone();
-    assert_eq!(f.modules, strings(&["model.embed_tokens", "lm_head"]));
-    assert_eq!(f.devices, strings(&["GPU 0", "cpu"]));
+    assert!(check_device_map(&gemma, &map, Runtime::Accelerate).is_empty());
     // Pipelines copy tied layers to each stage (DeepSpeed's TiedLayerSpec).
     let map = entries(&[("transformer", gpu(0)), ("lm_head", gpu(1))]);
     assert!(check_device_map(&model, &map, Runtime::Pipeline).is_empty());

@@ -144,6 +144,7 @@ impl Held {
             device_used_bytes: allocated + self.overhead,
             peak_at: self.peak_at,
             steady_bytes: self.weights + self.kv_cache,
+            loaded_bytes: self.weights,
             components: Components {
                 weights: self.weights,
                 activations: self.activations,

@@ -33,6 +33,11 @@ pub(crate) struct Unit {
     pub kind: UnitKind,
     /// Bytes of each weight tensor as held (quantized, cast), in order: the allocations of load.
     pub weight_tensors: Vec<u64>,
+    /// For each of `weight_tensors`, the full name of the tensor whose device it takes: its own
+    /// (`model.layers.0.mlp.down_proj.weight`, a buffer's too), or for a LoRA adapter its base
+    /// layer's weight (PEFT puts each adapter on the device of the layer it wraps). A device map
+    /// may place every one apart (`Resolved` reads them with accelerate's rule).
+    pub placed_by: Vec<String>,
     /// Trainable tensors' element counts (full fine-tune: the unit's parameters; LoRA: A and B
     /// of each adapter).
     pub trainable_tensors: Vec<TrainableTensor>,
@@ -40,13 +45,20 @@ pub(crate) struct Unit {
     pub autocast_params: u64,
     /// Parameters of the largest quantized linear (dequantized transiently in forward).
     pub largest_quantized_linear: u64,
+    /// A rotary embedding outside the blocks: the model's forward computes it from the positions
+    /// before its first layer (`position_embeddings = self.rotary_emb(...)`), beside the hidden
+    /// states, which do not pass through it.
+    pub side: bool,
 }
 
-/// A trainable tensor: its element count and 2-D shape where it has one (Adafactor factors it).
+/// A trainable tensor: its element count, its 2-D shape where it has one (Adafactor factors it),
+/// and which of its unit's `weight_tensors` it is (its gradient and optimizer states live on that
+/// tensor's device).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TrainableTensor {
     pub numel: u64,
     pub rows_cols: Option<(u64, u64)>,
+    pub weight: usize,
 }
 
 impl Unit {
@@ -189,6 +201,21 @@ pub(crate) fn units(
             unit.keys.push(alias);
         }
     }
+    // Units in the order the forward runs them, not the order the modules are defined in: a
+    // rotary embedding defined after the final norm (Llama, GPT-NeoX) runs before the first
+    // layer.
+    if let Some(first_block) = out.iter().position(|u| matches!(u.kind, UnitKind::Block(_))) {
+        let mut i = first_block + 1;
+        let mut at = first_block;
+        while i < out.len() {
+            if out[i].side {
+                let unit = out.remove(i);
+                out.insert(at, unit);
+                at += 1;
+            }
+            i += 1;
+        }
+    }
     out
 }
 
@@ -238,7 +265,9 @@ fn collect(
         } else {
             UnitKind::Other
         };
-        let unit = describe(module, kind, workload, precision, lora_targets, head);
+        let mut unit = describe(module, kind, workload, precision, lora_targets, head);
+        unit.side =
+            !is_block && kind == UnitKind::Other && module.tensors.iter().any(|t| t.name == "inv_freq");
         if !unit.weight_tensors.is_empty() || kind == UnitKind::Head {
             out.push(unit);
         } else if let Some(target) = module.tensors.iter().find_map(|t| t.tied_to.clone()) {
@@ -282,9 +311,11 @@ fn describe(
         keys: vec![module.path.clone()],
         kind,
         weight_tensors: Vec::new(),
+        placed_by: Vec::new(),
         trainable_tensors: Vec::new(),
         autocast_params: 0,
         largest_quantized_linear: 0,
+        side: false,
     };
     // bitsandbytes replaces `nn.Linear` modules only: transformers 5.x's fused experts (3-D
     // `nn.Parameter`s) stay at the load dtype under `load_in_4bit`/`load_in_8bit`, where 4.x's
@@ -329,13 +360,15 @@ fn describe(
                 None => tensor.bytes(),
             };
             unit.weight_tensors.push(bytes);
+            unit.placed_by.push(join(&m.path, &tensor.name));
+            let weight = unit.weight_tensors.len() - 1;
             if is_float_param && m.kind == ModuleKind::Linear && precision.autocast && tensor.name == "weight"
             {
                 unit.autocast_params += numel;
             }
             if training && !lora && is_float_param && quantized.is_none() {
                 let rows_cols = (tensor.shape.len() == 2).then_some((out_dim, in_dim));
-                unit.trainable_tensors.push(TrainableTensor { numel, rows_cols });
+                unit.trainable_tensors.push(TrainableTensor { numel, rows_cols, weight });
             }
         }
         if training
@@ -353,8 +386,13 @@ fn describe(
                 // lora_A [rank, in] and lora_B [out, rank]: weights like any other, trainable.
                 for (rows, cols) in [(rank, in_dim), (out_dim, rank)] {
                     unit.weight_tensors.push(adapter_dtype.bytes_for(rows * cols));
-                    unit.trainable_tensors
-                        .push(TrainableTensor { numel: rows * cols, rows_cols: Some((rows, cols)) });
+                    unit.placed_by.push(join(&m.path, "weight"));
+                    let weight = unit.weight_tensors.len() - 1;
+                    unit.trainable_tensors.push(TrainableTensor {
+                        numel: rows * cols,
+                        rows_cols: Some((rows, cols)),
+                        weight,
+                    });
                 }
             }
         }

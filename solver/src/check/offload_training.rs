@@ -84,6 +84,10 @@ pub fn offloaded_in_training(
             Target::Disk => true,
         })
         .map(|(entry, _)| entry)
+        // An entry holding no parameter of its own (buffers only, which the hook leaves on the
+        // GPU; or tied weights, whose storage the group keeps elsewhere) offloads nothing that
+        // trains: recorded, the Llama rotary embedding or a tied head on `cpu` train.
+        .filter(|(key, _)| own_parameter_bytes(model, key) > 0)
         .collect();
     if offloaded.is_empty() {
         return None;
@@ -116,6 +120,20 @@ pub fn offloaded_in_training(
         listed_with_more(&moved_to(&offloaded, main))
     ));
     Some(finding(&offloaded, main, parts))
+}
+
+/// Bytes of the parameters under `key` (a module or a tensor), tied ones left out.
+fn own_parameter_bytes(model: &ModelDescription, key: &str) -> u64 {
+    let mut bytes = 0;
+    model.root.visit(&mut |m| {
+        for t in &m.tensors {
+            if t.kind == TensorKind::Parameter && t.tied_to.is_none() && covers(key, &join(&m.path, &t.name))
+            {
+                bytes += t.bytes();
+            }
+        }
+    });
+    bytes
 }
 
 /// The finding of a LoRA training map that offloads `modules` and `tensors`: only the adapted
@@ -332,7 +350,9 @@ mod tests {
         ]);
         let found = offloaded_in_training(&model, &split, Runtime::Accelerate, &train()).unwrap();
         assert_eq!(found.rule, Rule::OffloadedInTraining);
-        assert_eq!(found.modules, ["transformer.wte", "lm_head"]);
+        // The head holds only the tied weight, whose storage is the embedding's: nothing of its
+        // own is offloaded (recorded: a tied head on `cpu` trains).
+        assert_eq!(found.modules, ["transformer.wte"]);
         assert_eq!(found.devices, ["GPU 0", "cpu"]);
         assert!(found.message.contains(MOVE_ERROR), "{}", found.message);
         // Inference is what offloading is for; other runtimes read no accelerate hooks.
@@ -342,9 +362,10 @@ mod tests {
         // With no GPU in the map the CPU is the main device: only `disk` is offloaded.
         let on_cpu = map(&[("", Target::Cpu)]);
         assert_eq!(offloaded_in_training(&model, &on_cpu, Runtime::Accelerate, &train()), None);
-        let cpu_and_disk = map(&[("transformer", Target::Cpu), ("lm_head", Target::Disk)]);
+        let cpu_and_disk =
+            map(&[("transformer", Target::Cpu), ("transformer.h", Target::Disk), ("lm_head", Target::Cpu)]);
         let found = offloaded_in_training(&model, &cpu_and_disk, Runtime::AccelerateV4, &train()).unwrap();
-        assert_eq!(found.modules, ["lm_head"]);
+        assert_eq!(found.modules, ["transformer.h"]);
         // A name listed twice keeps its last device.
         let moved = map(&[("", Target::Cpu), ("", Target::Gpu(1))]);
         assert_eq!(offloaded_in_training(&model, &moved, Runtime::Accelerate, &train()), None);

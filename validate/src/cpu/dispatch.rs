@@ -5,7 +5,8 @@
 //! The rules, from the runtime's code:
 //! - **Load.** A tensor goes where its longest listed prefix says (`cpu` and `disk` are host
 //!   memory); tied tensors are one storage.
-//! - **No hooks on one device.** A map with one device and no offload is `model.to(device)`.
+//! - **No hooks on one device.** A map that names one device, `cpu` included, is
+//!   `model.to(device)` (`len(set(device_map.values())) > 1` decides).
 //! - **Listed modules on a GPU** get an `AlignDevicesHook(place_submodules=True)`: its
 //!   `init_hook` moves every tensor under the module to its GPU (a listed module deeper down moves
 //!   its own subtree again, later), and the hook moves the module's inputs there. Their unlisted
@@ -89,14 +90,14 @@ pub(crate) fn dispatch(model: &ModelDescription, entries: &[(String, Target)]) -
         }
     });
     let mut hooks = BTreeMap::new();
-    let distinct: std::collections::BTreeSet<Device> =
-        map.entries().iter().map(|(_, t)| device(*t)).collect();
-    let offloads = map.entries().iter().any(|(_, t)| !matches!(t, Target::Gpu(_)));
-    if distinct.len() > 1 || offloads {
+    // `dispatch_model` hooks the model only where the map names more than one device (`cpu` and
+    // `disk` count apart); on one it is `model.to(device)`, `{"": "cpu"}` included.
+    let distinct: std::collections::BTreeSet<Target> = map.entries().iter().map(|(_, t)| *t).collect();
+    if distinct.len() > 1 {
         let listed: BTreeMap<&str, Target> = map.entries().iter().map(|(k, t)| (k.as_str(), *t)).collect();
         hook(&model.root, &listed, main, None, &mut homes, &mut hooks);
     } else if let Some(only) = distinct.iter().next() {
-        homes.values_mut().for_each(|h| *h = Home::On(*only));
+        homes.values_mut().for_each(|h| *h = Home::On(device(*only)));
     }
     // Tied groups: every name takes the first non-meta home in sorted order.
     let mut storage: BTreeMap<String, String> = BTreeMap::new();

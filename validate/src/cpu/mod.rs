@@ -106,9 +106,24 @@ impl Run<'_> {
     /// The module's own tensors, where they are (a streamed weight: a new copy on `device`).
     fn tensors(&self, m: &Module, device: Device) -> Result<Vec<Placed>, Stop> {
         let mut out = Vec::new();
+        // A parent's own tensor that a child's is tied to (BERT's `cls.predictions.bias`, its
+        // decoder's bias) is the child's operand, not the parent's.
+        let mut children_use = std::collections::BTreeSet::new();
+        if !m.tensors.is_empty() {
+            for child in &m.children {
+                child.visit(&mut |c: &Module| {
+                    for t in &c.tensors {
+                        children_use.insert(self.dispatched.storage[&join(&c.path, &t.name)].clone());
+                    }
+                });
+            }
+        }
         for t in &m.tensors {
             let path = join(&m.path, &t.name);
             let storage = &self.dispatched.storage[&path];
+            if children_use.contains(storage) {
+                continue;
+            }
             let var = &self.weights[storage];
             out.push(match self.dispatched.homes[storage] {
                 Home::On(d) => Placed { tensor: var.as_tensor().clone(), device: d },
@@ -141,6 +156,11 @@ impl Run<'_> {
     }
 
     fn module(&mut self, m: &Module, input: Placed, side: &[Placed]) -> Result<Placed, Stop> {
+        // A module holding no tensor (a dropout, an activation) gets no hook and takes only the
+        // hidden states: it runs wherever they are (GPT-NeoX's `emb_dropout`).
+        if holds_nothing(m) {
+            return Ok(input);
+        }
         if let Some(adapter) = self.adapters.get(&m.path).cloned() {
             return self.adapted(m, &adapter, input, side);
         }
@@ -247,6 +267,11 @@ impl Run<'_> {
     }
 
     fn parts(&mut self, m: &Module, input: Placed, side: &[Placed], own: &[Placed]) -> Result<Placed, Stop> {
+        // A wrapper of one module and no tensor of its own returns what it returns (BERT's
+        // `cls` around its `predictions`).
+        if let ([only], []) = (m.children.as_slice(), own) {
+            return self.module(only, input, side);
+        }
         let last_linear = m.children.iter().rposition(|c| matches!(c.kind, ModuleKind::Linear));
         let mut outputs = side.to_vec();
         for (i, child) in m.children.iter().enumerate() {
@@ -263,6 +288,11 @@ impl Run<'_> {
 }
 
 /// A module with buffers only and no children (rotary embeddings).
+/// A module with no tensor under it.
+fn holds_nothing(m: &Module) -> bool {
+    m.tensors.is_empty() && m.children.iter().all(holds_nothing)
+}
+
 fn buffers_only(m: &Module) -> bool {
     m.children.is_empty()
         && !m.tensors.is_empty()
