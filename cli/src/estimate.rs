@@ -187,6 +187,8 @@ fn default_placement(
 pub(crate) struct Simulated {
     pub loaded: Loaded,
     pub placement: Placement,
+    /// The runtime that loads the map (`accelerate`, or `accelerate-v4` for 4.x names).
+    pub runtime: vramplan_solver::Runtime,
     /// The estimate, with every warning of the inputs and the placement merged in.
     pub estimate: vramplan_sim::Estimate,
 }
@@ -244,7 +246,11 @@ pub(crate) fn simulate(inputs: &Inputs, map: &MapSource) -> Result<Simulated, In
     }
     merge_warnings(&mut all_warnings, std::mem::take(&mut estimate.warnings));
     estimate.warnings = all_warnings;
-    Ok(Simulated { loaded, placement, estimate })
+    let runtime = match naming {
+        Naming::V4 => vramplan_solver::Runtime::AccelerateV4,
+        Naming::V5 => vramplan_solver::Runtime::Accelerate,
+    };
+    Ok(Simulated { loaded, placement, runtime, estimate })
 }
 
 /// The line that says what each rank holds, under data parallelism (one section per rank

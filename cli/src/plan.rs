@@ -137,7 +137,12 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
         let mut text =
             vramplan_reports::plan_table(&result, baseline.as_ref(), explanation.as_ref(), &warnings);
         if let Some(file) = &written_map {
-            text += &vramplan_reports::accelerate_loading(file, &model.architecture, &result, &workload);
+            text += &vramplan_reports::accelerate_loading(
+                file,
+                &model.architecture,
+                &result.device_map,
+                &workload,
+            );
         }
         text
     };

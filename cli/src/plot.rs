@@ -84,7 +84,7 @@ pub(crate) fn run(args: &PlotArgs, out: &mut dyn Write) -> Result<i32, InputErro
             draw(&figure, format)?
         }
         Kind::Timeline => {
-            let Simulated { loaded, estimate, placement } = simulate(&args.inputs, &args.map)?;
+            let Simulated { loaded, estimate, placement, .. } = simulate(&args.inputs, &args.map)?;
             let Loaded { model, hardware, workload, .. } = &loaded;
             let trace = vramplan_sim::trace::trace(model, hardware, workload, &placement, TIMELINE_POINTS)?;
             let title = caption(&args.inputs, &loaded, "the step over time", None);

@@ -14,6 +14,7 @@ use vramplan_profiles::units::format_bytes;
 use vramplan_reports::document::{self, Drawing, Section};
 use vramplan_reports::plot::{self, Breakdown, Figure, ImageFormat, PlacementFigure, TimelineFigure};
 use vramplan_sim::Placement;
+use vramplan_solver::check::map_findings;
 use vramplan_solver::plan::Verdict;
 
 #[derive(Args, Debug)]
@@ -86,13 +87,55 @@ pub(crate) fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<i32, InputEr
     } else {
         ""
     };
+    // A map given is checked as `vramplan check` does: its findings go with its memory, so a
+    // map the runtime stops on is never reported as fitting alone.
+    let given = args.map.given().then(|| {
+        let entries = simulated.placement.entries();
+        let findings = map_findings(
+            &loaded.model,
+            entries,
+            simulated.runtime,
+            &loaded.workload,
+            loaded.hardware.devices.len(),
+        );
+        (entries, findings)
+    });
+    let memory = match &given {
+        Some((_, findings)) => {
+            vramplan_reports::check_table(simulated.runtime, Some(&estimate), None, findings)
+        }
+        None => vramplan_reports::estimate_table(&estimate),
+    };
+    if let Some((entries, _)) = &given {
+        let lines: Vec<String> = entries
+            .iter()
+            .map(|(key, target)| {
+                format!("  {}: {}", serde_json::Value::from(key.as_str()), crate::json_text(target).trim())
+            })
+            .collect();
+        sections.push(Section {
+            heading: "Device map".into(),
+            lead: "The map given, as `from_pretrained` reads it, and the call that loads it.".into(),
+            table: format!(
+                "{{\n{}\n}}\n\nsaved as device_map.json, it loads with\n  {}\n",
+                lines.join(",\n"),
+                vramplan_reports::accelerate_load_call(
+                    "device_map.json",
+                    &loaded.model.architecture,
+                    entries,
+                    &loaded.workload,
+                )
+            ),
+            drawing: None,
+        });
+    }
     sections.push(Section {
         heading: "Memory at the peak".into(),
         lead: format!(
-            "Each GPU's bytes by component at its peak{placed}, against what PyTorch may use (`vramplan estimate`)."
+            "Each GPU's bytes by component at its peak{placed}, against what PyTorch may use (`vramplan estimate`){}.",
+            if given.is_some() { ", and what `vramplan check` finds in the map" } else { "" }
         ),
-        table: crate::estimate::data_parallel_heading(&loaded.workload, &loaded.hardware)
-            + &vramplan_reports::estimate_table(&estimate),
+        table: crate::estimate::data_parallel_heading(&loaded.workload, &loaded.hardware) + &memory,
         drawing: Some(drawing(
             &Breakdown { title: format!("memory at the peak · {title}"), devices: &estimate.devices, measured: None },
             format!("{stem}-breakdown.svg"),

@@ -421,12 +421,26 @@ fn summarise_units(units: &[String]) -> String {
 pub fn accelerate_loading(
     file: &str,
     architecture: &str,
-    plan: &Plan,
+    device_map: &[(String, Target)],
+    workload: &vramplan_sim::workload::Workload,
+) -> String {
+    format!(
+        "\nwrote {file}; load it as it is (no max_memory: transformers ignores it beside a map):\n  {}\n",
+        accelerate_load_call(file, architecture, device_map, workload)
+    )
+}
+
+/// The `from_pretrained` call that loads the accelerate map saved as `file` into the model class
+/// `architecture`, as it is ([`accelerate_loading`] says why each argument).
+pub fn accelerate_load_call(
+    file: &str,
+    architecture: &str,
+    device_map: &[(String, Target)],
     workload: &vramplan_sim::workload::Workload,
 ) -> String {
     use vramplan_sim::workload::Quant;
     use vramplan_solver::whatif::quantization_config;
-    let on = |tier: Target| plan.device_map.iter().any(|(_, t)| *t == tier);
+    let on = |tier: Target| device_map.iter().any(|(_, t)| *t == tier);
     let host = on(Target::Cpu) || on(Target::Disk);
     let mut args = vec![format!("device_map=json.load(open({file:?}))")];
     if let Some(dtype) = workload.weight_dtype.filter(|d| d.is_float()) {
@@ -440,11 +454,7 @@ pub fn accelerate_loading(
     if on(Target::Disk) {
         args.push("offload_folder=\"offload\"".into());
     }
-    format!(
-        "\nwrote {file}; load it as it is (no max_memory: transformers ignores it beside a map):\n  \
-         model = {architecture}.from_pretrained(MODEL, {})\n",
-        args.join(", ")
-    )
+    format!("model = {architecture}.from_pretrained(MODEL, {})", args.join(", "))
 }
 
 /// What each stage of the solve proved, in words: `proven gaps: balance 0.00%, load 3.10%

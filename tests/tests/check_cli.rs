@@ -273,3 +273,39 @@ fn maps_written_by_plan_pass_check() {
         assert_eq!(out.json()["findings"], serde_json::json!([]), "{case:?}");
     }
 }
+
+/// `report --device-map` checks the map as `check` does: a map whose every layer is split (the
+/// runtime stops at the first residual add) is reported with its mismatches, the map and the
+/// call that loads it, never as fitting alone.
+#[test]
+fn a_report_of_a_given_map_carries_its_findings_the_map_and_the_load_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut map = pairs(&[("model.embed_tokens", "0")]);
+    for i in 0..32 {
+        map.push((format!("model.layers.{i}.self_attn"), "0".into()));
+        map.push((format!("model.layers.{i}.input_layernorm"), "0".into()));
+        map.push((format!("model.layers.{i}.mlp"), "1".into()));
+        map.push((format!("model.layers.{i}.post_attention_layernorm"), "1".into()));
+    }
+    map.extend(pairs(&[("model.norm", "1"), ("model.rotary_emb", "1"), ("lm_head", "1")]));
+    let map = write(dir.path(), "map.json", map_text(&map));
+    let report = dir.path().join("report.md");
+    let out = vramplan(&[
+        "report",
+        "llama-3-8b",
+        "--hardware",
+        "2xa100-80gb",
+        "--device-map",
+        &map,
+        "-o",
+        report.to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let text = std::fs::read_to_string(&report).unwrap();
+    assert!(text.contains("device map: 32 mismatches for accelerate"), "{text}");
+    assert!(text.contains("check: the map has mismatches to fix"), "{text}");
+    assert!(text.contains("\"model.layers.31.mlp\": 1"), "{text}");
+    assert!(text.contains(
+        "LlamaForCausalLM.from_pretrained(MODEL, device_map=json.load(open(\"device_map.json\")))"
+    ));
+}
