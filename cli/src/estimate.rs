@@ -104,8 +104,24 @@ impl Inputs {
             (None, Some(workload)) => workload,
             (None, None) => Workload::default(),
         };
-        let workload = self.flags.apply(base)?;
+        let mut workload = self.flags.apply(base)?;
+        let mut notes = Vec::new();
+        // The default sequence is vramplan's, not the user's: it stops at a learned table of
+        // positions, which no longer sequence runs past.
+        if self.flags.seq.is_none()
+            && self.workload.is_none()
+            && let Some((table, limit)) = model.learned_positions()
+            && workload.seq > limit
+        {
+            notes.push(format!(
+                "the sequence defaults to {limit} tokens, the length of {}'s learned positions (`{table}`)",
+                model.name
+            ));
+            workload.seq = limit;
+            workload.prompt = workload.prompt.map(|p| p.min(limit));
+        }
         let mut warnings = input::validate(&workload, &model, &hardware)?;
+        warnings.extend(notes);
         let model = held_by_runtime(model, &hardware, &workload, &mut warnings)?;
         Ok(Loaded { model, hardware, workload, warnings })
     }

@@ -78,6 +78,64 @@ pub(crate) struct SolveOptions {
     /// Tokens routed to each expert, per MoE layer: JSON `{"model.layers.3.mlp.experts": [..]}`.
     #[arg(long, value_name = "FILE")]
     expert_load: Option<PathBuf>,
+    /// Host RAM that offloaded modules may fill (`29GiB`), in place of the profile's `host: {ram:}`;
+    /// where neither says, a plan that offloads assumes 64 GiB and says so.
+    #[arg(long, value_name = "SIZE")]
+    host_ram: Option<String>,
+    /// Disk that offloaded modules may fill (`73GB`), in place of the profile's `host: {disk:}`;
+    /// where neither says, a plan that offloads assumes 4 TiB and says so.
+    #[arg(long, value_name = "SIZE")]
+    disk: Option<String>,
+}
+
+impl SolveOptions {
+    /// The host figures given on the command line, set on every node of `hardware`.
+    fn apply_host(
+        &self,
+        hardware: &mut vramplan_profiles::hardware::HardwareProfile,
+    ) -> Result<(), InputError> {
+        let read = |key: &str, text: &Option<String>| -> Result<Option<u64>, InputError> {
+            text.as_deref()
+                .map(|t| {
+                    vramplan_profiles::units::parse_bytes(t).map_err(|e| {
+                        InputError::new(key, e)
+                            .with_fix(format!("give a size with its unit, e.g. `{key} 32GiB`"))
+                    })
+                })
+                .transpose()
+        };
+        let (ram, disk) = (read("--host-ram", &self.host_ram)?, read("--disk", &self.disk)?);
+        for node in &mut hardware.nodes {
+            node.host.ram_bytes = ram.or(node.host.ram_bytes);
+            node.host.disk_bytes = disk.or(node.host.disk_bytes);
+        }
+        Ok(())
+    }
+}
+
+/// The line a plan that offloads adds where the host figures it used are vramplan's defaults,
+/// not the profile's or the user's.
+fn assumed_host(plan: &Plan, hardware: &vramplan_profiles::hardware::HardwareProfile) -> Option<String> {
+    use vramplan_profiles::units::format_bytes;
+    use vramplan_solver::Target;
+    use vramplan_solver::build::{DEFAULT_HOST_DISK, DEFAULT_HOST_RAM};
+    let host = hardware.nodes.first().map(|n| n.host).unwrap_or_default();
+    let on = |tier: Target| plan.device_map.iter().any(|(_, t)| *t == tier);
+    let mut assumed = Vec::new();
+    if on(Target::Cpu) && host.ram_bytes.is_none() {
+        assumed.push(format!("{} of RAM (--host-ram)", format_bytes(DEFAULT_HOST_RAM)));
+    }
+    if on(Target::Disk) && host.disk_bytes.is_none() {
+        assumed.push(format!("{} of disk (--disk)", format_bytes(DEFAULT_HOST_DISK)));
+    }
+    (!assumed.is_empty()).then(|| {
+        format!(
+            "the plan offloads to a host the profile `{}` gives no figures for, and assumes {}: give the \
+             machine's with those flags, or `host:` in a profile (docs/hardware-profiles.md)",
+            hardware.name,
+            assumed.join(" and ")
+        )
+    })
 }
 
 /// What `plan --json` prints.
@@ -137,12 +195,7 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
         let mut text =
             vramplan_reports::plan_table(&result, baseline.as_ref(), explanation.as_ref(), &warnings);
         if let Some(file) = &written_map {
-            text += &vramplan_reports::accelerate_loading(
-                file,
-                &model.architecture,
-                &result.device_map,
-                &workload,
-            );
+            text += &vramplan_reports::accelerate_loading(file, &model, &result.device_map, &workload);
         }
         text
     };
@@ -173,7 +226,8 @@ pub(crate) fn solve(
                 .with_fix("use `ilp` (exact) or `greedy` (accelerate's algorithm)"));
         }
     };
-    let loaded = inputs.load(runtime.naming(), None)?;
+    let mut loaded = inputs.load(runtime.naming(), None)?;
+    args.apply_host(&mut loaded.hardware)?;
     before(&loaded)?;
     let Loaded { model, hardware, workload, .. } = &loaded;
     let data_parallel = vramplan_sim::estimate::is_data_parallel(workload);
@@ -221,6 +275,13 @@ pub(crate) fn solve(
             let budget = left().map_or(DEFAULT_BUDGET_S, |s| s.min(DEFAULT_BUDGET_S));
             explain(model, hardware, workload, &request, &Settings { time_limit_s: Some(budget), ..settings })
         });
+    for plan in std::iter::once(&result).chain(baseline.as_ref()) {
+        if let Some(line) = assumed_host(plan, &loaded.hardware)
+            && !loaded.warnings.contains(&line)
+        {
+            loaded.warnings.push(line);
+        }
+    }
     Ok(Solved { loaded, result, baseline, explanation })
 }
 

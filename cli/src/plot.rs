@@ -98,11 +98,20 @@ pub(crate) fn run(args: &PlotArgs, out: &mut dyn Write) -> Result<i32, InputErro
                 baseline: if args.baseline { baseline.as_ref() } else { None },
             };
             if args.baseline && baseline.is_none() {
+                // The target is accelerate's already where data parallelism is what leaves no map.
+                let fix = if matches!(
+                    result.target,
+                    vramplan_solver::Runtime::Accelerate | vramplan_solver::Runtime::AccelerateV4
+                ) {
+                    "leave out --baseline: every rank of a data-parallel run loads the whole model, so accelerate draws no map"
+                } else {
+                    "leave out --baseline, or plan for `--target accelerate`"
+                };
                 return Err(InputError::new(
                     "--baseline",
                     "accelerate's map is drawn for the accelerate targets of one copy of the model",
                 )
-                .with_fix("leave out --baseline, or plan for `--target accelerate`"));
+                .with_fix(fix));
             }
             draw(&figure, format)?
         }

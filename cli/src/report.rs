@@ -121,10 +121,11 @@ pub(crate) fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<i32, InputEr
                 lines.join(",\n"),
                 vramplan_reports::accelerate_load_call(
                     "device_map.json",
-                    &loaded.model.architecture,
+                    &loaded.model,
                     entries,
-                    &loaded.workload,
+                    &loaded.workload
                 )
+                .join("\n  ")
             ),
             drawing: None,
         });

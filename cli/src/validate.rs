@@ -122,6 +122,15 @@ struct ValidateOutput<'a> {
     ok: bool,
 }
 
+/// A fix that offers the cuda backend only where a CUDA driver loads, beside `otherwise`.
+fn cuda_or(otherwise: &str) -> String {
+    if vramplan_validate::cuda_driver_present().is_ok() {
+        format!("use --backend cuda, or {otherwise}")
+    } else {
+        format!("{otherwise}; --backend cuda runs it on a machine with an NVIDIA GPU (none here)")
+    }
+}
+
 /// What the torch backend's harness runs for `plan`: the model's raw config (a built-in's, or
 /// the `config.json` of a file or folder), the plan's map as written, and the workload.
 fn torch_request(
@@ -133,7 +142,7 @@ fn torch_request(
 ) -> Result<TorchRequest, InputError> {
     let unsupported = |what: &str| {
         InputError::new(format!("{origin}: workload"), format!("the torch backend does not run {what} yet"))
-            .with_fix("use --backend cuda, or a plan without it")
+            .with_fix(cuda_or("use a plan without it"))
     };
     let text = match model::catalog::builtin_config(&plan.model) {
         Some(text) => text.to_string(),
@@ -148,7 +157,9 @@ fn torch_request(
                         plan.model
                     ),
                 )
-                .with_fix("use --backend cuda for a custom model"));
+                .with_fix(cuda_or(
+                    "check its map with `vramplan check`, or the cpu backend (`--backend cpu`)",
+                )));
             }
             std::fs::read_to_string(&file)
                 .map_err(|e| InputError::new(file.display().to_string(), format!("cannot read it: {e}")))?

@@ -73,16 +73,19 @@ fn plan_text(
         }
     };
     let more_time = plan.unanswered == Some(Unanswered::TimeLimit);
+    // A solve that found no plan has no objective to print (NaN from HiGHS).
+    let figures = if s.objective.is_finite() {
+        format!(", objective {:.3}, bound {:.3}, gap {:.2}%", s.objective, s.bound, 100.0 * s.gap)
+    } else {
+        String::new()
+    };
     let mut text = format!(
-        "plan for {}: {}  (solver {:?}: {}, {}objective {:.3}, bound {:.3}, gap {:.2}%)\n\n",
+        "plan for {}: {}  (solver {:?}: {}{}{figures})\n\n",
         plan.target.name(),
         verdict,
         s.kind,
         s.status,
-        if timed { time(s.seconds) + ", " } else { String::new() },
-        s.objective,
-        s.bound,
-        100.0 * s.gap
+        if timed { format!(", {}", time(s.seconds)) } else { String::new() },
     );
     let placed = !plan.device_map.is_empty() || plan.devices.iter().any(|d| !d.units.is_empty());
     match plan.verdict {
@@ -234,6 +237,12 @@ pub fn change_words(change: &Change) -> String {
         Change::GradCheckpointing => "gradient checkpointing (per decoder layer)".into(),
         Change::Lora { rank } => format!("LoRA (rank {rank}) instead of a full fine-tune"),
         Change::Quantize(q) => quantization_words(q),
+        Change::Headroom { percent: 0 } => {
+            "no headroom: the step fills the GPU's usable memory, with nothing kept free".into()
+        }
+        Change::Headroom { percent } => {
+            format!("a {percent} % headroom (the step fits the GPU's memory, with less of it kept free)")
+        }
         Change::Offload { modules: Some(on_cpu) } => {
             format!("{on_cpu} modules offloaded to the CPU (slower: weights cross PCIe every step)")
         }
@@ -258,6 +267,7 @@ pub fn change_flags(change: &Change) -> Option<String> {
         Change::GradCheckpointing => Some("--grad-ckpt full".into()),
         Change::Lora { rank } => Some(format!("--lora-rank {rank}")),
         Change::Quantize(q) => Some(quantization_flags(q)),
+        Change::Headroom { percent } => Some(format!("--headroom {percent}%")),
         Change::Offload { .. } => Some("leave out --no-offload".into()),
         Change::MoreGpus { hardware, quantize, .. } => {
             let hardware = format!("--hardware {}", hardware.as_ref()?);
@@ -414,47 +424,68 @@ fn summarise_units(units: &[String]) -> String {
     out.join(", ")
 }
 
-/// How to load an accelerate map written to `file` into the model class `architecture`
-/// (`architectures[0]` of its config): the `from_pretrained` arguments that take it as it is. `offload_folder` is required once a module is on `disk`, and bitsandbytes
-/// refuses `cpu` or `disk` entries unless told to keep those modules in fp32
+/// How to load an accelerate map written to `file` for `model`: the `from_pretrained` arguments
+/// that take it as it is. `offload_folder` is required once a module is on `disk`, and
+/// bitsandbytes refuses `cpu` or `disk` entries unless told to keep those modules in fp32
 /// (`llm_int8_enable_fp32_cpu_offload`).
 pub fn accelerate_loading(
     file: &str,
-    architecture: &str,
+    model: &vramplan_profiles::model::ModelDescription,
     device_map: &[(String, Target)],
     workload: &vramplan_sim::workload::Workload,
 ) -> String {
+    let lines: Vec<String> =
+        accelerate_load_call(file, model, device_map, workload).iter().map(|l| format!("  {l}")).collect();
     format!(
-        "\nwrote {file}; load it as it is (no max_memory: transformers ignores it beside a map):\n  {}\n",
-        accelerate_load_call(file, architecture, device_map, workload)
+        "\nwrote {file}; load it as it is (no max_memory: transformers ignores it beside a map):\n{}\n",
+        lines.join("\n")
     )
 }
 
-/// The `from_pretrained` call that loads the accelerate map saved as `file` into the model class
-/// `architecture`, as it is ([`accelerate_loading`] says why each argument).
+/// The Python lines, imports first, that load the accelerate map saved as `file` into `model`
+/// as it is ([`accelerate_loading`] says why each argument): the model's own class and
+/// repository (or folder); for a custom model, which no transformers class loads, accelerate's
+/// `dispatch_model` on the user's instance.
 pub fn accelerate_load_call(
     file: &str,
-    architecture: &str,
+    model: &vramplan_profiles::model::ModelDescription,
     device_map: &[(String, Target)],
     workload: &vramplan_sim::workload::Workload,
-) -> String {
+) -> Vec<String> {
     use vramplan_sim::workload::Quant;
-    use vramplan_solver::whatif::quantization_config;
+    use vramplan_solver::whatif::{pretrained_source, quantization_config};
     let on = |tier: Target| device_map.iter().any(|(_, t)| *t == tier);
     let host = on(Target::Cpu) || on(Target::Disk);
-    let mut args = vec![format!("device_map=json.load(open({file:?}))")];
+    let map = format!("device_map=json.load(open({file:?}))");
+    let Some(source) = pretrained_source(model) else {
+        return vec![
+            "import json".into(),
+            "from accelerate import dispatch_model".into(),
+            "# model: your own model's instance (no transformers class loads a custom model)".into(),
+            format!("model = dispatch_model(model, {map})"),
+        ];
+    };
+    let mut imports = vec![model.architecture.clone()];
+    let mut args = vec![format!("{source:?}"), map];
+    let mut torch = false;
     if let Some(dtype) = workload.weight_dtype.filter(|d| d.is_float()) {
         args.push(format!("dtype=torch.{}", dtype.torch_name()));
+        torch = true;
     }
     // bitsandbytes quantizes at load; pre-quantized checkpoints carry their own config.
     let bitsandbytes = matches!(workload.quant, Quant::Int8 | Quant::Nf4 { .. } | Quant::Fp4 { .. });
     if let Some(config) = quantization_config(&workload.quant, host).filter(|_| bitsandbytes) {
+        imports.push(config.split('(').next().unwrap_or_default().to_string());
         args.push(format!("quantization_config={config}"));
     }
     if on(Target::Disk) {
         args.push("offload_folder=\"offload\"".into());
     }
-    format!("model = {architecture}.from_pretrained(MODEL, {})", args.join(", "))
+    vec![
+        if torch { "import json, torch".to_string() } else { "import json".to_string() },
+        format!("from transformers import {}", imports.join(", ")),
+        format!("model = {}.from_pretrained({})", model.architecture, args.join(", ")),
+    ]
 }
 
 /// What each stage of the solve proved, in words: `proven gaps: balance 0.00%, load 3.10%

@@ -118,24 +118,58 @@ pub fn run_text(run: &[RunFlags]) -> String {
     format!("\nto run it:\n{}", run_lines(run))
 }
 
-/// One line per call or command, indented.
-fn run_lines(run: &[RunFlags]) -> String {
+/// The lines that run an answer, indented: the shell commands, then one Python block (its
+/// imports first) that runs as printed, a custom model's note and the inference batch as
+/// comments.
+pub fn run_lines(run: &[RunFlags]) -> String {
     let mut text = String::new();
-    for flags in run {
-        if flags.command_line {
-            let args: Vec<String> = flags
-                .args
-                .iter()
-                .map(|(n, v)| if v.is_empty() { n.clone() } else { format!("{n} {v}") })
-                .collect();
-            text += &format!("  {} {}\n", flags.call, args.join(" "));
+    for flags in run.iter().filter(|f| f.command_line) {
+        let args: Vec<String> = flags
+            .args
+            .iter()
+            .map(|(n, v)| if v.is_empty() { n.clone() } else { format!("{n} {v}") })
+            .collect();
+        text += &format!("  {} {}\n", flags.call, args.join(" "));
+    }
+    let python: Vec<&RunFlags> = run.iter().filter(|f| !f.command_line).collect();
+    if python.is_empty() {
+        return text;
+    }
+    // `import torch`, then `from transformers import A, B`, each module once, in order.
+    let mut plain: Vec<&str> = Vec::new();
+    let mut from: Vec<(&str, Vec<&str>)> = Vec::new();
+    for (module, name) in python.iter().flat_map(|f| f.imports.iter()) {
+        if name.is_empty() {
+            if !plain.contains(&module.as_str()) {
+                plain.push(module);
+            }
         } else {
-            let args: Vec<String> = flags.args.iter().map(|(n, v)| format!("{n}={v}")).collect();
-            text += &format!("  {}({})\n", flags.call, args.join(", "));
+            match from.iter_mut().find(|(m, _)| m == module) {
+                Some((_, names)) if !names.contains(&name.as_str()) => names.push(name),
+                Some(_) => {}
+                None => from.push((module, vec![name])),
+            }
         }
+    }
+    if !plain.is_empty() {
+        text += &format!("  import {}\n", plain.join(", "));
+    }
+    for (module, names) in from {
+        text += &format!("  from {module} import {}\n", names.join(", "));
+    }
+    for flags in python {
+        if flags.call == "#" {
+            for (name, value) in &flags.args {
+                text += &format!("  # {name}: {value}\n");
+            }
+            continue;
+        }
+        let mut args: Vec<String> = flags.positional.clone();
+        args.extend(flags.args.iter().map(|(n, v)| format!("{n}={v}")));
+        let assign = flags.assign.map_or_else(String::new, |a| format!("{a} = "));
+        text += &format!("  {assign}{}({})\n", flags.call, args.join(", "));
         if flags.device_map.is_some() {
-            text +=
-                "  device_map.json: write it with `vramplan plan` and the same flags, `-o device_map.json`\n";
+            text += "  # device_map.json: write it with `vramplan plan` and the same flags, `-o device_map.json`\n";
         }
     }
     text

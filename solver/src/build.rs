@@ -133,14 +133,24 @@ fn gpu_devices(hardware: &HardwareProfile, headroom: f64, fixed: u64) -> Vec<Dev
         .collect()
 }
 
-/// The host tiers: CPU RAM (of the first node) and disk, when the profile gives them.
+/// Host RAM a plan assumes where the profile states none (`host: {ram: ...}`, `--host-ram`):
+/// printed with every plan that offloads on it (the figure is a workstation's, not a fact of
+/// the profile).
+pub const DEFAULT_HOST_RAM: u64 = 64 << 30;
+
+/// Disk a plan assumes where the profile states none (`host: {disk: ...}`, `--disk`): accelerate
+/// puts no cap on disk, and a finite figure keeps the ILP's coefficients in a range HiGHS handles
+/// well. Printed with every plan that offloads on it.
+pub const DEFAULT_HOST_DISK: u64 = 4 << 40;
+
+/// The host tiers: CPU RAM (of the first node) and disk, the profile's or the defaults.
 fn host_devices(hardware: &HardwareProfile, first_class: u32) -> Vec<Device> {
     let host = hardware.nodes.first().map(|n| n.host).unwrap_or_default();
     let pcie = hardware.devices.first().map_or(0, |d| d.pcie_bandwidth_bytes_per_s());
     let mut out = vec![Device {
         name: "cpu".into(),
         tier: Target::Cpu,
-        capacity_bytes: host.ram_bytes.unwrap_or(64 << 30),
+        capacity_bytes: host.ram_bytes.unwrap_or(DEFAULT_HOST_RAM),
         fixed_bytes: 0,
         class: first_class,
         link_bytes_per_s: pcie,
@@ -148,9 +158,7 @@ fn host_devices(hardware: &HardwareProfile, first_class: u32) -> Vec<Device> {
     out.push(Device {
         name: "disk".into(),
         tier: Target::Disk,
-        // accelerate puts no cap on disk; where the profile does not say, 4 TiB (a finite figure
-        // keeps the ILP's coefficients in a range HiGHS handles well).
-        capacity_bytes: host.disk_bytes.unwrap_or(4 << 40),
+        capacity_bytes: host.disk_bytes.unwrap_or(DEFAULT_HOST_DISK),
         fixed_bytes: 0,
         class: first_class + 1,
         link_bytes_per_s: pcie / 8,

@@ -162,6 +162,12 @@ pub enum Change {
     },
     /// bitsandbytes weights (`--quant`), with LoRA where the workload was a full fine-tune.
     Quantize(Quantization),
+    /// Less of each GPU kept free (`--headroom`): the step fits the GPUs' usable memory, but
+    /// not within the headroom asked for.
+    Headroom {
+        /// The largest headroom that fits, in whole percent.
+        percent: u32,
+    },
     /// Modules offloaded to the CPU, for inference under accelerate (leaving out
     /// `--no-offload`); slower, since their weights cross PCIe every step.
     Offload {
@@ -305,6 +311,8 @@ enum Key {
     Lora,
     Quantize(usize),
     Offload,
+    /// A headroom, in whole percent.
+    Headroom(u32),
     /// A more-GPUs candidate (its index) at a count.
     MoreGpus(usize, u32),
 }
@@ -747,6 +755,7 @@ enum Task {
     Lora,
     Quantize(usize),
     Offload,
+    Headroom,
     /// More GPUs with the candidate workload of this index (0: the workload as given).
     MoreGpus(usize),
 }
@@ -807,6 +816,9 @@ fn remedies(
     }
     if training && full {
         tasks.push(Task::Lora);
+    }
+    if request.headroom > 0.0 {
+        tasks.push(Task::Headroom);
     }
     tasks.extend((0..subject.quantized.len()).map(Task::Quantize));
     if !training && !request.offload && matches!(request.runtime, Runtime::Accelerate | Runtime::AccelerateV4)
@@ -918,6 +930,31 @@ fn search_remedy(task: Task, s: &Subject, probes: &Probes, before: Option<Option
         Task::Quantize(q) => {
             let (w, quantization) = &s.quantized[q];
             single(Key::Quantize(q), w, Change::Quantize(*quantization))
+        }
+        Task::Headroom => {
+            // With no headroom the plan fills each GPU to `utilisation` of its usable memory at
+            // the most, so the largest headroom that keeps it is what is left, in whole percent;
+            // verified by solving with it.
+            let none = Request { headroom: 0.0, ..request.clone() };
+            let (probe, undecided) = once(Key::Headroom(0), s.workload, &none);
+            let Some(filled) = probe.utilisation() else {
+                return Outcome {
+                    change: Change::Headroom { percent: 0 },
+                    utilisation: None,
+                    undecided,
+                    value: None,
+                };
+            };
+            let percent = ((1.0 - filled) * 100.0).floor().clamp(0.0, 90.0) as u32;
+            let at = Request { headroom: f64::from(percent) / 100.0, ..request.clone() };
+            let (probe, later) =
+                if percent == 0 { (probe, false) } else { once(Key::Headroom(percent), s.workload, &at) };
+            Outcome {
+                change: Change::Headroom { percent },
+                utilisation: probe.utilisation(),
+                undecided: undecided || later,
+                value: None,
+            }
         }
         Task::Offload => {
             let r = Request { offload: true, ..request.clone() };
@@ -1037,9 +1074,9 @@ mod tests {
         let found = explain(&model, &hardware, &workload, &on_gpus(), &within(0.0));
         assert_eq!((found.effort.probes, found.effort.solves), (0, 0), "{:?}", found.effort);
         assert!(found.shortfalls.is_empty() && found.remedies.is_empty());
-        // Batch, sequence, checkpointing, LoRA, two quantizations, more GPUs with each of three
-        // workloads.
-        assert_eq!(found.undecided.len(), 9, "{:?}", found.undecided);
+        // Batch, sequence, checkpointing, LoRA, the headroom, two quantizations, more GPUs with
+        // each of three workloads.
+        assert_eq!(found.undecided.len(), 10, "{:?}", found.undecided);
     }
 
     /// Llama-2-70B full fine-tuning in fp16 on two T4s: bytes rule out most counts of T4s and

@@ -55,9 +55,6 @@ const QUANTIZER_SHARE: f64 = 0.9;
 /// sets no `max_memory` (`final_max_memory["cpu"] *= 0.90`, "we don't want to set extremely
 /// tight bound and pressure for cpu").
 const CPU_SHARE_V5: f64 = 0.9;
-/// Host RAM assumed where the profile gives none; the same default the ILP's problem uses
-/// (`build.rs`, `host_devices`).
-const DEFAULT_HOST_RAM: u64 = 64 << 30;
 /// `_keep_in_fp32_modules` of the model families in the catalog that set one (transformers'
 /// `modeling_<type>.py`): `T5PreTrainedModel` keeps `wo`, `GptOssPreTrainedModel` its norms.
 const KEEP_IN_FP32: [(&str, &[&str]); 2] =
@@ -234,7 +231,7 @@ pub fn free_memory(hardware: &HardwareProfile) -> (Vec<(u32, f64)>, f64) {
         hardware.devices_of(node).map(|d| (d.index, d.usable_bytes() as f64)).collect();
     gpus.sort_by_key(|g| g.0);
     let ram = hardware.nodes.iter().find(|n| n.index == node).and_then(|n| n.host.ram_bytes);
-    (gpus, ram.unwrap_or(DEFAULT_HOST_RAM) as f64)
+    (gpus, ram.unwrap_or(crate::build::DEFAULT_HOST_RAM) as f64)
 }
 
 /// `get_balanced_memory` on the GPU budgets (index, bytes), with `max_memory` unset by the user.

@@ -165,9 +165,6 @@ pub struct Plan {
     pub device_map: Vec<(String, Target)>,
     /// Every device that holds something, in profile order, then `cpu` and `disk`.
     pub devices: Vec<PlanDevice>,
-    /// accelerate's `max_memory` matching the map: each used device's limit.
-    #[serde(serialize_with = "ordered_map")]
-    pub max_memory: Vec<(String, u64)>,
     /// Expert-parallel: per experts module, the GPU of each expert.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub experts: BTreeMap<String, Vec<u32>>,
@@ -284,6 +281,13 @@ fn solve_ilp(
         if plan.feasible {
             return Ok(plan);
         }
+        // One device and nowhere else to go: this placement is the only one, and its replay
+        // over the limit proves that nothing fits.
+        if simulated && built.problem.devices.len() == 1 {
+            plan.verdict = Verdict::DoesNotFit;
+            plan.unanswered = None;
+            return Ok(plan);
+        }
         // Over a limit in the replay: refine, unless the rounds or the time are used up, in
         // which case this plan is the best found and nothing is proven. (The same placement may
         // come back once: the shrinking adds up, so the next round differs.)
@@ -339,6 +343,11 @@ fn no_placement_within_charges(
         let on_a_gpu = baseline.device_map.iter().any(|(_, t)| matches!(t, Target::Gpu(_)));
         if baseline.feasible && on_a_gpu {
             return Ok(baseline);
+        }
+        // One device and nowhere else to go: the baseline's map is the only placement, and its
+        // replay over the limit proves that nothing fits.
+        if built.problem.devices.len() == 1 && on_a_gpu {
+            return Ok(plan_less(request, report, built, None));
         }
     }
     // Two lower-bound problems, each a relaxation of every real step: the floors of all units
@@ -420,7 +429,6 @@ fn plan_less(request: &Request, solver: SolverReport, built: &Built, unanswered:
         solver,
         device_map: Vec::new(),
         devices,
-        max_memory: Vec::new(),
         experts: BTreeMap::new(),
         peak_bytes: 0,
         unanswered: if verdict == Verdict::Unknown { unanswered } else { None },
@@ -543,7 +551,6 @@ fn assemble(
     let mut devices = Vec::new();
     let mut offloaded = 0;
     let mut peak = 0;
-    let mut max_memory = Vec::new();
     for (d, slot) in problem.devices.iter().enumerate() {
         let charged = problem.device_bytes(assignment, d);
         if charged == 0 && held[d].is_empty() {
@@ -569,7 +576,6 @@ fn assemble(
                 (None, slot.capacity_bytes, charged as f64 / slot.capacity_bytes.max(1) as f64)
             }
         };
-        max_memory.push((slot.tier.to_string().replace("GPU ", ""), limit));
         devices.push(PlanDevice {
             device: slot.tier,
             name: slot.name.clone(),
@@ -593,7 +599,6 @@ fn assemble(
         solver,
         device_map,
         devices,
-        max_memory,
         experts,
         peak_bytes: peak,
         unanswered: None,
@@ -746,7 +751,6 @@ pub fn data_parallel_plan(
         },
         device_map: Vec::new(),
         devices,
-        max_memory: Vec::new(),
         experts: BTreeMap::new(),
         peak_bytes,
         unanswered: None,

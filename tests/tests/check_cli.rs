@@ -306,6 +306,6 @@ fn a_report_of_a_given_map_carries_its_findings_the_map_and_the_load_call() {
     assert!(text.contains("check: the map has mismatches to fix"), "{text}");
     assert!(text.contains("\"model.layers.31.mlp\": 1"), "{text}");
     assert!(text.contains(
-        "LlamaForCausalLM.from_pretrained(MODEL, device_map=json.load(open(\"device_map.json\")))"
+        "model = LlamaForCausalLM.from_pretrained(\"meta-llama/Meta-Llama-3-8B\", device_map=json.load(open(\"device_map.json\")))"
     ));
 }

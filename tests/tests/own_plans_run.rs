@@ -26,7 +26,7 @@ fn every_builtin_plan_runs_on_the_cpu_backend_without_a_mismatch() {
     for model in builtins() {
         for hardware in ["t4x2", "4xa100-40gb"] {
             for workload in [
-                &["--mode", "inference", "--seq", "1024"][..],
+                &["--mode", "inference", "--seq", "512"][..],
                 &["--mode", "train", "--lora-rank", "16", "--lora-targets", "all-linear", "--seq", "512"][..],
             ] {
                 let plan = dir.path().join(format!("{model}-{hardware}-{}.yaml", workload[1]));

@@ -194,3 +194,39 @@ fn llama_cpp_plan_offloads_every_layer_and_the_output() {
     let text = std::fs::read_to_string(&flags).expect("flags written");
     assert!(text.split_whitespace().collect::<Vec<_>>().windows(2).any(|w| w == ["-ngl", "33"]), "{text}");
 }
+
+/// Host memory is a fact or a question: a plan that offloads on a profile with no host figures
+/// says what it assumed; the profile's figures (Kaggle's T4 x2: 29 GiB of RAM, 73 GB of disk) or
+/// `--host-ram`/`--disk` bound the offload instead, and then nothing is assumed.
+#[test]
+fn an_offloading_plan_states_the_host_memory_it_assumes() {
+    let args = ["plan", "mixtral-8x7b", "--mode", "inference", "--dtype", "fp16", "--seq", "1024", "--json"];
+    let assumed = vramplan(&[&args[..], &["--hardware", "2xt4"]].concat());
+    assert_eq!(assumed.code, 0, "{}", assumed.stderr);
+    let warnings = assumed.json()["warnings"].to_string();
+    assert!(
+        warnings.contains("assumes 64.00 GiB of RAM (--host-ram) and 4.00 TiB of disk (--disk)"),
+        "{warnings}"
+    );
+    let kaggle = vramplan(&[&args[..], &["--hardware", "t4x2"]].concat());
+    let json = kaggle.json();
+    assert!(!json["warnings"].to_string().contains("assumes"), "{}", json["warnings"]);
+    let host = |json: &serde_json::Value, name: &str| {
+        json["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["name"] == name)
+            .map(|d| d["limit_bytes"].clone())
+    };
+    assert_eq!(host(&json, "cpu"), Some(serde_json::json!(29u64 << 30)), "{json}");
+    assert_eq!(host(&json, "disk"), Some(serde_json::json!(73_000_000_000u64)), "{json}");
+    let given =
+        vramplan(&[&args[..], &["--hardware", "2xt4", "--host-ram", "32GiB", "--disk", "100GB"]].concat());
+    let json = given.json();
+    assert!(!json["warnings"].to_string().contains("assumes"), "{}", json["warnings"]);
+    assert_eq!(host(&json, "cpu"), Some(serde_json::json!(32u64 << 30)), "{json}");
+    let bad = vramplan(&[&args[..], &["--hardware", "2xt4", "--host-ram", "32"]].concat());
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("--host-ram"), "{}", bad.stderr);
+}

@@ -1,9 +1,11 @@
 //! `vramplan plot`: the figures read back and held to the numbers they draw, taken from the
 //! commands a user would run for them (`estimate --json`, `plan --json`, `whatif --json`) and
 //! from the axis the figure itself labels: bar segments proportional to bytes within a pixel,
-//! the capacity line at the capacity, one column per device and one box per unit, the sweep's
-//! points at the estimates' peaks, the grid's crosses where `whatif grid` says no; PNG decodes
-//! with the component colours where the bars are; the same input gives the same bytes.
+//! the capacity line at the capacity, one column per device and one box per unit, a plan's bars
+//! at each GPU's peak reserved under the limit drawn for it with its runs of layers named, the
+//! sweep's points at the estimates' peaks and a GPU's line kept to one device map (it never
+//! falls), the grid's crosses where `whatif grid` says no; PNG decodes with the component
+//! colours where the bars are; the same input gives the same bytes.
 
 use serde_json::Value;
 use vramplan_tests::{Output, assert_refused, vramplan, write};
@@ -261,7 +263,8 @@ fn plan_draws_one_column_per_device_and_one_box_per_unit_beside_accelerates_map(
 fn sweep_points_are_each_estimates_peak_and_the_crossing_is_whatifs_answer() {
     let dir = tempfile::tempdir().unwrap();
     let model = format!("{}/../docs/examples/timeseries-transformer.yaml", env!("CARGO_MANIFEST_DIR"));
-    let base = [model.as_str(), "--hardware", "rtx4090", "--mode", "train", "--seq", "2048"];
+    // 512 tokens: the model's learned table of positions.
+    let base = [model.as_str(), "--hardware", "rtx4090", "--mode", "train", "--seq", "512"];
     let svg_path = dir.path().join("s.svg").display().to_string();
     plot(&[&["sweep"], &base[..], &["--batch", "8..512"]].concat(), &svg_path);
     let svg = std::fs::read_to_string(&svg_path).unwrap();
@@ -467,4 +470,119 @@ fn a_report_is_the_same_markdown_each_time_and_one_offline_html_page() {
         &[&["report"], &inputs[..], &["-o", &dir.path().join("r.pdf").display().to_string()]].concat(),
     );
     assert_refused(&bad, &["r.pdf", ".md"]);
+}
+
+/// The polylines of `colour` drawn `width` pixels wide, as their points.
+fn polylines(svg: &str, colour: u32, width: &str) -> Vec<Vec<(i64, i64)>> {
+    elements(svg, "polyline")
+        .into_iter()
+        .filter(|e| {
+            attribute(e, "stroke").map(hex) == Some(colour) && attribute(e, "stroke-width") == Some(width)
+        })
+        .filter_map(|e| {
+            let points = attribute(e, "points")?
+                .split_whitespace()
+                .filter_map(|p| p.split_once(','))
+                .map(|(x, y)| (x.parse().unwrap_or(0), y.parse().unwrap_or(0)))
+                .collect();
+            Some(points)
+        })
+        .collect()
+}
+
+#[test]
+fn a_sweep_over_solved_maps_keeps_each_gpus_line_on_one_map() {
+    // Full training of Qwen2.5-0.5B over a 4090 and a 3090: each batch that fits has its own
+    // device map, the one past the boundary is replayed on the boundary's map, and no map fits
+    // beyond (whatif estimates those on the layers split evenly, where GPU 0 holds less).
+    let dir = tempfile::tempdir().unwrap();
+    let base = ["qwen2.5-0.5b", "--hardware", "rtx4090+rtx3090", "--mode", "train", "--seq", "2048"];
+    let svg_path = dir.path().join("s.svg").display().to_string();
+    plot(&[&["sweep"], &base[..], &["--batch", "1..256"]].concat(), &svg_path);
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    let answer = run_json(&[&["whatif", "max-batch"], &base[..], &["--json"]].concat());
+    let (value, next) = (answer["value"].as_u64().unwrap(), answer["next"].as_u64().unwrap());
+    assert!(next < 256, "the sweep runs past the boundary ({next})");
+    // A GPU's line (2 px, its colour) never falls as the batch grows: it keeps to one map.
+    for colour in [0x0072B2, 0xD55E00] {
+        let drawn = polylines(&svg, colour, "2");
+        assert!(drawn.iter().any(|l| l.len() >= 2), "GPU #{colour:06X} has a line");
+        for line in drawn {
+            for pair in line.windows(2) {
+                assert!(pair[1].1 <= pair[0].1 + 1, "GPU #{colour:06X}'s line falls: {pair:?}");
+            }
+        }
+    }
+    // Solid points only at the values planned (those that fit, and the boundary's next on its
+    // map); the values no map fits are drawn apart (hollow) and said so.
+    let mut values: Vec<u64> = (0..9).map(|k| 1 << k).chain([value, next]).collect();
+    values.sort_unstable();
+    values.dedup();
+    let mut solid: Vec<i64> = elements(&svg, "circle")
+        .into_iter()
+        .filter(|e| attribute(e, "r") == Some("3") && attribute(e, "fill") != Some("none"))
+        .map(|e| number(e, "cx"))
+        .collect();
+    solid.sort_unstable();
+    solid.dedup();
+    assert_eq!(solid.len(), values.iter().filter(|&&v| v <= next).count(), "solid points at {solid:?}");
+    assert!(says(&svg, "no device map fits: layers split evenly (△ above the axis)"));
+}
+
+#[test]
+fn a_plans_bars_are_peak_reserved_against_its_limit_and_name_their_layers() {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = ["llama-3.1-405b", "--hardware", "h100-80gb-x8", "--quant", "nf4"];
+    let svg_path = dir.path().join("p.svg").display().to_string();
+    plot(&[&["plan"], &inputs[..]].concat(), &svg_path);
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    let planned = run_json(&[&["plan"], &inputs[..], &["--json"]].concat());
+    assert_eq!(planned["verdict"], "fits");
+    let (per_gib, zero) = byte_axis(&svg);
+    // Unit boxes (two shades) and the rest of the peak above them, per column.
+    let bars: Vec<Rect> =
+        rects(&svg).into_iter().filter(|r| [0x0072B2, 0x5AA8D8, 0xCC79A7].contains(&r.fill)).collect();
+    let mut columns: Vec<i64> = bars.iter().map(|r| r.x).collect();
+    columns.sort();
+    columns.dedup();
+    let devices = planned["devices"].as_array().unwrap();
+    assert_eq!(columns.len(), devices.len());
+    let dashes = polylines(&svg, 0x333333, "2");
+    for (device, x) in devices.iter().zip(&columns) {
+        let name = device["name"].as_str().unwrap();
+        // The bar's top is the GPU's peak reserved, what the limit is on.
+        let reserved = device["estimate"]["peak_reserved_bytes"].as_u64().unwrap() as f64 / GIB;
+        let top = bars.iter().filter(|r| r.x == *x).map(|r| r.y).min().unwrap() as f64;
+        assert!(
+            (top - (zero - reserved * per_gib)).abs() <= 1.0,
+            "{name}: top at {top} for {reserved:.2} GiB"
+        );
+        // The dashed limit over this column, and the bar under it (the plan fits).
+        let limit = device["limit_bytes"].as_u64().unwrap() as f64 / GIB;
+        let limit_y = zero - limit * per_gib;
+        assert!(
+            dashes.iter().any(|d| (d[0].1 as f64 - limit_y).abs() <= 1.0 && (d[0].0 - x).abs() < 200),
+            "{name}: the limit is drawn at {limit_y:.0}"
+        );
+        assert!(top >= limit_y - 1.0, "{name}: within its limit, drawn within it");
+        // Each run of consecutive layers is named (`layers 0–13`).
+        let layers: Vec<u64> = device["units"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|u| u.as_str()?.strip_prefix("model.layers.")?.parse().ok())
+            .collect();
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for n in layers {
+            match runs.last_mut() {
+                Some(run) if run.1 + 1 == n => run.1 = n,
+                _ => runs.push((n, n)),
+            }
+        }
+        assert!(!runs.is_empty(), "{name} holds layers");
+        for (a, b) in runs {
+            let label = if a == b { format!("layers {a}") } else { format!("layers {a}–{b}") };
+            assert!(says(&svg, &label), "{name}: `{label}` is written beside its layers");
+        }
+    }
 }

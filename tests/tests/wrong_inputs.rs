@@ -32,11 +32,11 @@ fn a_headroom_as_percent_or_share_below_one_is_one_figure() {
     assert_ok(&percent);
     assert_ok(&share);
     let (percent, share) = (percent.json(), share.json());
-    assert_eq!(percent["max_memory"], share["max_memory"], "`10%` and `0.1` are the same headroom");
+    let limit = |v: &serde_json::Value| v["devices"][0]["limit_bytes"].as_u64().unwrap();
+    assert_eq!(limit(&percent), limit(&share), "`10%` and `0.1` are the same headroom");
     assert_eq!(percent["device_map"], share["device_map"]);
     let wider = plan(&["--headroom", "20%", "--json"]);
     assert_ok(&wider);
-    let limit = |v: &serde_json::Value| v["max_memory"]["0"].as_u64().unwrap();
     assert!(limit(&wider.json()) < limit(&percent), "20 % keeps more free than 10 %");
 }
 

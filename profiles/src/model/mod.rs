@@ -187,6 +187,10 @@ pub struct ModelDescription {
     pub name: String,
     /// The top-level class (`MixtralForCausalLM`).
     pub architecture: String,
+    /// Built from a custom-model YAML: its classes are the user's own, and no transformers class
+    /// loads it (`from_pretrained` of `architecture` would not make this model).
+    #[serde(skip)]
+    pub custom: bool,
     /// The transformers naming its module paths follow.
     pub naming: Naming,
     /// The checkpoint's (or config's `torch_dtype`) dtype of floating-point parameters.
@@ -235,6 +239,36 @@ impl ModelDescription {
     /// Whether `path` names a module or a tensor of the model.
     pub fn has_path(&self, path: &str) -> bool {
         self.root.find(path).is_some() || self.root.tensor(path).is_some()
+    }
+
+    /// A learned table of absolute positions, where the model has one: the embedding outside
+    /// the blocks whose rows are the model's positions (GPT-2's `wpe`, BERT's
+    /// `position_embeddings`, OPT's `embed_positions` with its offset of 2, a custom model's
+    /// own), and the longest sequence it indexes. Past it the embedding raises `IndexError:
+    /// index out of range in self`: a hard limit, unlike rotary or relative positions (XLNet,
+    /// T5, BLOOM's ALiBi), which only degrade.
+    pub fn learned_positions(&self) -> Option<(String, u64)> {
+        let positions = self.facts.max_positions;
+        if positions == 0 {
+            return None;
+        }
+        let in_block = |path: &str| {
+            self.facts.layers.iter().any(|l| path.strip_prefix(&l.path).is_some_and(|r| r.starts_with('.')))
+        };
+        let mut found = None;
+        self.root.visit(&mut |m| {
+            if found.is_some() || m.kind != ModuleKind::Embedding || in_block(&m.path) {
+                return;
+            }
+            let rows = m.tensors.iter().find(|t| t.name == "weight").and_then(|t| t.shape.first().copied());
+            if let Some(rows) = rows
+                && rows != self.facts.vocab_size
+                && (rows == positions || rows == positions + 2)
+            {
+                found = Some((m.path.clone(), positions));
+            }
+        });
+        found
     }
 
     /// Groups of parameter paths that share one storage (the canonical path first), sorted.

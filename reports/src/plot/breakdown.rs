@@ -5,9 +5,9 @@
 //! allocated, the allocator's cache above it (reserved − allocated), and what the driver
 //! counts outside PyTorch (driver-used − reserved).
 
-use super::Key;
+use super::measure::{self, title_height};
 use super::{
-    CAPACITY, Drawn, FAINT, Figure, INK, USABLE, clip, dashed, gib, legend, part_colour, text, title,
+    CAPACITY, Drawn, FAINT, Figure, INK, Key, USABLE, dashed, gib, legend, part_colour, text, title,
 };
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -27,6 +27,13 @@ pub(crate) const MEASURED_OUTSIDE: RGBColor = RGBColor(0xC8, 0xC8, 0xDC);
 const COLUMN: u32 = 250;
 /// Pixels for the legend at the right.
 const LEGEND: u32 = 280;
+/// Pixels of the figure below the title with one line under each bar; each further line adds
+/// [`LINE`].
+const BODY: u32 = 580;
+/// Pixels per line of words under a bar, their size, and how many at most.
+const LINE: i32 = 15;
+const WORDS: u32 = 12;
+const MOST_LINES: usize = 5;
 
 /// The breakdown of an estimate, and what a validation measured where there is one.
 pub struct Breakdown<'a> {
@@ -43,6 +50,30 @@ impl Breakdown<'_> {
         self.measured?.iter().find(|m| m.device == device)
     }
 
+    /// The words under a device's bar, wrapped to its column.
+    fn words_under(device: &DeviceEstimate) -> Vec<String> {
+        let lines = [
+            format!("GPU {} · {}", device.id, device.name),
+            verdict(device),
+            format!("peak: {}", device.peak_at),
+        ];
+        let room = COLUMN as i32 - 14;
+        let mut out: Vec<String> = Vec::new();
+        for line in lines {
+            let left = MOST_LINES.saturating_sub(out.len());
+            out.extend(measure::wrap(&line, WORDS, room, left));
+        }
+        out
+    }
+
+    /// The room under the bars: the words (below the predicted / measured captions where a
+    /// validation is drawn) and a margin.
+    fn label_area(&self) -> u32 {
+        let lines = self.devices.iter().map(|d| Breakdown::words_under(d).len()).max().unwrap_or(1).max(1);
+        let captions = if self.measured.is_some() { 22 } else { 8 };
+        (captions + LINE * lines as i32 + 8) as u32
+    }
+
     /// The bar's segments of a measured device, bottom up.
     fn measured_segments(m: &DevicePeaks) -> [(RGBColor, u64); 3] {
         [
@@ -56,13 +87,15 @@ impl Breakdown<'_> {
 impl Figure for Breakdown<'_> {
     fn size(&self) -> (u32, u32) {
         let columns = self.devices.len().max(1) as u32;
-        (120 + LEGEND + COLUMN * columns, 620)
+        let width = 120 + LEGEND + COLUMN * columns;
+        (width, title_height(&self.title, width) + BODY + self.label_area().saturating_sub(70))
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Drawn<DB> {
         title(root, &self.title)?;
         let (width, _) = self.size();
-        let (plot, side) = root.margin(40, 0, 0, 0).split_horizontally(width - LEGEND);
+        let (plot, side) =
+            root.margin(title_height(&self.title, width), 0, 0, 0).split_horizontally(width - LEGEND);
         let top = self
             .devices
             .iter()
@@ -75,7 +108,7 @@ impl Figure for Breakdown<'_> {
         let n = self.devices.len().max(1) as f64;
         let mut chart = ChartBuilder::on(&plot)
             .margin(12)
-            .x_label_area_size(70)
+            .x_label_area_size(self.label_area().max(70))
             .y_label_area_size(70)
             .build_cartesian_2d(0f64..n, 0f64..gib(top) * 1.08)?;
         chart
@@ -130,16 +163,11 @@ impl Figure for Breakdown<'_> {
             ))?;
             dashed(root, span, at(0.0, gib(device.usable_bytes)).1, USABLE)?;
             let (centre, base) = at(left + 0.5, 0.0);
-            let lines = [
-                format!("GPU {} · {}", device.id, device.name),
-                verdict(device),
-                format!("peak: {}", device.peak_at),
-            ];
             let mut y = base + if measured.is_some() { 22 } else { 8 };
-            for line in wrap(&lines, 40) {
-                let style = text(12).pos(Pos::new(HPos::Center, VPos::Top));
+            for line in Breakdown::words_under(device) {
+                let style = text(WORDS).pos(Pos::new(HPos::Center, VPos::Top));
                 root.draw(&Text::new(line, (centre, y), style))?;
-                y += 15;
+                y += LINE;
             }
         }
         let mut rows: Vec<(Key, String)> = Part::ALL
@@ -154,9 +182,11 @@ impl Figure for Breakdown<'_> {
         }
         rows.push((Key::Line(CAPACITY), "capacity (nvidia-smi total)".into()));
         rows.push((Key::Dashed(USABLE), "usable by PyTorch".into()));
-        legend(&side, (10, 30), &rows)?;
-        let y = 30 + 22 * rows.len() as i32 + 10;
-        side.draw(&Text::new("bars: device-used at the peak", (10, y), text(12).color(&INK)))?;
+        let room = LEGEND as i32 - 20;
+        legend(&side, (10, 30), &rows, room)?;
+        let y = 30 + super::LEGEND_ROW * rows.len() as i32 + 10;
+        let note = measure::fit("bars: device-used at the peak", 12, room);
+        side.draw(&Text::new(note, (10, y), text(12).color(&INK)))?;
         Ok(())
     }
 }
@@ -184,25 +214,4 @@ fn verdict(d: &DeviceEstimate) -> String {
             format_bytes(d.peak_reserved_bytes.saturating_sub(d.usable_bytes))
         )
     }
-}
-
-/// `lines` broken at spaces into lines of at most `width` characters (a longer word is cut),
-/// at most five in all.
-fn wrap(lines: &[String], width: usize) -> Vec<String> {
-    let mut out = Vec::new();
-    for line in lines {
-        let mut current = String::new();
-        for word in line.split(' ') {
-            if !current.is_empty() && current.chars().count() + 1 + word.chars().count() > width {
-                out.push(std::mem::take(&mut current));
-            }
-            if !current.is_empty() {
-                current.push(' ');
-            }
-            current += word;
-        }
-        out.push(clip(&current, width));
-    }
-    out.truncate(5);
-    out
 }

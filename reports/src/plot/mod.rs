@@ -9,6 +9,10 @@
 //!   the clock).
 //! - PNG is plotters' RGB bitmap (with text drawn by [`bitmap::Bitmap`]) encoded by the `png`
 //!   crate.
+//! - Words are laid out in pixels measured in the embedded font (`measure.rs`): titles wrap,
+//!   labels are cut to their room or left out where they would touch another, so that no text
+//!   leaves the canvas or overlaps another; [`text_boxes`] records where each text lands, and
+//!   the tests hold every figure to that (`tests.rs`).
 //!
 //! Colours follow Okabe and Ito's palette for colour-blind readers; one colour per component,
 //! the same in every figure.
@@ -16,13 +20,18 @@
 mod bitmap;
 mod breakdown;
 mod grid;
+mod measure;
 mod placement;
+mod record;
 mod sweep;
+#[cfg(test)]
+mod tests;
 mod timeline;
 
 pub use breakdown::Breakdown;
 pub use grid::GridFigure;
 pub use placement::PlacementFigure;
+pub use record::{Layout, TextBox, text_boxes};
 pub use sweep::SweepFigure;
 pub use timeline::TimelineFigure;
 
@@ -32,7 +41,7 @@ use plotters::style::{FontStyle, register_font};
 use std::path::Path;
 use std::sync::OnceLock;
 use vramplan_sim::estimate::Part;
-use vramplan_sim::workload::{Finetune, GradCheckpointing, Mode, Quant, Workload};
+use vramplan_sim::workload::{Engine, Finetune, GradCheckpointing, Mode, Parallelism, Quant, Workload};
 
 /// The file formats a plot is written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +91,12 @@ static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
 
 /// The family every text style names; registered once per process.
 pub(crate) const FAMILY: &str = "sans-serif";
+
+/// The embedded font, parsed once, for measuring text.
+pub(crate) fn font() -> &'static ab_glyph::FontRef<'static> {
+    static PARSED: OnceLock<ab_glyph::FontRef<'static>> = OnceLock::new();
+    PARSED.get_or_init(|| ab_glyph::FontRef::try_from_slice(FONT).expect("the embedded font parses"))
+}
 
 fn register_embedded_font() -> Result<(), PlotError> {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
@@ -159,15 +174,6 @@ pub(crate) fn gib(bytes: u64) -> f64 {
     bytes as f64 / (1u64 << 30) as f64
 }
 
-/// `text` cut to at most `chars` characters, with an ellipsis where it was cut.
-pub(crate) fn clip(text: &str, chars: usize) -> String {
-    if text.chars().count() <= chars {
-        return text.to_string();
-    }
-    let kept: String = text.chars().take(chars.saturating_sub(1)).collect();
-    kept + "…"
-}
-
 /// A horizontal dashed line from `x0` to `x1` at `y` (pixels), in `colour`.
 pub(crate) fn dashed<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
@@ -196,14 +202,16 @@ pub(crate) enum Key {
     Ring(RGBColor),
 }
 
-/// A legend: a key and a name per row, from `(x, y)` down (pixels).
+/// A legend: a key and a name per row, from `(x, y)` down (pixels), each row at most `room`
+/// pixels wide (a longer name is cut with an ellipsis).
 pub(crate) fn legend<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     (x, y): (i32, i32),
     rows: &[(Key, String)],
+    room: i32,
 ) -> Drawn<DB> {
     for (i, (key, name)) in rows.iter().enumerate() {
-        let top = y + 22 * i as i32;
+        let top = y + LEGEND_ROW * i as i32;
         match key {
             Key::Swatch(colour) => {
                 area.draw(&Rectangle::new([(x, top), (x + 14, top + 14)], colour.filled()))?
@@ -214,19 +222,48 @@ pub(crate) fn legend<DB: DrawingBackend>(
             Key::Dashed(colour) => dashed(area, (x, x + 24), top + 7, *colour)?,
             Key::Ring(colour) => area.draw(&Circle::new((x + 12, top + 7), 5, colour.stroke_width(2)))?,
         }
-        let indent = if matches!(key, Key::Swatch(_)) { 20 } else { 30 };
-        area.draw(&Text::new(name.clone(), (x + indent, top), text(13)))?;
+        let indent = key.indent();
+        area.draw(&Text::new(
+            measure::fit(name, LEGEND_TEXT, room - indent),
+            (x + indent, top),
+            text(LEGEND_TEXT),
+        ))?;
     }
     Ok(())
 }
 
-/// A title across the top of `area`.
-pub(crate) fn title<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, words: &str) -> Drawn<DB> {
-    area.draw(&Text::new(clip(words, 110), (16, 10), text(17)))
+/// Pixels between a legend's rows, and the size of its text.
+pub(crate) const LEGEND_ROW: i32 = 22;
+const LEGEND_TEXT: u32 = 13;
+
+impl Key {
+    /// Where a legend row's name starts after its key.
+    fn indent(&self) -> i32 {
+        if matches!(self, Key::Swatch(_)) { 20 } else { 30 }
+    }
 }
 
-/// A workload in a few words for a heading: `train, LoRA r16, nf4, batch 4 × 2048, checkpointing`;
-/// `shape` replaces `batch 4 × 2048` where a figure sweeps it.
+/// The width of a legend's widest row, uncut.
+pub(crate) fn legend_width(rows: &[(Key, String)]) -> i32 {
+    rows.iter().map(|(key, name)| key.indent() + measure::width(name, LEGEND_TEXT)).max().unwrap_or(0)
+}
+
+/// The title across the top of `area`, on as many lines as [`measure::title_lines`] breaks it
+/// into for the area's width ([`measure::title_height`] is the room it takes).
+pub(crate) fn title<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, words: &str) -> Drawn<DB> {
+    let width = area.dim_in_pixel().0;
+    for (k, line) in measure::title_lines(words, width).into_iter().enumerate() {
+        let top = measure::title_line_top(k);
+        area.draw(&Text::new(line, (measure::TITLE_LEFT, top), text(measure::TITLE_SIZE)))?;
+    }
+    Ok(())
+}
+
+/// A workload in a few words for a heading: `train, LoRA r16, DDP, nf4, batch 4 × 2048 per GPU,
+/// checkpointing`; `shape` replaces `batch 4 × 2048` where a figure sweeps it. Training names
+/// what is trained (all parameters, or LoRA adapters: a workload does not say whether the
+/// weights were pretrained), and the parallelism and engine are named where they are not the
+/// default (one copy of the model under transformers).
 pub fn workload_words(workload: &Workload, shape: Option<&str>) -> String {
     let mut words = vec![match workload.mode {
         Mode::Train => "train".to_string(),
@@ -234,16 +271,37 @@ pub fn workload_words(workload: &Workload, shape: Option<&str>) -> String {
     }];
     if workload.mode == Mode::Train {
         words.push(match &workload.finetune {
-            Finetune::Full => "full fine-tune".to_string(),
+            Finetune::Full => "all parameters".to_string(),
             Finetune::Lora { rank, .. } => format!("LoRA r{rank}"),
         });
+    }
+    match &workload.engine {
+        Engine::Transformers => {}
+        Engine::Vllm { .. } => words.push("vLLM".to_string()),
+        Engine::LlamaCpp { .. } => words.push("llama.cpp".to_string()),
+    }
+    let data_parallel = matches!(workload.parallelism, Parallelism::Ddp | Parallelism::Zero { .. });
+    match workload.parallelism {
+        Parallelism::Single => {}
+        Parallelism::Ddp => words.push("DDP".to_string()),
+        Parallelism::Zero { stage, offload_optimizer, offload_params } => {
+            words.push(if stage >= 3 { "ZeRO-3 / FSDP".to_string() } else { format!("ZeRO-{stage}") });
+            if offload_optimizer {
+                words.push("optimizer states on the CPU".to_string());
+            }
+            if offload_params {
+                words.push("parameters on the CPU".to_string());
+            }
+        }
+        Parallelism::Tensor { size } => words.push(format!("tensor parallel over {size} GPUs")),
     }
     if workload.quant != Quant::None {
         words.push(crate::quant_name(&workload.quant));
     } else if let Some(dtype) = workload.weight_dtype {
         words.push(dtype.to_string());
     }
-    words.push(shape.map_or_else(|| format!("batch {} × {}", workload.batch, workload.seq), str::to_string));
+    let shape = shape.map_or_else(|| format!("batch {} × {}", workload.batch, workload.seq), str::to_string);
+    words.push(if data_parallel { format!("{shape} per GPU") } else { shape });
     if workload.mode == Mode::Train && workload.grad_checkpointing != GradCheckpointing::Off {
         words.push("checkpointing".to_string());
     }

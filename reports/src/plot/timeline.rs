@@ -4,7 +4,8 @@
 //! and labelled with its event. The curve is the simulator's aggregated trace
 //! ([`vramplan_sim::trace`]), so a large model stays a small file.
 
-use super::{Drawn, FAINT, Figure, Key, USABLE, clip, dashed, gib, legend, text, title};
+use super::measure::{self, title_height};
+use super::{Drawn, FAINT, Figure, Key, USABLE, dashed, gib, legend, text, title};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -46,12 +47,12 @@ fn phase_style(phase: Phase) -> (RGBColor, &'static str) {
 
 impl Figure for TimelineFigure<'_> {
     fn size(&self) -> (u32, u32) {
-        (1100, 60 + PANEL * self.trace.devices.len().max(1) as u32)
+        (1100, title_height(&self.title, 1100) + 20 + PANEL * self.trace.devices.len().max(1) as u32)
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Drawn<DB> {
         title(root, &self.title)?;
-        let (body, side) = root.margin(40, 0, 0, 0).split_horizontally(880);
+        let (body, side) = root.margin(title_height(&self.title, 1100), 0, 0, 0).split_horizontally(880);
         let panels = body.split_evenly((self.trace.devices.len().max(1), 1));
         let ops = self.trace.ops.max(1) as f64;
         for (k, (device, panel)) in self.trace.devices.iter().zip(&panels).enumerate() {
@@ -70,9 +71,8 @@ impl Figure for TimelineFigure<'_> {
                 let (shade, name) = phase_style(span.phase);
                 let (a, b) = (at(span.first_op as f64, gib(top) * 1.1), at(span.end_op as f64, 0.0));
                 root.draw(&Rectangle::new([a, b], shade.filled()))?;
-                if k == 0 && b.0 - a.0 >= 60 {
-                    let label =
-                        if span.step > 0 { format!("{name} {}", span.step) } else { name.to_string() };
+                let label = if span.step > 0 { format!("{name} {}", span.step) } else { name.to_string() };
+                if k == 0 && measure::width(&label, 11) + 6 <= b.0 - a.0 {
                     root.draw(&Text::new(
                         label,
                         ((a.0 + b.0) / 2, a.1 - 4),
@@ -115,7 +115,8 @@ impl Figure for TimelineFigure<'_> {
                 format_bytes(device.peak.allocated),
                 device.peak_at
             );
-            root.draw(&Text::new(clip(&words, 110), (span.0 + 6, at(0.0, gib(top) * 1.1).1 + 4), text(12)))?;
+            let words = measure::fit(&words, 12, span.1 - span.0 - 12);
+            root.draw(&Text::new(words, (span.0 + 6, at(0.0, gib(top) * 1.1).1 + 4), text(12)))?;
         }
         let mut rows = vec![
             (Key::Line(ALLOCATED), "allocated".to_string()),
@@ -131,7 +132,7 @@ impl Figure for TimelineFigure<'_> {
         }
         rows.push((Key::Dashed(USABLE), "usable by PyTorch".into()));
         rows.push((Key::Ring(PEAK), "peak allocated".into()));
-        legend(&side, (10, 30), &rows)?;
+        legend(&side, (10, 30), &rows, 200)?;
         Ok(())
     }
 }

@@ -30,7 +30,38 @@ pub fn validate(
 /// over shapes checks at every point, having checked the rest once.
 pub fn validate_shape(workload: &Workload, model: &ModelDescription) -> Result<(), InputError> {
     check_sizes(workload)?;
-    check_scale(workload, model)
+    check_scale(workload, model)?;
+    check_positions(workload, model)
+}
+
+/// The context a workload asks the model for: the sequence, or llama.cpp's context.
+fn context(w: &Workload) -> u64 {
+    match w.engine {
+        Engine::LlamaCpp { n_ctx, .. } if n_ctx > 0 => n_ctx,
+        _ => w.seq,
+    }
+}
+
+/// A model with a learned table of positions indexes no position past it
+/// ([`ModelDescription::learned_positions`]): a longer sequence is refused.
+fn check_positions(w: &Workload, model: &ModelDescription) -> Result<(), InputError> {
+    let Some((table, limit)) = model.learned_positions() else { return Ok(()) };
+    let context = context(w);
+    if context > limit {
+        let key =
+            if matches!(w.engine, Engine::LlamaCpp { n_ctx, .. } if n_ctx > 0) { "n_ctx" } else { "seq" };
+        return Err(InputError::new(
+            ORIGIN,
+            format!(
+                "a context of {context} tokens is past {}'s learned table of {limit} positions (`{table}`): the \
+                 runtime raises `IndexError: index out of range in self` at its embedding",
+                model.name
+            ),
+        )
+        .at_key(key)
+        .with_fix(format!("give a sequence of at most {limit} tokens (`--seq {limit}`)")));
+    }
+    Ok(())
 }
 
 /// The checks of [`validate`] that hold whatever the shape ([`validate_shape`] has the others).
@@ -391,6 +422,21 @@ fn warnings(w: &Workload, model: &ModelDescription, hardware: &HardwareProfile) 
     }
     let gguf = matches!(w.engine, Engine::LlamaCpp { .. });
     let weights = weight_dtype(w, model);
+    // fp16 autocast scales the loss (`GradScaler`), whose `unscale_` refuses fp16 gradients: a
+    // full fine-tune of fp16 weights stops at the first optimizer step in the HF Trainer.
+    if w.mode == Mode::Train
+        && w.trainer == Trainer::Transformers
+        && matches!(w.finetune, Finetune::Full)
+        && weights == DType::F16
+        && w.autocast == Some(DType::F16)
+    {
+        out.push(
+            "fp16 weights trained with fp16 autocast: the HF Trainer stops at the first step with `ValueError: \
+             Attempting to unscale FP16 gradients.` (its GradScaler needs fp32 parameters); load the weights in \
+             fp32 (`--dtype fp32 --autocast fp16`), or use bf16 where the GPU has it"
+                .to_string(),
+        );
+    }
     let mut bf16_uses = Vec::new();
     if !gguf && weights == DType::BF16 {
         bf16_uses.push(if w.weight_dtype.is_some() {
@@ -457,11 +503,12 @@ fn warnings(w: &Workload, model: &ModelDescription, hardware: &HardwareProfile) 
         }
     }
     let positions = model.facts.max_positions;
-    let context = match w.engine {
-        Engine::LlamaCpp { n_ctx, .. } => n_ctx,
-        _ => w.seq,
-    };
-    if positions > 0 && context > positions {
+    let context = context(w);
+    // Past a rotary model's positions quality degrades; relative positions (XLNet, T5) have no
+    // such length, and a learned table is a hard limit (`check_positions`).
+    let mut rotary = false;
+    model.root.visit(&mut |m| rotary |= m.tensors.iter().any(|t| t.name == "inv_freq"));
+    if positions > 0 && context > positions && rotary {
         out.push(format!(
             "a context of {context} tokens is longer than {}'s {positions} positions \
              (`max_position_embeddings`): quality degrades past it unless rope scaling extends it",

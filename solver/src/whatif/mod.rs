@@ -26,7 +26,9 @@ pub use queries::{
     Cap, Cheapest, Concurrency, EngineKind, Fewest, Largest, PricedProfile, QuantChoice, Quantity,
     best_quant, cheapest, max_batch, max_concurrency, max_seq, min_gpus,
 };
-pub use run_flags::{RunFlags, quantization_config, run_flags};
+pub use run_flags::{
+    RunFlags, accumulation, keeps_effective_batch, pretrained_source, quantization_config, run_flags,
+};
 
 use crate::build::Request;
 use crate::explain::LORA_RANK;

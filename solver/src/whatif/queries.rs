@@ -103,6 +103,18 @@ pub fn max_batch(question: &Question) -> Result<Largest, InputError> {
 /// unless `past_positions`.
 pub fn max_seq(question: &Question, past_positions: bool) -> Result<Largest, InputError> {
     let positions = question.model.facts.max_positions;
+    // A learned table of positions is a hard limit: no sequence past it runs.
+    if let (true, Some((table, limit))) = (past_positions, question.model.learned_positions()) {
+        return Err(InputError::new(
+            "--past-positions",
+            format!(
+                "{}'s positions are a learned table of {limit} (`{table}`): a longer sequence raises \
+                 `IndexError: index out of range in self`, so none past it runs",
+                question.model.name
+            ),
+        )
+        .with_fix("leave out --past-positions: the answer stops at the table's length"));
+    }
     let cap = (!past_positions && positions > 0).then_some(Cap::Positions(positions));
     let high = match cap {
         Some(Cap::Positions(p)) => p,

@@ -22,24 +22,43 @@ use vramplan_sim::workload::{
 /// The arguments of one program or call, in order.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunFlags {
-    /// Where they go: `SFTConfig`, `from_pretrained`, `LoraConfig`, `generate`, `vllm serve`,
-    /// `llama-server`.
-    pub call: &'static str,
+    /// What it calls: a program (`vllm serve`, `llama-server`, `torchrun`) or a Python callable
+    /// (`LlamaForCausalLM.from_pretrained`, `LoraConfig`, `SFTConfig`); a Python comment
+    /// (`#`) for what is said, not run.
+    pub call: String,
     /// `call` is a program run from a shell (its arguments are flags), not a Python call (its
     /// arguments are keywords).
     pub command_line: bool,
+    /// The Python name the call's result is bound to (`model`, `peft_config`, `args`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub assign: Option<&'static str>,
+    /// Positional arguments, before the keywords (the model's repository).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub positional: Vec<String>,
     /// `(name, value)`: a flag and its value for command lines (`--max-model-len`, `8192`; a
     /// positional argument or a switch has an empty value), a keyword and its Python literal for
     /// calls (`per_device_train_batch_size`, `4`).
     pub args: Vec<(String, String)>,
+    /// What the Python call needs imported: `(module, name)` (`("transformers",
+    /// "LlamaForCausalLM")`; a plain `import torch` is `("torch", "")`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub imports: Vec<(String, String)>,
     /// The device map of the answer, for `from_pretrained(device_map=...)`.
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "super::optional_map")]
     pub device_map: Option<Vec<(String, vramplan_sim::placement::Target)>>,
 }
 
 impl RunFlags {
-    fn new(call: &'static str) -> RunFlags {
-        RunFlags { call, command_line: false, args: Vec::new(), device_map: None }
+    fn new(call: impl Into<String>) -> RunFlags {
+        RunFlags {
+            call: call.into(),
+            command_line: false,
+            assign: None,
+            positional: Vec::new(),
+            args: Vec::new(),
+            imports: Vec::new(),
+            device_map: None,
+        }
     }
 
     fn command(program: &'static str) -> RunFlags {
@@ -50,12 +69,63 @@ impl RunFlags {
         self.args.push((name.to_string(), value.to_string()));
     }
 
+    fn import(&mut self, module: &str, name: &str) {
+        let import = (module.to_string(), name.to_string());
+        if !self.imports.contains(&import) {
+            self.imports.push(import);
+        }
+    }
+
     /// Sets `name` to `value`, in place where it is already there, else at the end.
     pub fn set(&mut self, name: &str, value: String) {
         match self.args.iter_mut().find(|(n, _)| n == name) {
             Some(arg) => arg.1 = value,
             None => self.args.push((name.to_string(), value)),
         }
+    }
+}
+
+/// What `from_pretrained` is given for the model: its Hub repository for a built-in, the
+/// folder of a `config.json` or model folder, and nothing for a custom model, which has no
+/// transformers class to load it with.
+pub fn pretrained_source(model: &ModelDescription) -> Option<String> {
+    use vramplan_profiles::model::catalog;
+    if model.custom {
+        return None;
+    }
+    if let Some((_, repo)) = catalog::builtin_entries().into_iter().find(|(name, _)| *name == model.name) {
+        return Some(repo.to_string());
+    }
+    let path = std::path::Path::new(&model.name);
+    let extension = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
+    match extension.as_deref() {
+        Some("yaml" | "yml") => None,
+        Some("json") => Some(
+            path.parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map_or_else(|| ".".to_string(), |p| p.display().to_string()),
+        ),
+        _ => Some(model.name.clone()),
+    }
+}
+
+/// What a model's class trains as: a causal LM (TRL's `SFTConfig`, PEFT's `CAUSAL_LM`), an
+/// encoder-decoder (`SEQ_2_SEQ_LM`), or another head (the Trainer's `TrainingArguments`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    CausalLm,
+    Seq2Seq,
+    Other,
+}
+
+fn kind(model: &ModelDescription) -> Kind {
+    let a = model.architecture.as_str();
+    if a.ends_with("ForCausalLM") || (a.ends_with("LMHeadModel") && a != "XLNetLMHeadModel") {
+        Kind::CausalLm
+    } else if a.ends_with("ForConditionalGeneration") && model.facts.model_type == "t5" {
+        Kind::Seq2Seq
+    } else {
+        Kind::Other
     }
 }
 
@@ -69,53 +139,115 @@ pub fn run_flags(
     fit: &Fit,
 ) -> Vec<RunFlags> {
     match answer.engine {
-        Engine::Transformers => transformers(model, question, answer, fit),
-        Engine::Vllm { gpu_memory_utilization, .. } => vec![vllm(answer, gpu_memory_utilization)],
+        Engine::Transformers => transformers(model, hardware, question, answer, fit),
+        Engine::Vllm { gpu_memory_utilization, .. } => vec![vllm(model, answer, gpu_memory_utilization)],
         Engine::LlamaCpp { n_ctx, n_ubatch } => vec![llamacpp(model, hardware, answer, n_ctx, n_ubatch)],
     }
 }
 
 fn transformers(
     model: &ModelDescription,
+    hardware: &HardwareProfile,
     question: &Workload,
     answer: &Workload,
     fit: &Fit,
 ) -> Vec<RunFlags> {
-    let mut load = RunFlags::new("from_pretrained");
-    load.arg("dtype", format!("torch.{}", answer.weight_dtype.unwrap_or(model.dtype).torch_name()));
-    if let Some(config) = quantization_config(&answer.quant, false) {
-        load.arg("quantization_config", config);
+    let kind = kind(model);
+    let data_parallel = matches!(answer.parallelism, Parallelism::Ddp | Parallelism::Zero { .. });
+    let mut out = Vec::new();
+    if data_parallel && answer.mode == Mode::Train {
+        // One process per GPU, each loading the model whole on its own.
+        let mut launch = RunFlags::command("torchrun");
+        launch.arg("--nproc-per-node", hardware.devices.len().max(1));
+        launch.arg("train.py", "");
+        out.push(launch);
     }
-    let attention = match answer.attention {
-        AttentionImpl::Eager => "\"eager\"",
-        AttentionImpl::Sdpa => "\"sdpa\"",
-        AttentionImpl::Flash => "\"flash_attention_2\"",
-    };
-    load.arg("attn_implementation", attention);
-    if let Some(map) = &fit.device_map {
-        load.arg("device_map", "json.load(open(\"device_map.json\"))");
-        load.device_map = Some(map.clone());
-    } else {
-        load.arg("device_map", "\"cuda:0\"");
+    match pretrained_source(model) {
+        Some(source) => {
+            let mut load = RunFlags::new(format!("{}.from_pretrained", model.architecture));
+            load.assign = Some("model");
+            load.import("transformers", &model.architecture);
+            load.positional.push(format!("{source:?}"));
+            load.import("torch", "");
+            load.arg("dtype", format!("torch.{}", answer.weight_dtype.unwrap_or(model.dtype).torch_name()));
+            if let Some(config) = quantization_config(&answer.quant, false) {
+                let class = config.split('(').next().unwrap_or_default().to_string();
+                load.import("transformers", &class);
+                load.arg("quantization_config", config);
+            }
+            // SDPA is what transformers picks where a class supports it and eager where it does
+            // not (Gemma 2, XLNet), while naming it for such a class raises: only another choice
+            // is written.
+            match answer.attention {
+                AttentionImpl::Eager => load.arg("attn_implementation", "\"eager\""),
+                AttentionImpl::Flash => load.arg("attn_implementation", "\"flash_attention_2\""),
+                AttentionImpl::Sdpa => {}
+            }
+            if data_parallel {
+                load.import("os", "");
+                load.arg("device_map", "{\"\": int(os.environ[\"LOCAL_RANK\"])}");
+            } else if let Some(map) = &fit.device_map {
+                load.import("json", "");
+                load.arg("device_map", "json.load(open(\"device_map.json\"))");
+                load.device_map = Some(map.clone());
+            } else {
+                load.arg("device_map", "\"cuda:0\"");
+            }
+            out.push(load);
+        }
+        None => {
+            let mut note = RunFlags::new("#");
+            note.arg(
+                "a custom model",
+                "build it with your own class and move it to the GPU; no transformers class loads it",
+            );
+            out.push(note);
+        }
     }
-    let mut out = vec![load];
     if let Finetune::Lora { rank, alpha, targets } = &answer.finetune {
         let mut lora = RunFlags::new("LoraConfig");
+        lora.assign = Some("peft_config");
+        lora.import("peft", "LoraConfig");
         lora.arg("r", rank);
         lora.arg("lora_alpha", alpha);
-        if !targets.is_empty() {
-            let quoted: Vec<String> = targets.iter().map(|t| format!("\"{t}\"")).collect();
-            lora.arg("target_modules", format!("[{}]", quoted.join(", ")));
+        match targets.as_slice() {
+            [] => {}
+            // PEFT takes the keyword `all-linear` as a string only: the list `["all-linear"]`
+            // names a module called `all-linear` and raises `NoMatchingPeftModuleError`.
+            [all] if all == "all-linear" => lora.arg("target_modules", "\"all-linear\""),
+            targets => {
+                let quoted: Vec<String> = targets.iter().map(|t| format!("{t:?}")).collect();
+                lora.arg("target_modules", format!("[{}]", quoted.join(", ")));
+            }
+        }
+        match kind {
+            Kind::CausalLm => lora.arg("task_type", "\"CAUSAL_LM\""),
+            Kind::Seq2Seq => lora.arg("task_type", "\"SEQ_2_SEQ_LM\""),
+            Kind::Other => {}
         }
         out.push(lora);
     }
     match answer.mode {
         Mode::Train => {
-            let mut args = RunFlags::new("SFTConfig");
-            args.arg("per_device_train_batch_size", answer.batch);
-            let effective = question.batch.saturating_mul(question.grad_accum.max(1));
-            args.arg("gradient_accumulation_steps", effective.div_ceil(answer.batch.max(1)).max(1));
-            args.arg("max_length", answer.seq);
+            // TRL's `SFTConfig` for a causal LM (it takes the sequence length); the Trainer's
+            // `TrainingArguments` for any other head, whose inputs the tokenizer cuts.
+            let mut args = if kind == Kind::CausalLm {
+                let mut args = RunFlags::new("SFTConfig");
+                args.import("trl", "SFTConfig");
+                args
+            } else {
+                let mut args = RunFlags::new("TrainingArguments");
+                args.import("transformers", "TrainingArguments");
+                args
+            };
+            args.assign = Some("args");
+            let (per_device, steps) = accumulation(question, answer);
+            args.arg("output_dir", "\"out\"");
+            args.arg("per_device_train_batch_size", per_device);
+            args.arg("gradient_accumulation_steps", steps);
+            if kind == Kind::CausalLm {
+                args.arg("max_length", answer.seq);
+            }
             if answer.grad_checkpointing != GradCheckpointing::Off {
                 args.arg("gradient_checkpointing", "True");
             }
@@ -126,15 +258,76 @@ fn transformers(
             }
             args.arg("optim", optim(answer.optimizer));
             out.push(args);
+            let mut notes = RunFlags::new("#");
+            if kind != Kind::CausalLm {
+                notes.arg("sequences", format!("tokenize to max_length={}, truncation=True", answer.seq));
+            }
+            let asked = question.batch.saturating_mul(question.grad_accum.max(1)).max(1);
+            if !keeps_effective_batch(question, answer) {
+                notes.arg(
+                    "effective batch",
+                    format!(
+                        "{} ({per_device} per device × {steps} steps), not the {asked} asked for: its divisors that \
+                         fit waste more than half of the {} that do",
+                        per_device.saturating_mul(steps),
+                        answer.batch
+                    ),
+                );
+            } else if per_device < answer.batch && steps == 1 {
+                notes.arg(
+                    "effective batch",
+                    format!(
+                        "{asked} as asked; up to {} per device fit, for a larger effective batch",
+                        answer.batch
+                    ),
+                );
+            } else if per_device < answer.batch {
+                notes.arg(
+                    "effective batch",
+                    format!(
+                        "{asked} as asked: {per_device} per device, the largest divisor of it within the {} that fit",
+                        answer.batch
+                    ),
+                );
+            }
+            if !notes.args.is_empty() {
+                out.push(notes);
+            }
         }
         Mode::Inference => {
-            let mut generate = RunFlags::new("generate");
-            generate.arg("batch_size", answer.batch);
-            generate.arg("max_length", answer.seq);
+            let mut generate = RunFlags::new("#");
+            generate.arg(
+                "generate",
+                format!(
+                    "up to {} sequences of up to {} tokens at a time (max_length={})",
+                    answer.batch, answer.seq, answer.seq
+                ),
+            );
             out.push(generate);
         }
     }
     out
+}
+
+/// How to run `answer.batch` sequences per device (the most that fit) at the question's effective
+/// batch (per device × accumulation): `(per device, accumulation steps)`. Where the effective
+/// batch is at most what fits, all of it per device; else the largest divisor of it that fits,
+/// unless that wastes more than half of what fits (a prime effective batch), where what fits is
+/// used and the effective batch rounds up.
+pub fn accumulation(question: &Workload, answer: &Workload) -> (u64, u64) {
+    let effective = question.batch.saturating_mul(question.grad_accum.max(1)).max(1);
+    let fits = answer.batch.max(1);
+    if effective <= fits {
+        return (effective, 1);
+    }
+    let divisor = (1..=fits).rev().find(|d| effective.is_multiple_of(*d)).unwrap_or(1);
+    if 2 * divisor >= fits { (divisor, effective / divisor) } else { (fits, effective.div_ceil(fits)) }
+}
+
+/// Whether [`accumulation`] keeps the question's effective batch exactly.
+pub fn keeps_effective_batch(question: &Workload, answer: &Workload) -> bool {
+    let (per_device, steps) = accumulation(question, answer);
+    per_device.saturating_mul(steps) == question.batch.saturating_mul(question.grad_accum.max(1)).max(1)
 }
 
 /// transformers' `quantization_config` for `quant` as a Python literal (`BitsAndBytesConfig`,
@@ -166,9 +359,9 @@ fn optim(optimizer: Optimizer) -> &'static str {
     }
 }
 
-fn vllm(answer: &Workload, gpu_memory_utilization: f64) -> RunFlags {
+fn vllm(model: &ModelDescription, answer: &Workload, gpu_memory_utilization: f64) -> RunFlags {
     let mut serve = RunFlags::command("vllm serve");
-    serve.arg("MODEL", "");
+    serve.arg(&pretrained_source(model).unwrap_or_else(|| "MODEL".into()), "");
     serve.arg("--max-model-len", answer.seq);
     serve.arg("--gpu-memory-utilization", gpu_memory_utilization);
     if let Parallelism::Tensor { size } = answer.parallelism {

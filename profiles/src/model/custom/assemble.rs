@@ -177,6 +177,8 @@ pub(super) fn assemble(
         None => from_scratch(&file, &mut builder)?,
         Some(base) => extended(&file, base, folder, options, &mut builder)?,
     };
+    // Extended or not, its own modules make it a model no transformers class loads.
+    model.custom = true;
     if let Some(ties) = &file.ties {
         for (tensor, canonical) in &ties.0 {
             model.tie(&tensor.value, &canonical.value).map_err(|e| {
@@ -276,6 +278,7 @@ fn from_scratch(file: &ModelFile, builder: &mut ModuleBuilder) -> Result<ModelDe
         no_split_classes: builder.block_classes.clone(),
     };
     Ok(ModelDescription {
+        custom: true,
         name: file.name.clone().unwrap_or_else(|| origin.to_string()),
         architecture: root.class.clone(),
         naming: Default::default(),

@@ -416,6 +416,7 @@ pub(crate) fn build(
         no_split_classes: vec![format!("{prefix}DecoderLayer")],
     };
     let description = ModelDescription {
+        custom: false,
         name: config.origin().to_string(),
         architecture: arch.to_string(),
         naming: options.naming,

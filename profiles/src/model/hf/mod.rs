@@ -217,6 +217,7 @@ fn describe(
     notes: Vec<String>,
 ) -> ModelDescription {
     ModelDescription {
+        custom: false,
         name: config.origin().to_string(),
         architecture: arch.to_string(),
         naming: options.naming,

@@ -303,6 +303,7 @@ fn describe(
         no_split_classes: vec!["Block".into()],
     };
     let model = ModelDescription {
+        custom: false,
         name: origin.to_string(),
         architecture: "unknown (from safetensors headers)".into(),
         naming: naming.unwrap_or_default(),
