@@ -51,7 +51,17 @@ fn max_batch_is_the_last_batch_a_scan_of_estimate_fits() {
 fn the_time_series_transformer_on_a_4090_at_256_and_512() {
     let model = format!("{}/../docs/examples/timeseries-transformer.yaml", env!("CARGO_MANIFEST_DIR"));
     // Its 512 positions are a learned table: a longer sequence is refused, not estimated.
-    let past = vramplan(&["whatif", "max-batch", &model, "--hardware", "rtx4090", "--mode", "train", "--seq", "2048"]);
+    let past = vramplan(&[
+        "whatif",
+        "max-batch",
+        &model,
+        "--hardware",
+        "rtx4090",
+        "--mode",
+        "train",
+        "--seq",
+        "2048",
+    ]);
     assert_refused(&past, &["learned table of 512 positions", "--seq 512"]);
     for seq in ["256", "512"] {
         let base = [model.as_str(), "--hardware", "rtx4090", "--mode", "train", "--seq", seq];
