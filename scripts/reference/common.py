@@ -284,3 +284,14 @@ class simulated_gpus:
             setattr(obj, name, val)
         self._saved = []
         return False
+
+
+def write_fixture(path, document):
+    """Writes `document` as indented JSON to `path`, atomically (a temporary file renamed)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = str(path) + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(document, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)

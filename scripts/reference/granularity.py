@@ -21,10 +21,10 @@ map with vramplan and compares its bytes loaded per GPU. Run by
 """
 
 import copy
-import json
 import os
 import sys
 
+import common
 from common import FIXTURES, TAG, load_raw_config, versions
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "validate", "harness"))
@@ -201,12 +201,7 @@ def main():
         "versions": versions(),
         "records": records,
     }
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    tmp = str(OUT) + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(document, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, OUT)
+    common.write_fixture(OUT, document)
     print(f"wrote {OUT}: {len(records)} records", file=sys.stderr)
 
 

@@ -201,6 +201,13 @@ def tiny_overrides(raw):
     return o
 
 
+def save_tiny(raw, folder):
+    """Saves a tiny random checkpoint of `raw`'s architecture and module tree to `folder`."""
+    config, _ = common.make_config(raw, **tiny_overrides(raw))
+    torch.manual_seed(0)
+    common.model_class(raw)(config).save_pretrained(folder)
+
+
 def make_inputs(raw):
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(2, VOCAB, (1, 8), generator=g)

@@ -9,8 +9,6 @@ the device rule plays no part), then one forward pass. Writes fixtures/reference
 Run by scripts/reference/run nested (no GPU needed).
 """
 
-import json
-import os
 import shutil
 import tempfile
 import traceback
@@ -18,7 +16,7 @@ from pathlib import Path
 
 import common
 from common import torch
-from loads import make_inputs, tiny_overrides
+from loads import make_inputs, save_tiny
 
 OUT = common.FIXTURES / "nested" / f"{common.TAG}.json"
 
@@ -46,11 +44,8 @@ def run(name, model, device_map):
             "loaded": False, "forward": False, "meta_params_left": None, "error": None}
     tmp = Path(tempfile.mkdtemp(prefix="vramplan-nested-"))
     try:
-        config, _ = common.make_config(raw, **tiny_overrides(raw))
-        cls = common.model_class(raw)
-        torch.manual_seed(0)
-        cls(config).save_pretrained(tmp / "tiny")
-        loaded = cls.from_pretrained(tmp / "tiny", device_map=device_map)
+        save_tiny(raw, tmp / "tiny")
+        loaded = common.model_class(raw).from_pretrained(tmp / "tiny", device_map=device_map)
         case["loaded"] = True
         case["meta_params_left"] = [n for n, p in loaded.named_parameters() if p.device.type == "meta"]
         with torch.no_grad():
@@ -71,15 +66,10 @@ def main():
         print(f"{name}: loaded={record['loaded']} forward={record['forward']} "
               f"meta_left={record['meta_params_left']} err={record['error']}", flush=True)
         records.append(record)
-    OUT.parent.mkdir(parents=True, exist_ok=True)
     document = {"about": "from_pretrained with maps whose keys overlap (a parent beside its children), "
                          "every device cpu: scripts/reference/nested.py", "versions": common.versions(),
                 "records": records}
-    tmp = str(OUT) + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(document, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, OUT)
+    common.write_fixture(OUT, document)
 
 
 if __name__ == "__main__":

@@ -26,14 +26,12 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import traceback
 from pathlib import Path
 
 import common
-from common import torch
-from loads import tiny_overrides
+from loads import save_tiny
 
 VRAMPLAN = os.environ.get("VRAMPLAN", str(common.REPO / "target" / "debug" / "vramplan"))
 OUT = common.FIXTURES / "pasteable" / f"{common.TAG}.json"
@@ -94,10 +92,7 @@ def remap(path):
 
 
 def tiny_checkpoint(model, folder):
-    raw = common.load_raw_config(model)
-    config, _ = common.make_config(raw, **tiny_overrides(raw))
-    torch.manual_seed(0)
-    common.model_class(raw)(config).save_pretrained(folder)
+    save_tiny(common.load_raw_config(model), folder)
 
 
 # Each built-in's Hub repository and its short name, as docs/models.md lists them.
@@ -179,16 +174,11 @@ def main():
             records.append(record)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-    OUT.parent.mkdir(parents=True, exist_ok=True)
     document = {"about": "Every line vramplan printed to paste, run with the real libraries: "
                          "scripts/reference/pasteable.py", "versions": {**common.versions(),
                                                                          "trl": __import__("trl").__version__},
                 "records": records}
-    tmp = str(OUT) + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(document, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, OUT)
+    common.write_fixture(OUT, document)
 
 
 if __name__ == "__main__":

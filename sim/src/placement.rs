@@ -263,9 +263,17 @@ impl TensorPlacement {
 
     /// The device of the longest *module* key above `path`, whose hook moves it there.
     fn module_target(&self, path: &str) -> Option<Target> {
+        self.longest(path, |names_tensor| !names_tensor)
+    }
+
+    /// The target of the longest key at or above `path` that `accept` takes (told whether the
+    /// key names a tensor).
+    fn longest(&self, path: &str, accept: impl Fn(bool) -> bool) -> Option<Target> {
         let mut prefix = path;
         loop {
-            if let Some(&(target, false)) = self.keys.get(prefix) {
+            if let Some(&(target, names_tensor)) = self.keys.get(prefix)
+                && accept(names_tensor)
+            {
                 return Some(target);
             }
             if prefix.is_empty() {
@@ -290,16 +298,7 @@ impl TensorPlacement {
     /// Where `from_pretrained` loads the tensor at `path`: its longest matching key, module or
     /// tensor.
     fn loaded_at(&self, path: &str) -> Option<Target> {
-        let mut prefix = path;
-        loop {
-            if let Some(&(target, _)) = self.keys.get(prefix) {
-                return Some(target);
-            }
-            if prefix.is_empty() {
-                return None;
-            }
-            prefix = prefix.rfind('.').map_or("", |dot| &prefix[..dot]);
-        }
+        self.longest(path, |_| true)
     }
 }
 

@@ -109,16 +109,7 @@ impl DrawingBackend for Bitmap<'_> {
         let ((min_x, min_y), (max_x, max_y)) =
             style.layout_box(text).map_err(|e| DrawingErrorKind::FontError(Box::new(e)))?;
         let (width, height) = (max_x - min_x, max_y - min_y);
-        let dx = match style.anchor().h_pos {
-            HPos::Left => 0,
-            HPos::Right => -width,
-            HPos::Center => -width / 2,
-        };
-        let dy = match style.anchor().v_pos {
-            VPos::Top => 0,
-            VPos::Center => -height / 2,
-            VPos::Bottom => -height,
-        };
+        let (dx, dy) = anchor_offset(style, width, height);
         let font = self.font.as_scaled(style.size() as f32);
         // The baseline sits a layout height down, as plotters' box is the text's cap height.
         let baseline = height as f32;
@@ -152,4 +143,20 @@ impl DrawingBackend for Bitmap<'_> {
         }
         Ok(())
     }
+}
+
+/// Where a text box of `width` × `height` starts from its anchor point, as plotters anchors text
+/// (the PNG backend and the recording of text boxes, `record.rs`, place it alike).
+pub(super) fn anchor_offset<TStyle: BackendTextStyle>(style: &TStyle, width: i32, height: i32) -> (i32, i32) {
+    let dx = match style.anchor().h_pos {
+        HPos::Left => 0,
+        HPos::Right => -width,
+        HPos::Center => -width / 2,
+    };
+    let dy = match style.anchor().v_pos {
+        VPos::Top => 0,
+        VPos::Center => -height / 2,
+        VPos::Bottom => -height,
+    };
+    (dx, dy)
 }

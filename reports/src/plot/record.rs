@@ -7,7 +7,6 @@
 use super::{Figure, PlotError, font, register_embedded_font};
 use ab_glyph::{Font, ScaleFont};
 use plotters::prelude::{DrawingBackend, IntoDrawingArea};
-use plotters_backend::text_anchor::{HPos, VPos};
 use plotters_backend::{BackendColor, BackendCoord, BackendStyle, BackendTextStyle, DrawingErrorKind};
 use std::convert::Infallible;
 
@@ -144,16 +143,7 @@ impl DrawingBackend for Recorder<'_> {
             style.layout_box(text).map_err(|e| DrawingErrorKind::FontError(Box::new(e)))?;
         let (width, height) = (max_x - min_x, max_y - min_y);
         // Anchored as the PNG backend anchors it.
-        let dx = match style.anchor().h_pos {
-            HPos::Left => 0,
-            HPos::Right => -width,
-            HPos::Center => -width / 2,
-        };
-        let dy = match style.anchor().v_pos {
-            VPos::Top => 0,
-            VPos::Center => -height / 2,
-            VPos::Bottom => -height,
-        };
+        let (dx, dy) = super::bitmap::anchor_offset(style, width, height);
         let descent = -font().as_scaled(style.size() as f32).descent();
         let corners = [(dx, dy), (dx + width, dy + height + descent.ceil() as i32)];
         let transform = style.transform();

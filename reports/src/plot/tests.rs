@@ -170,14 +170,7 @@ fn sweeps() -> Vec<String> {
     (request.headroom, request.offload) = (0.0, false);
     let workload = Workload { mode: Mode::Train, seq: 2048, ..Workload::default() };
     let question = Question { model: &model, hardware: &hardware, workload: &workload, request: &request };
-    let probe = |values: &[u64]| -> Vec<(u64, whatif::Fit)> {
-        values
-            .iter()
-            .map(|&batch| {
-                (batch, whatif::probe(&question, &hardware, &Workload { batch, ..workload.clone() }).unwrap())
-            })
-            .collect()
-    };
+    let probe = |values: &[u64]| probe_batches(&question, values);
     let answer = whatif::max_batch(&question).unwrap();
     let points = probe(&[1, 2, 4, 8, 16, 32, 64, 128, 256]);
     let title = caption("peak against the sweep", &two, &workload, Some("batch swept × 2048"));
@@ -189,14 +182,7 @@ fn sweeps() -> Vec<String> {
     let answer = whatif::max_batch(&question).unwrap();
     let value = answer.value.unwrap();
     assert!(value > 20, "a boundary well inside the sweep: {value}");
-    let probe = |values: &[u64]| -> Vec<(u64, whatif::Fit)> {
-        values
-            .iter()
-            .map(|&batch| {
-                (batch, whatif::probe(&question, &hardware, &Workload { batch, ..workload.clone() }).unwrap())
-            })
-            .collect()
-    };
+    let probe = |values: &[u64]| probe_batches(&question, values);
     let mut doubling: Vec<u64> = (0..12).map(|k| 1u64 << k).filter(|&b| b < value * 4).collect();
     doubling.push(value - 1);
     doubling.sort_unstable();
@@ -277,4 +263,15 @@ fn titles_say_what_is_trained_and_how_the_gpus_share_it() {
     assert_eq!(workload_words(&nf4(), None), "inference, nf4, batch 1 × 2048");
     let tp = Workload { parallelism: Parallelism::Tensor { size: 2 }, ..Workload::default() };
     assert_eq!(workload_words(&tp, None), "inference, tensor parallel over 2 GPUs, batch 1 × 2048");
+}
+
+/// `question` probed at each batch of `values`.
+fn probe_batches(question: &Question, values: &[u64]) -> Vec<(u64, whatif::Fit)> {
+    values
+        .iter()
+        .map(|&batch| {
+            let workload = Workload { batch, ..question.workload.clone() };
+            (batch, whatif::probe(question, question.hardware, &workload).unwrap())
+        })
+        .collect()
 }
