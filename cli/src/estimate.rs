@@ -105,23 +105,10 @@ impl Inputs {
             (None, None) => Workload::default(),
         };
         let mut workload = self.flags.apply(base)?;
-        let mut notes = Vec::new();
-        // The default sequence is vramplan's, not the user's: it stops at a learned table of
-        // positions, which no longer sequence runs past.
-        if self.flags.seq.is_none()
-            && self.workload.is_none()
-            && let Some((table, limit)) = model.learned_positions()
-            && workload.seq > limit
-        {
-            notes.push(format!(
-                "the sequence defaults to {limit} tokens, the length of {}'s learned positions (`{table}`)",
-                model.name
-            ));
-            workload.seq = limit;
-            workload.prompt = workload.prompt.map(|p| p.min(limit));
-        }
+        let seq_given = self.flags.seq.is_some() || self.workload.is_some();
+        let note = input::fit_default_seq(&mut workload, seq_given, &model);
         let mut warnings = input::validate(&workload, &model, &hardware)?;
-        warnings.extend(notes);
+        warnings.extend(note);
         let model = held_by_runtime(model, &hardware, &workload, &mut warnings)?;
         Ok(Loaded { model, hardware, workload, warnings })
     }

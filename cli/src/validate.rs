@@ -216,7 +216,10 @@ fn plan_of_map(
         Some(path) => input::workload_from_yaml(path)?,
         None => Workload::default(),
     };
-    let workload = args.flags.apply(base)?;
+    let mut workload = args.flags.apply(base)?;
+    let seq_given = args.flags.seq.is_some() || args.workload.is_some();
+    // The default sequence as estimate takes it (validate prints no workload notes).
+    let _ = input::fit_default_seq(&mut workload, seq_given, &model);
     // In file order: the first GPU the map lists runs what it offloads.
     let device_map = DeviceMapEntries(
         device_map::read_device_map(map, &model, &hardware)?

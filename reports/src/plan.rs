@@ -443,49 +443,16 @@ pub fn accelerate_loading(
 }
 
 /// The Python lines, imports first, that load the accelerate map saved as `file` into `model`
-/// as it is ([`accelerate_loading`] says why each argument): the model's own class and
-/// repository (or folder); for a custom model, which no transformers class loads, accelerate's
-/// `dispatch_model` on the user's instance.
+/// as it is (`solver::whatif::map_loading` says why each argument), laid out as `whatif`'s lines
+/// to run are ([`crate::whatif::run_lines`]).
 pub fn accelerate_load_call(
     file: &str,
     model: &vramplan_profiles::model::ModelDescription,
     device_map: &[(String, Target)],
     workload: &vramplan_sim::workload::Workload,
 ) -> Vec<String> {
-    use vramplan_sim::workload::Quant;
-    use vramplan_solver::whatif::{pretrained_source, quantization_config};
-    let on = |tier: Target| device_map.iter().any(|(_, t)| *t == tier);
-    let host = on(Target::Cpu) || on(Target::Disk);
-    let map = format!("device_map=json.load(open({file:?}))");
-    let Some(source) = pretrained_source(model) else {
-        return vec![
-            "import json".into(),
-            "from accelerate import dispatch_model".into(),
-            "# model: your own model's instance (no transformers class loads a custom model)".into(),
-            format!("model = dispatch_model(model, {map})"),
-        ];
-    };
-    let mut imports = vec![model.architecture.clone()];
-    let mut args = vec![format!("{source:?}"), map];
-    let mut torch = false;
-    if let Some(dtype) = workload.weight_dtype.filter(|d| d.is_float()) {
-        args.push(format!("dtype=torch.{}", dtype.torch_name()));
-        torch = true;
-    }
-    // bitsandbytes quantizes at load; pre-quantized checkpoints carry their own config.
-    let bitsandbytes = matches!(workload.quant, Quant::Int8 | Quant::Nf4 { .. } | Quant::Fp4 { .. });
-    if let Some(config) = quantization_config(&workload.quant, host).filter(|_| bitsandbytes) {
-        imports.push(config.split('(').next().unwrap_or_default().to_string());
-        args.push(format!("quantization_config={config}"));
-    }
-    if on(Target::Disk) {
-        args.push("offload_folder=\"offload\"".into());
-    }
-    vec![
-        if torch { "import json, torch".to_string() } else { "import json".to_string() },
-        format!("from transformers import {}", imports.join(", ")),
-        format!("model = {}.from_pretrained({})", model.architecture, args.join(", ")),
-    ]
+    let flags = vramplan_solver::whatif::map_loading(file, model, device_map, workload);
+    crate::whatif::run_lines(&flags).lines().map(|l| l.trim_start().to_string()).collect()
 }
 
 /// What each stage of the solve proved, in words: `proven gaps: balance 0.00%, load 3.10%

@@ -15,6 +15,30 @@ use crate::workload::Workload;
 use std::path::Path;
 use vramplan_profiles::InputError;
 
+/// Where the user gave no sequence (no `--seq`, no workload file), the default one is
+/// vramplan's, not theirs: it stops at a model's learned table of positions, past which no
+/// sequence runs ([`vramplan_profiles::model::ModelDescription::learned_positions`]). Returns the
+/// note that says so when it does.
+pub fn fit_default_seq(
+    workload: &mut Workload,
+    seq_given: bool,
+    model: &vramplan_profiles::model::ModelDescription,
+) -> Option<String> {
+    if seq_given {
+        return None;
+    }
+    let (table, limit) = model.learned_positions()?;
+    if workload.seq <= limit {
+        return None;
+    }
+    workload.seq = limit;
+    workload.prompt = workload.prompt.map(|p| p.min(limit));
+    Some(format!(
+        "the sequence defaults to {limit} tokens, the length of {}'s learned positions (`{table}`)",
+        model.name
+    ))
+}
+
 /// Reads a workload YAML file; keys left out take their defaults, unknown keys are refused. An
 /// empty file is the default workload.
 pub fn workload_from_yaml(path: &Path) -> Result<Workload, InputError> {

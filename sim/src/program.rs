@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use vramplan_profiles::hardware::HardwareProfile;
-use vramplan_profiles::model::{AttentionKind, ModelDescription, ModuleKind, NormKind, StackKind, join};
+use vramplan_profiles::model::{AttentionKind, ModelDescription, ModuleKind, NormKind, StackKind};
 
 /// Which component an allocation belongs to (the rows of an estimate's breakdown).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -302,14 +302,11 @@ impl<'a> Resolved<'a> {
         let main_gpu = placement.main_gpu().filter(|_| workload.mode == Mode::Inference);
         let tensors = TensorPlacement::new(placement, model);
         // The names tied to each tensor (a head's weight to the input embedding's).
-        let mut tied: std::collections::HashMap<String, Vec<String>> = std::collections::HashMap::new();
-        model.root.visit(&mut |m| {
-            for t in &m.tensors {
-                if let Some(source) = &t.tied_to {
-                    tied.entry(source.clone()).or_default().push(join(&m.path, &t.name));
-                }
-            }
-        });
+        let tied: std::collections::HashMap<String, Vec<String>> = model
+            .tied_groups()
+            .into_iter()
+            .filter_map(|mut group| (!group.is_empty()).then(|| (group.remove(0), group)))
+            .collect();
         let mut homes = Vec::with_capacity(units.len());
         let mut streamed = Vec::with_capacity(units.len());
         let mut devices: Vec<Option<u32>> = Vec::with_capacity(units.len());
@@ -773,14 +770,19 @@ impl<'r, 'a> Builder<'r, 'a> {
     fn cross_boundary(&mut self, to: usize, from: Option<usize>, event: Event) {
         let (Some(from), Some(dst)) = (from, self.r.devices[to]) else { return };
         let Some(src) = self.r.devices[from] else { return };
-        if src == dst {
-            return;
+        if src != dst {
+            self.hand_over(to, src, dst, event);
         }
+    }
+
+    /// Unit `unit`'s hidden states (or their gradient) in flight from GPU `src` to GPU `dst`:
+    /// both hold a copy while the transfer runs.
+    fn hand_over(&mut self, unit: usize, src: u32, dst: u32, event: Event) {
         let bytes = self.handoff_bytes(self.workload.seq);
-        self.compute(Some(to), Some(src), event);
-        self.compute(Some(to), Some(dst), event);
-        let sent = self.alloc(src, Some(to), Component::Activations, bytes);
-        let received = self.alloc(dst, Some(to), Component::Activations, bytes);
+        self.compute(Some(unit), Some(src), event);
+        self.compute(Some(unit), Some(dst), event);
+        let sent = self.alloc(src, Some(unit), Component::Activations, bytes);
+        let received = self.alloc(dst, Some(unit), Component::Activations, bytes);
         self.free(received);
         self.free(sent);
     }
@@ -841,13 +843,7 @@ impl<'r, 'a> Builder<'r, 'a> {
     fn cross_within(&mut self, unit: usize, device: u32, event: Event) {
         let r = self.r;
         for &other in &r.spans[unit] {
-            let bytes = self.handoff_bytes(self.workload.seq);
-            self.compute(Some(unit), Some(device), event);
-            self.compute(Some(unit), Some(other), event);
-            let sent = self.alloc(device, Some(unit), Component::Activations, bytes);
-            let received = self.alloc(other, Some(unit), Component::Activations, bytes);
-            self.free(received);
-            self.free(sent);
+            self.hand_over(unit, device, other, event);
         }
     }
 

@@ -45,8 +45,13 @@ fn context(w: &Workload) -> u64 {
 /// A model with a learned table of positions indexes no position past it
 /// ([`ModelDescription::learned_positions`]): a longer sequence is refused.
 fn check_positions(w: &Workload, model: &ModelDescription) -> Result<(), InputError> {
-    let Some((table, limit)) = model.learned_positions() else { return Ok(()) };
+    // A learned table is the model's positions long: within them there is nothing to look for
+    // (every point of a sweep passes here, and the search walks the module tree).
     let context = context(w);
+    if context <= model.facts.max_positions || model.facts.max_positions == 0 {
+        return Ok(());
+    }
+    let Some((table, limit)) = model.learned_positions() else { return Ok(()) };
     if context > limit {
         let key =
             if matches!(w.engine, Engine::LlamaCpp { n_ctx, .. } if n_ctx > 0) { "n_ctx" } else { "seq" };
@@ -506,9 +511,7 @@ fn warnings(w: &Workload, model: &ModelDescription, hardware: &HardwareProfile) 
     let context = context(w);
     // Past a rotary model's positions quality degrades; relative positions (XLNet, T5) have no
     // such length, and a learned table is a hard limit (`check_positions`).
-    let mut rotary = false;
-    model.root.visit(&mut |m| rotary |= m.tensors.iter().any(|t| t.name == "inv_freq"));
-    if positions > 0 && context > positions && rotary {
+    if positions > 0 && context > positions && crate::model::activations::uses_rotary(model) {
         out.push(format!(
             "a context of {context} tokens is longer than {}'s {positions} positions \
              (`max_position_embeddings`): quality degrades past it unless rope scaling extends it",

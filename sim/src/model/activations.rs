@@ -51,7 +51,7 @@ fn trains_with_dropout(model_type: &str) -> bool {
 }
 
 /// True if the model applies rotary position embeddings: it holds an `inv_freq` buffer.
-fn uses_rotary(model: &ModelDescription) -> bool {
+pub(crate) fn uses_rotary(model: &ModelDescription) -> bool {
     let mut found = false;
     model.root.visit(&mut |m| found |= m.tensors.iter().any(|t| t.name == "inv_freq"));
     found

@@ -330,6 +330,55 @@ pub fn keeps_effective_batch(question: &Workload, answer: &Workload) -> bool {
     per_device.saturating_mul(steps) == question.batch.saturating_mul(question.grad_accum.max(1)).max(1)
 }
 
+/// The calls that load an accelerate map saved as `file` into `model` as it is (`plan -o`): the
+/// model's own class and repository (or folder) with the map, its dtype, bitsandbytes'
+/// `quantization_config` (with `llm_int8_enable_fp32_cpu_offload` once a module is on `cpu` or
+/// `disk`, which bitsandbytes otherwise refuses) and `offload_folder` once one is on `disk`; for
+/// a custom model, which no transformers class loads, accelerate's `dispatch_model` on the
+/// user's own instance.
+pub fn map_loading(
+    file: &str,
+    model: &ModelDescription,
+    device_map: &[(String, vramplan_sim::placement::Target)],
+    workload: &Workload,
+) -> Vec<RunFlags> {
+    use vramplan_sim::placement::Target;
+    let on = |tier: Target| device_map.iter().any(|(_, t)| *t == tier);
+    let map = format!("json.load(open({file:?}))");
+    let Some(source) = pretrained_source(model) else {
+        let mut note = RunFlags::new("#");
+        note.arg("model", "your own model's instance (no transformers class loads a custom model)");
+        let mut dispatch = RunFlags::new("dispatch_model");
+        dispatch.assign = Some("model");
+        dispatch.import("json", "");
+        dispatch.import("accelerate", "dispatch_model");
+        dispatch.positional.push("model".into());
+        dispatch.arg("device_map", map);
+        return vec![note, dispatch];
+    };
+    let mut load = RunFlags::new(format!("{}.from_pretrained", model.architecture));
+    load.assign = Some("model");
+    load.import("json", "");
+    load.import("transformers", &model.architecture);
+    load.positional.push(format!("{source:?}"));
+    load.arg("device_map", map);
+    if let Some(dtype) = workload.weight_dtype.filter(|d| d.is_float()) {
+        load.import("torch", "");
+        load.arg("dtype", format!("torch.{}", dtype.torch_name()));
+    }
+    // bitsandbytes quantizes at load; pre-quantized checkpoints carry their own config.
+    let bitsandbytes = matches!(workload.quant, Quant::Int8 | Quant::Nf4 { .. } | Quant::Fp4 { .. });
+    let host = on(Target::Cpu) || on(Target::Disk);
+    if let Some(config) = quantization_config(&workload.quant, host).filter(|_| bitsandbytes) {
+        load.import("transformers", config.split('(').next().unwrap_or_default());
+        load.arg("quantization_config", config);
+    }
+    if on(Target::Disk) {
+        load.arg("offload_folder", "\"offload\"");
+    }
+    vec![load]
+}
+
 /// transformers' `quantization_config` for `quant` as a Python literal (`BitsAndBytesConfig`,
 /// or `FineGrainedFP8Config` for fp8); `cpu_offload` adds bitsandbytes' switch for modules kept
 /// on the CPU (`llm_int8_enable_fp32_cpu_offload`). `None` for weights loaded as stored.
