@@ -12,6 +12,7 @@ mod plan;
 mod plot;
 mod report;
 mod validate;
+mod validate_script;
 mod whatif;
 
 use clap::{Parser, Subcommand, ValueEnum};

@@ -33,58 +33,75 @@ pub const EXIT_NO_DEVICE: i32 = 3;
 #[derive(Args, Debug)]
 pub(crate) struct ValidateArgs {
     /// A plan written by `vramplan plan -o plan.yaml`; or, with --device-map, the model (as
-    /// `estimate` takes it).
-    plan: String,
+    /// `estimate` takes it). Not with --script.
+    #[arg(required_unless_present = "script", conflicts_with = "script")]
+    plan: Option<String>,
+    /// Run your own training or inference script (unmodified) on the profile's GPUs as fake CUDA
+    /// devices, with --hardware: every operation checks PyTorch's device rule, and each GPU's
+    /// memory is measured. Its arguments go after `--`.
+    #[arg(long, value_name = "FILE.py", requires = "hardware")]
+    pub(crate) script: Option<PathBuf>,
+    /// With --script: run it as `torchrun --nproc-per-node N` would, rank by rank (RANK,
+    /// LOCAL_RANK, WORLD_SIZE set; the process group is PyTorch's fake one).
+    #[arg(long, default_value_t = 1, requires = "script", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub(crate) nproc: u32,
+    /// With --script: the most the run may take, in seconds, all ranks together.
+    #[arg(long, value_name = "S", default_value_t = 600, requires = "script",
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub(crate) time_limit: u64,
+    /// With --script: the script's own arguments.
+    #[arg(last = true, value_name = "ARGS", requires = "script")]
+    pub(crate) script_args: Vec<String>,
     /// An accelerate device_map JSON to run instead of a plan's; PLAN is then the model, with
     /// --hardware and the workload flags.
-    #[arg(long, value_name = "FILE", requires = "hardware")]
+    #[arg(long, value_name = "FILE", requires = "hardware", conflicts_with = "script")]
     device_map: Option<PathBuf>,
-    /// With --device-map: the hardware profile.
-    #[arg(long, requires = "device_map")]
-    hardware: Option<String>,
+    /// With --device-map or --script: the hardware profile.
+    #[arg(long)]
+    pub(crate) hardware: Option<String>,
     /// With --device-map: a workload YAML file (the workload flags override it).
-    #[arg(long, value_name = "FILE", requires = "device_map")]
+    #[arg(long, value_name = "FILE", requires = "device_map", conflicts_with = "script")]
     workload: Option<PathBuf>,
     /// With --device-map: the runtime that loads the map (accelerate | accelerate-v4).
-    #[arg(long, default_value = "accelerate")]
+    #[arg(long, default_value = "accelerate", conflicts_with = "script")]
     target: String,
     /// The workload flags (docs/workloads.md), with --device-map.
     #[command(flatten)]
-    flags: WorkloadFlags,
+    pub(crate) flags: WorkloadFlags,
     /// Where to run it: cuda (real devices), torch (the real runtime), cpu (candle, reduced
     /// scale).
-    #[arg(long, value_enum, default_value_t = BackendArg::Cuda)]
+    #[arg(long, value_enum, default_value_t = BackendArg::Cuda, conflicts_with = "script")]
     backend: BackendArg,
     /// The Python that runs the torch backend's harness (with torch, transformers, accelerate,
     /// and peft for LoRA).
     #[arg(long, value_name = "PATH", default_value = "python3")]
-    python: String,
+    pub(crate) python: String,
     /// Training steps the torch backend runs (the cuda backend runs the simulator's program:
     /// two steps in training, the prefill in inference).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=100))]
-    steps: u32,
+    pub(crate) steps: u32,
     /// torch backend: run every module on the CPU instead of the plan's devices (where there is
     /// no GPU): the model, the workload and the steps run with the real runtime, and nothing is
     /// measured.
-    #[arg(long, conflicts_with = "fake_gpus")]
+    #[arg(long, conflicts_with = "fake_gpus", conflicts_with = "script")]
     cpu: bool,
     /// torch backend: the plan's GPUs as PyTorch fake CUDA devices (FakeTensorMode), where there
     /// are none: accelerate places the model as on real ones and every operation checks its
     /// operands' devices, but nothing is allocated (training runs the forward and its loss).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "script")]
     fake_gpus: bool,
     /// cuda backend: run plan GPU i on CUDA device i mod n (n the devices here), so a plan for
     /// several GPUs runs on one; each plan GPU keeps its own allocator and capacity, and the
     /// driver's used bytes are the shared device's.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "script")]
     fold_devices: bool,
     /// Run the backend even when the static check finds a mismatch, to see what the runtime
     /// does with the map.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "script")]
     run_anyway: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
@@ -210,7 +227,8 @@ fn plan_of_map(
     hardware_spec: &str,
 ) -> Result<(PlanFile, ModelDescription, HardwareProfile), InputError> {
     let runtime = Runtime::parse(&args.target)?;
-    let model = model::load(&args.plan, ImportOptions { naming: runtime.naming() })?;
+    let model_arg = args.plan.clone().unwrap_or_default();
+    let model = model::load(&model_arg, ImportOptions { naming: runtime.naming() })?;
     let hardware = hardware::load(hardware_spec)?;
     let base = match &args.workload {
         Some(path) => input::workload_from_yaml(path)?,
@@ -229,7 +247,7 @@ fn plan_of_map(
     );
     let plan = PlanFile {
         vramplan_plan: 1,
-        model: args.plan.clone(),
+        model: model_arg,
         hardware: hardware_spec.to_string(),
         target: runtime.name().to_string(),
         workload,
@@ -240,6 +258,15 @@ fn plan_of_map(
 
 /// Runs `vramplan validate`.
 pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<i32, InputError> {
+    if let Some(script) = &args.script {
+        return crate::validate_script::run(args, script, out, err);
+    }
+    let plan_arg = args.plan.clone().unwrap_or_default();
+    if args.hardware.is_some() && args.device_map.is_none() {
+        return Err(InputError::new("validate --hardware", "goes with --device-map or --script").with_fix(
+            "a plan file names its hardware: leave --hardware out, or give --device-map or --script",
+        ));
+    }
     // The plan, and the model and hardware where reading the map has loaded them already.
     let (plan, loaded) = match (&args.device_map, &args.hardware) {
         (Some(map), Some(hardware)) => {
@@ -255,10 +282,10 @@ pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write)
                 )
                 .with_fix("leave them out, or give MODEL --device-map FILE --hardware HW with them"));
             }
-            (read_plan_file(std::path::Path::new(&args.plan))?, None)
+            (read_plan_file(std::path::Path::new(&plan_arg))?, None)
         }
     };
-    let origin = args.device_map.as_ref().map_or_else(|| args.plan.clone(), |m| m.display().to_string());
+    let origin = args.device_map.as_ref().map_or_else(|| plan_arg.clone(), |m| m.display().to_string());
     let runtime = Runtime::parse(&plan.target).map_err(|e| InputError::new(&origin, e.to_string()))?;
     let (model, hardware) = match loaded {
         Some(loaded) => loaded,

@@ -17,13 +17,22 @@
 //!   PyTorch's device rule: the map, the hooks and the mismatch rules exercised where there is no
 //!   GPU. It measures no memory; it says where the bytes went (`placed`).
 //!
+//! - `script` (`script.rs`): not a plan but the user's own script, run by the user's Python on
+//!   fake CUDA devices shaped as the profile's GPUs (`vramplan validate --script`): PyTorch's
+//!   device rule on every operation of the forward, the backward and the optimizer step, the
+//!   memory of every fake device, and the rank-by-rank run of a `torchrun` job.
+//!
 //! Typed results only: the sentences are made by `vramplan-reports` and the CLI.
 
 mod cpu;
 mod cuda;
+mod script;
 mod torch;
 
 pub use cpu::CpuRequest;
+pub use script::{
+    DeviceMemory, Location, Mismatch, RankRun, ScriptOutcome, ScriptRequest, ScriptValidation, run_script,
+};
 pub use torch::{TorchLora, TorchRequest};
 
 use serde::Serialize;

@@ -1,0 +1,107 @@
+//! `vramplan validate --script FILE.py --hardware HW [--steps N] [--nproc N] [--python PATH]
+//! [--time-limit S] [--json] [-- ARGS...]`: the user's own script run on the profile's GPUs as
+//! fake CUDA devices (`vramplan_validate::run_script`). Exit 0 when it completed with work on
+//! the GPUs; 1 for a device mismatch, an out-of-memory, idle GPUs or an error of the script; 2 for
+//! bad input; 3 when the Python cannot run it (missing, or without torch).
+
+use crate::validate::{EXIT_NO_DEVICE, ValidateArgs};
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::time::Duration;
+use vramplan_profiles::InputError;
+use vramplan_profiles::hardware;
+use vramplan_sim::input::WorkloadFlags;
+use vramplan_validate::{Backend, ScriptOutcome, ScriptRequest};
+
+pub(crate) fn run(
+    args: &ValidateArgs,
+    script: &Path,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<i32, InputError> {
+    if args.flags != WorkloadFlags::default() {
+        return Err(InputError::new(
+            "validate --script",
+            "the workload flags describe a plan's run; a script's run is what the script does",
+        )
+        .with_fix("leave them out: the script's own batch, sequence and precision are what runs"));
+    }
+    let shown = script.display().to_string();
+    let meta = std::fs::metadata(script).map_err(|e| {
+        InputError::new(&shown, format!("cannot read the script: {e}"))
+            .with_fix("give the path of a Python file")
+    })?;
+    if !meta.is_file() {
+        return Err(
+            InputError::new(&shown, "is not a regular file").with_fix("give the path of a Python file")
+        );
+    }
+    let script = std::fs::canonicalize(script)
+        .map_err(|e| InputError::new(&shown, format!("cannot resolve the path: {e}")))?;
+    let hardware_spec = args.hardware.as_deref().unwrap_or_default();
+    let hardware = hardware::load(hardware_spec)?;
+    if args.nproc as usize > hardware.devices.len() {
+        return Err(InputError::new(
+            "validate --nproc",
+            format!(
+                "{} ranks on `{}`, which has {} GPU{}: torchrun starts one rank per GPU",
+                args.nproc,
+                hardware.name,
+                hardware.devices.len(),
+                if hardware.devices.len() == 1 { "" } else { "s" }
+            ),
+        )
+        .with_fix(format!("--nproc {} or fewer, or a profile with more GPUs", hardware.devices.len())));
+    }
+    let request = ScriptRequest {
+        script,
+        args: args.script_args.clone(),
+        steps: args.steps,
+        nproc: args.nproc,
+        time_limit: Duration::from_secs(args.time_limit),
+    };
+    let show_progress = !args.json && std::io::stderr().is_terminal();
+    let mut progress = |line: &str| {
+        if show_progress {
+            let _ = write!(err, "\r\x1b[2K{}", progress_words(line));
+            let _ = err.flush();
+        }
+    };
+    let result = vramplan_validate::run_script(&request, &hardware, &args.python, &mut progress);
+    if show_progress {
+        let _ = write!(err, "\r\x1b[2K");
+    }
+    match result {
+        Err(why) => {
+            let _ = writeln!(err, "{}", vramplan_reports::unavailable_message(Backend::Torch, &why));
+            if args.json {
+                crate::print(
+                    out,
+                    &crate::json_text(&serde_json::json!({ "outcome": "error", "unavailable": why })),
+                )?;
+            }
+            Ok(EXIT_NO_DEVICE)
+        }
+        Ok(run) => {
+            let text = if args.json {
+                crate::json_text(&run)
+            } else {
+                vramplan_reports::script_table(&run, &hardware.name, args.nproc)
+            };
+            crate::print(out, &text)?;
+            Ok(if run.outcome == ScriptOutcome::Completed { 0 } else { crate::EXIT_NEGATIVE })
+        }
+    }
+}
+
+/// A progress line of the harness (`rank=0 steps=1 forwards=2 module=model.layers.3`) in words.
+fn progress_words(line: &str) -> String {
+    let field = |key: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+            .unwrap_or("")
+    };
+    let module = field("module");
+    let running = if module.is_empty() { String::new() } else { format!(", in {module}") };
+    format!("rank {}: {} steps, {} forward passes{running}", field("rank"), field("steps"), field("forwards"))
+}

@@ -1,0 +1,929 @@
+"""vramplan's script harness: runs a user's unmodified training or inference script on fake CUDA
+devices and writes what happened as one JSON document (`vramplan validate --script`).
+
+Written to a temporary folder (beside `run_plan.py`, whose `fake_devices()` it shares) and run
+with the user's Python. The request (argv[1], a JSON file) names the script, its arguments, the
+profile's GPUs (name, total and usable bytes, compute capability), the steps to run, this process's
+rank and the world size, and where to write the result.
+
+How the run is faked, and why each piece:
+- The profile's GPUs are CUDA devices: `torch.cuda.is_available()`, `device_count()`,
+  `get_device_name()`, `get_device_properties()`, `mem_get_info()` and the memory counters answer
+  as those GPUs would. A tensor made on (or moved to) `cuda:N` is a `FakeTensor` (PyTorch's
+  `FakeTensorMode`: shapes, dtypes and devices, no data, nothing allocated); a tensor on the CPU
+  stays real unless it comes from a fake one. `Router`, a dispatch mode over the whole run, sends
+  every operation that touches a fake tensor or makes one on a CUDA device into the fake mode.
+- Every fake operation checks PyTorch's device rule (the fake mode's device propagation, the same
+  rule the CUDA kernels check). The first violation is recorded with the innermost frame of the
+  user's code, the operation, the two devices, the shapes and the module running, and raised as
+  PyTorch raises it ("Expected all tensors to be on the same device ...").
+- Backward: PyTorch's autograd engine cannot run over fake CUDA tensors in a process without a GPU
+  (it asks the CUDA runtime for each device's primary context and streams; registering a
+  PrivateUse1 device instead makes every CUDA node stream-less and trips the engine's stream
+  assertion). So `backward()` over fake tensors is run by `backward_graph` below: the same graph
+  (the `grad_fn` nodes the forward recorded), each node applied in the engine's order (highest
+  sequence number first, gradient accumulation before anything else), gradients summed per input,
+  `.grad` accumulated in place, and each node's saved tensors released once it has run, as the
+  engine releases them without `retain_graph`. The device rule holds there too: each node's
+  formulas run as fake operations.
+- `from_pretrained` runs as transformers wrote it (config, dtype, quantizer, `device_map` by
+  accelerate over the fake GPUs' free memory, dispatch hooks, tied weights), except that no
+  checkpoint file is resolved or read: every weight is a missing key, which transformers places on
+  its device and initialises — as fake tensors, since the loading is faked whole.
+- Memory: every storage of a fake CUDA tensor from creation to death (weak references, sizes
+  rounded to the caching allocator's 512 bytes, as PyTorch's MemTracker counts them), per device,
+  with the peak and where it happened; the allocation sequence goes back to vramplan, whose
+  allocator model turns it into reserved and device-used bytes. Allocated bytes over a device's
+  usable memory stop the run with an out-of-memory answer at that moment.
+- The run stops after `steps` optimizer steps (any `torch.optim.Optimizer`), or `steps` forward
+  passes of a top-level module where the script makes no optimizer.
+- Values: a fake tensor has none. `.item()`, `.tolist()`, `bool()` and printing of fake tensors
+  give zeros, and the first places that read one are listed as notes: data-dependent control flow
+  follows that zero.
+"""
+
+import json
+import os
+import runpy
+import sys
+import sysconfig
+import time
+import traceback
+import weakref
+
+HARNESS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def fail(outcome, message, code=3):
+    print(json.dumps({"outcome": outcome, "message": message}))
+    sys.exit(code)
+
+
+try:
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils import _pytree as pytree
+except Exception as e:  # noqa: BLE001
+    fail("missing_library", f"{type(e).__name__}: {e}")
+
+REQUEST = json.load(open(sys.argv[1]))
+SCRIPT = os.path.abspath(REQUEST["script"])
+GPUS = REQUEST["gpus"]
+STEPS = max(1, int(REQUEST.get("steps") or 2))
+ROUND = 512
+LIBRARY_DIRS = tuple(
+    os.path.realpath(p) + os.sep
+    for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
+              HARNESS_DIR, os.path.dirname(torch.__file__)}
+)
+
+
+class StopRun(BaseException):
+    """Ends the script once its steps are done (a BaseException, so `except Exception` in the
+    script does not swallow it)."""
+
+
+class Finding(BaseException):
+    """Ends the script at a finding already recorded (out of memory)."""
+
+
+# --- where in the user's code -------------------------------------------------------------------
+
+def is_user_file(filename):
+    if not filename or filename.startswith("<"):
+        return False
+    real = os.path.realpath(filename)
+    if "site-packages" in real or "dist-packages" in real:
+        return False
+    return not real.startswith(LIBRARY_DIRS)
+
+
+def user_frame(frame=None):
+    """The innermost frame of the user's code on the current stack: {file, line, function}."""
+    frame = frame or sys._getframe(1)
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename):
+            return {"file": frame.f_code.co_filename, "line": frame.f_lineno, "function": frame.f_code.co_name}
+        frame = frame.f_back
+    return None
+
+
+def traceback_user_frame(tb):
+    """The innermost user frame of a traceback."""
+    found = None
+    while tb is not None:
+        if is_user_file(tb.tb_frame.f_code.co_filename):
+            found = {"file": tb.tb_frame.f_code.co_filename, "line": tb.tb_lineno,
+                     "function": tb.tb_frame.f_code.co_name}
+        tb = tb.tb_next
+    return found
+
+
+# --- modules running ------------------------------------------------------------------------------
+
+class Modules:
+    """The stack of modules running, by the names of the outermost module's `named_modules`."""
+
+    def __init__(self):
+        self.stack = []
+        self.names = {}
+        self.forwards = 0
+        self.phase = "forward"
+
+    def name(self, module):
+        return self.names.get(id(module), type(module).__name__)
+
+    def enter(self, module, args):
+        if not self.stack:
+            for name, sub in module.named_modules():
+                self.names.setdefault(id(sub), name or type(module).__name__)
+        self.stack.append(module)
+
+    def leave(self, module, args, output):
+        if self.stack and self.stack[-1] is module:
+            self.stack.pop()
+        elif module in self.stack:
+            del self.stack[self.stack.index(module):]
+        if not self.stack:
+            self.forwards += 1
+            RUN.progress()
+            if not RUN.optimizers and self.forwards >= STEPS and not RUN.in_backward:
+                raise StopRun()
+
+    def current(self):
+        if not self.stack:
+            return ""
+        name = self.name(self.stack[-1])
+        # PEFT's wrapper names every module `base_model.model.<name>`.
+        return name.removeprefix("base_model.model.")
+
+
+# --- the run's state ------------------------------------------------------------------------------
+
+class Run:
+    def __init__(self):
+        self.optimizers = 0
+        self.steps = 0
+        self.in_backward = False
+        self.mismatch = None
+        self.oom = None
+        self.cuda_ops = 0
+        self.cpu_ops = 0
+        self.notes = []
+        self.started = time.monotonic()
+        self.last_progress = 0.0
+
+    def progress(self, force=False):
+        now = time.monotonic()
+        if REQUEST.get("progress") and (force or now - self.last_progress > 0.5):
+            self.last_progress = now
+            sys.stderr.write(f"\x1evramplan-progress rank={REQUEST.get('rank', 0)} steps={self.steps} "
+                             f"forwards={MODULES.forwards} module={MODULES.current()}\n")
+            sys.stderr.flush()
+
+    def note(self, text):
+        if len(self.notes) < 5 and text not in self.notes:
+            self.notes.append(text)
+
+
+RUN = Run()
+MODULES = Modules()
+
+
+# --- memory ---------------------------------------------------------------------------------------
+
+class Memory:
+    """Live bytes of every fake CUDA storage, per device, and the allocation sequence."""
+
+    def __init__(self, devices):
+        self.live = [0] * devices
+        self.peak = [0] * devices
+        self.peak_at = [None] * devices
+        self.peak_module = [""] * devices
+        self.events = []          # [device, id, bytes]: bytes > 0 allocates id, 0 frees it
+        self.next_id = 1
+        self.seen = weakref.WeakKeyDictionary()
+        self.limit = [g["usable_bytes"] for g in GPUS]
+
+    def track(self, tensor):
+        if not isinstance(tensor, FakeTensor) or tensor.device.type != "cuda":
+            return
+        storage = tensor.untyped_storage()
+        if storage in self.seen:
+            return
+        device = tensor.device.index or 0
+        size = storage.nbytes()
+        size = max(ROUND, -(-size // ROUND) * ROUND) if size else 0
+        ident = self.next_id
+        self.next_id += 1
+        self.seen[storage] = ident
+        self.live[device] += size
+        self.events.append([device, ident, size])
+        weakref.finalize(storage, self.freed, device, ident, size)
+        if self.live[device] > self.peak[device]:
+            self.peak[device] = self.live[device]
+            self.peak_at[device] = user_frame()
+            self.peak_module[device] = MODULES.current()
+            if self.live[device] > self.limit[device] and RUN.oom is None:
+                RUN.oom = {"device": device, "location": self.peak_at[device], "module": MODULES.current(),
+                           "allocated_bytes": self.live[device], "usable_bytes": self.limit[device],
+                           "requested_bytes": size}
+
+    def freed(self, device, ident, size):
+        self.live[device] -= size
+        self.events.append([device, ident, 0])
+
+
+MEMORY = Memory(len(GPUS))
+
+
+# --- fake CUDA ------------------------------------------------------------------------------------
+
+CURRENT = {"device": 0}
+FAKE = None
+
+
+def make_fake_mode():
+    """The fake mode, made once `torch.cuda` answers as the profile (run_plan imports transformers and
+    accelerate, which read `torch.cuda.is_available()` once)."""
+    global FAKE
+    sys.path.insert(0, HARNESS_DIR)
+    from run_plan import fake_devices
+
+    FAKE = fake_devices()
+    # The fake mode must never touch the CUDA runtime (there may be none): it asks
+    # `torch.cuda.is_available()`, which answers for the profile's GPUs here, so it is told directly.
+    type(FAKE).avoid_device_init = property(lambda self: True)
+    torch._C._ensureCUDADeviceGuardSet()
+    # `torch.tensor(data, device="cuda")` makes the tensor on the CPU and moves it where the modes see
+    # the move (otherwise the copy goes to the CUDA runtime under them).
+    torch._C._set_only_lift_cpu_tensors(True)
+
+
+def index_of(device):
+    if device is None:
+        return CURRENT["device"]
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        return CURRENT["device"] if device.index is None else device.index
+    return int(device)
+
+
+class DeviceProperties:
+    """What `torch.cuda.get_device_properties` says of a profile GPU."""
+
+    def __init__(self, gpu):
+        self.name = gpu["name"]
+        self.total_memory = gpu["total_bytes"]
+        self.major, self.minor = gpu["capability"]
+        self.multi_processor_count = gpu.get("multiprocessors", 80)
+        self.is_integrated = False
+        self.is_multi_gpu_board = False
+        self.gcnArchName = ""
+        self.uuid = f"GPU-vramplan-{gpu['name']}"
+        self.L2_cache_size = 40 * 2**20
+        self.warp_size = 32
+        self.max_threads_per_multi_processor = 2048
+
+    def __repr__(self):
+        return (f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+                f"total_memory={self.total_memory // 2**20}MB, multi_processor_count={self.multi_processor_count})")
+
+
+class device_guard:
+    """`torch.cuda.device(i)`: a context that makes `i` current."""
+
+    def __init__(self, device):
+        self.index = index_of(device)
+
+    def __enter__(self):
+        self.previous = CURRENT["device"]
+        CURRENT["device"] = self.index
+
+    def __exit__(self, *exc):
+        CURRENT["device"] = self.previous
+        return False
+
+
+class Event:
+    def __init__(self, *args, **kwargs):
+        self.at = time.perf_counter()
+
+    def record(self, *args, **kwargs):
+        self.at = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def wait(self, *args, **kwargs):
+        pass
+
+    def query(self):
+        return True
+
+    def elapsed_time(self, other):
+        return (other.at - self.at) * 1000.0
+
+
+class Stream:
+    def __init__(self, device=None, *args, **kwargs):
+        self.device = torch.device("cuda", index_of(device))
+
+    def synchronize(self):
+        pass
+
+    def wait_stream(self, other):
+        pass
+
+    def wait_event(self, event):
+        pass
+
+    def record_event(self, event=None):
+        return event or Event()
+
+    def query(self):
+        return True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def install_fake_cuda():
+    cuda = torch.cuda
+    count = len(GPUS)
+
+    def checked(device):
+        i = index_of(device)
+        if not 0 <= i < count:
+            raise RuntimeError(f"CUDA error: invalid device ordinal (the profile has {count} GPUs, asked for {i})")
+        return i
+
+    def set_device(device):
+        CURRENT["device"] = checked(device)
+
+    def mem_get_info(device=None):
+        i = checked(device)
+        total = GPUS[i]["total_bytes"]
+        return max(0, GPUS[i]["usable_bytes"] - MEMORY.live[i]), total
+
+    cuda.is_available = lambda: count > 0
+    cuda.device_count = lambda: count
+    cuda.is_initialized = lambda: True
+    cuda._lazy_init = lambda: None
+    cuda.init = lambda: None
+    cuda.current_device = lambda: CURRENT["device"]
+    cuda.set_device = set_device
+    cuda.device = device_guard
+    cuda.device_of = lambda tensor: device_guard(tensor.device)
+    cuda.get_device_name = lambda device=None: GPUS[checked(device)]["name"]
+    cuda.get_device_properties = lambda device=None: DeviceProperties(GPUS[checked(device)])
+    cuda.get_device_capability = lambda device=None: tuple(GPUS[checked(device)]["capability"])
+    cuda.is_bf16_supported = lambda including_emulation=True: GPUS[CURRENT["device"]]["capability"][0] >= 8
+    cuda.mem_get_info = mem_get_info
+    cuda.memory.mem_get_info = mem_get_info
+    cuda.memory_allocated = lambda device=None: MEMORY.live[checked(device)]
+    cuda.max_memory_allocated = lambda device=None: MEMORY.peak[checked(device)]
+    cuda.memory_reserved = lambda device=None: MEMORY.live[checked(device)]
+    cuda.max_memory_reserved = lambda device=None: MEMORY.peak[checked(device)]
+    cuda.reset_peak_memory_stats = lambda device=None: None
+    cuda.reset_max_memory_allocated = lambda device=None: None
+    cuda.empty_cache = lambda: None
+    cuda.synchronize = lambda device=None: None
+    cuda.manual_seed = lambda seed: None
+    cuda.manual_seed_all = lambda seed: None
+    cuda.seed = lambda: None
+    cuda.seed_all = lambda: None
+    cuda.get_rng_state = lambda device="cuda": torch.zeros(16, dtype=torch.uint8)
+    cuda.set_rng_state = lambda state, device="cuda": None
+    cuda.get_rng_state_all = lambda: [torch.zeros(16, dtype=torch.uint8) for _ in range(count)]
+    cuda.set_rng_state_all = lambda states: None
+    cuda.Event = Event
+    cuda.Stream = Stream
+    cuda.current_stream = lambda device=None: Stream(device)
+    cuda.default_stream = lambda device=None: Stream(device)
+    cuda.stream = lambda stream=None: Stream()
+    cuda.memory_summary = lambda device=None, abbreviated=False: f"vramplan fake GPU {checked(device)}: " \
+        f"{MEMORY.live[checked(device)]} bytes allocated"
+    cuda.memory_stats = lambda device=None: {"allocated_bytes.all.current": MEMORY.live[checked(device)],
+                                             "allocated_bytes.all.peak": MEMORY.peak[checked(device)]}
+    if hasattr(torch, "accelerator"):
+        acc = torch.accelerator
+        acc.is_available = lambda: count > 0
+        acc.device_count = lambda: count
+        acc.current_accelerator = lambda check_available=False: torch.device("cuda")
+        acc.current_device_index = lambda: CURRENT["device"]
+        acc.set_device_index = set_device
+        acc.synchronize = lambda device=None: None
+        if hasattr(acc, "memory"):
+            acc.memory.empty_cache = lambda: None
+    torch._C._cuda_getDeviceCount = lambda: count
+
+
+# --- values a fake tensor does not have -------------------------------------------------------------
+
+def install_value_reads():
+    def noted(what, tensor):
+        where = user_frame(sys._getframe(2))
+        if where:
+            RUN.note(f"{where['file']}:{where['line']} reads a value ({what}) of a tensor on {tensor.device}: "
+                     f"fake tensors have none, so it read 0 and the code after it followed that")
+
+    item, tolist, as_bool, fmt = torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__format__
+
+    def fake_item(self):
+        if isinstance(self, FakeTensor):
+            noted("item()", self)
+            return zero_of(self)
+        return item(self)
+
+    def fake_tolist(self):
+        if isinstance(self, FakeTensor):
+            noted("tolist()", self)
+            return torch.zeros(self.shape, dtype=self.dtype).tolist()
+        return tolist(self)
+
+    def fake_bool(self):
+        if isinstance(self, FakeTensor):
+            noted("bool()", self)
+            return False
+        return as_bool(self)
+
+    def fake_format(self, spec):
+        if isinstance(self, FakeTensor) and self.dim() == 0:
+            return format(zero_of(self), spec)
+        return fmt(self, spec)
+
+    torch.Tensor.item = fake_item
+    torch.Tensor.tolist = fake_tolist
+    torch.Tensor.__bool__ = fake_bool
+    torch.Tensor.__format__ = fake_format
+    FakeTensor.__repr__ = lambda self, *a, **k: (
+        f"tensor(<no values: {tuple(self.shape)} {str(self.dtype).removeprefix('torch.')} on {self.device}, "
+        f"vramplan fake GPU>)")
+
+
+# --- the dispatch mode --------------------------------------------------------------------------------
+
+MISMATCH = ("found two different devices", "Expected all tensors to be on the same device",
+            "found at least two devices")
+
+
+LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
+
+
+def zero_of(tensor):
+    """The value a fake tensor is read as."""
+    if tensor.dtype == torch.bool:
+        return False
+    if tensor.dtype.is_floating_point or tensor.dtype.is_complex:
+        return 0.0
+    return 0
+
+
+def on_cuda_device(value):
+    if isinstance(value, torch.device):
+        return value.type == "cuda"
+    if isinstance(value, str):
+        return value.startswith("cuda")
+    return False
+
+
+class Router(TorchDispatchMode):
+    """Sends every operation that touches a fake tensor or makes one on a CUDA device through the fake
+    mode; the rest runs for real. Records mismatches and tracks memory."""
+
+    def __init__(self):
+        super().__init__()
+        self.fake_everything = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        leaves = pytree.tree_leaves((args, kwargs))
+        fake = self.fake_everything or any(isinstance(t, FakeTensor) for t in leaves) or on_cuda_device(
+            kwargs.get("device"))
+        if not fake:
+            RUN.cpu_ops += 1
+            return func(*args, **kwargs)
+        if func is LOCAL_SCALAR and isinstance(args[0], FakeTensor):
+            # A value read below Python (`.item()` from C++, as DDP's parameter check does): zero.
+            return zero_of(args[0])
+        try:
+            with FAKE:
+                out = func(*args, **kwargs)
+        except RuntimeError as error:
+            text = str(error)
+            if any(m in text for m in MISMATCH):
+                self.mismatch(func, leaves, text)
+            raise
+        outs = pytree.tree_leaves(out)
+        if any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in leaves + outs):
+            RUN.cuda_ops += 1
+        for t in outs:
+            if isinstance(t, torch.Tensor):
+                MEMORY.track(t)
+        if RUN.oom is not None:
+            raise Finding()
+        return out
+
+    def mismatch(self, func, leaves, text):
+        if RUN.mismatch is not None:
+            return
+        tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
+        devices = []
+        for t in tensors:
+            name = str(t.device)
+            if name not in devices:
+                devices.append(name)
+        RUN.mismatch = {
+            "operation": str(func.overloadpacket.__name__) if hasattr(func, "overloadpacket") else str(func),
+            "devices": devices[:2],
+            "shapes": [[list(t.shape), str(t.device)] for t in tensors][:6],
+            "module": MODULES.current(),
+            "location": user_frame(),
+            "phase": "backward" if RUN.in_backward else "forward",
+            "message": text[:500],
+        }
+
+
+ROUTER = Router()
+
+
+# --- backward without the engine ----------------------------------------------------------------------
+
+class Saved:
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+
+UNPACKED = []
+
+
+def pack(tensor):
+    return Saved(tensor)
+
+
+def unpack(saved):
+    UNPACKED.append(saved)
+    return saved.tensor
+
+
+def is_accumulate(node):
+    return type(node).__name__ == "AccumulateGrad"
+
+
+def backward_graph(roots, grads, retain_graph=False):
+    """Runs the backward of `roots` (with their `grads`) node by node, as autograd's engine does."""
+    import heapq
+
+    dependencies, stack, seen = {}, [r.grad_fn for r in roots if r.grad_fn is not None], set()
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        for child, _ in node.next_functions:
+            if child is not None:
+                dependencies[child] = dependencies.get(child, 0) + 1
+                stack.append(child)
+    buffers, ready, order = {}, [], 0
+
+    def push(node):
+        nonlocal order
+        order += 1
+        key = float("inf") if is_accumulate(node) else node._sequence_nr()
+        heapq.heappush(ready, (-key, order, node))
+
+    for root, grad in zip(roots, grads):
+        node = root.grad_fn
+        if node is None:
+            if root.requires_grad:
+                with torch.no_grad():
+                    root.grad = grad if root.grad is None else root.grad.add_(grad)
+            continue
+        slot = buffers.setdefault(node, {})
+        slot[root.output_nr] = grad if root.output_nr not in slot else slot[root.output_nr] + grad
+    for node in {r.grad_fn for r in roots if r.grad_fn is not None}:
+        if dependencies.get(node, 0) == 0:
+            push(node)
+    RUN.in_backward = True
+    try:
+        while ready:
+            _, _, node = heapq.heappop(ready)
+            slot = buffers.pop(node, {})
+            if is_accumulate(node):
+                variable, grad = node.variable, slot.get(0)
+                if grad is not None:
+                    with torch.no_grad():
+                        if variable.grad is None:
+                            variable.grad = grad.detach()
+                        else:
+                            variable.grad.add_(grad)
+                outputs = ()
+            else:
+                metadata = node._input_metadata
+                inputs = []
+                for i, meta in enumerate(metadata):
+                    g = slot.get(i)
+                    if g is None:
+                        g = torch.zeros(meta.shape, dtype=meta.dtype, device=meta.device)
+                    inputs.append(g)
+                del slot
+                UNPACKED.clear()
+                outputs = node(*inputs)
+                del inputs
+                if not retain_graph:
+                    for saved in UNPACKED:
+                        saved.tensor = None
+                UNPACKED.clear()
+                if isinstance(outputs, torch.Tensor) or outputs is None:
+                    outputs = (outputs,)
+            for (child, index), grad in zip(node.next_functions, outputs):
+                if child is None:
+                    continue
+                if grad is not None:
+                    grad = validated(node, child, index, grad)
+                    slot = buffers.setdefault(child, {})
+                    slot[index] = grad if index not in slot else slot[index] + grad
+                dependencies[child] -= 1
+                if dependencies[child] == 0:
+                    push(child)
+            del outputs
+    finally:
+        RUN.in_backward = False
+
+
+def validated(node, child, index, grad):
+    """A gradient made fit for the input it flows to, as the engine's `validate_outputs` does: summed
+    to the input's shape, cast to its dtype; on another device it is the engine's error."""
+    meta = child._input_metadata[index] if not is_accumulate(child) else None
+    if meta is None:
+        variable = child.variable
+        shape, dtype, device = variable.shape, variable.dtype, variable.device
+    else:
+        shape, dtype, device = meta.shape, meta.dtype, meta.device
+    if tuple(grad.shape) != tuple(shape):
+        grad = grad.sum_to_size(shape)
+    if grad.dtype != dtype:
+        grad = grad.to(dtype)
+    if grad.device != device:
+        text = (f"invalid gradient - expected device {device} but got {grad.device} "
+                f"(the gradient {type(node).__name__} passes to {type(child).__name__})")
+        if RUN.mismatch is None:
+            RUN.mismatch = {"operation": type(node).__name__, "devices": [str(grad.device), str(device)],
+                            "shapes": [[list(grad.shape), str(grad.device)]], "module": MODULES.current(),
+                            "location": user_frame(), "phase": "backward", "message": text}
+        raise RuntimeError(text)
+    return grad
+
+
+def involves_fake(tensors):
+    return any(isinstance(t, FakeTensor) for t in tensors)
+
+
+def install_backward():
+    real_backward = torch.autograd.backward
+    real_tensor_backward = torch.Tensor.backward
+
+    def as_list(x):
+        if x is None:
+            return None
+        return [x] if isinstance(x, torch.Tensor) else list(x)
+
+    def autograd_backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, grad_variables=None,
+                          inputs=None):
+        roots = as_list(tensors)
+        if not involves_fake(roots):
+            return real_backward(tensors, grad_tensors, retain_graph, create_graph, grad_variables, inputs)
+        grads = as_list(grad_tensors if grad_tensors is not None else grad_variables) or [None] * len(roots)
+        grads = [g if g is not None else torch.ones_like(r) for r, g in zip(roots, grads)]
+        backward_graph(roots, grads, retain_graph=bool(retain_graph))
+
+    def tensor_backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        if not isinstance(self, FakeTensor):
+            return real_tensor_backward(self, gradient, retain_graph, create_graph, inputs)
+        return autograd_backward([self], [gradient] if gradient is not None else None, retain_graph)
+
+    torch.autograd.backward = autograd_backward
+    torch.Tensor.backward = tensor_backward
+    torch._C._autograd._push_saved_tensors_default_hooks(pack, unpack)
+
+
+# --- steps -------------------------------------------------------------------------------------------
+
+def install_step_counting():
+    init = torch.optim.Optimizer.__init__
+
+    def counted_init(self, *args, **kwargs):
+        RUN.optimizers += 1
+        return init(self, *args, **kwargs)
+
+    torch.optim.Optimizer.__init__ = counted_init
+    # Optimizers take their foreach (or fused) kernels for tensors of these exact types on CUDA, as
+    # a real run on a GPU does; fake tensors are such tensors here.
+    from torch.optim import optimizer as optimizer_module
+    from torch.utils import _foreach_utils
+
+    for kinds in (optimizer_module._foreach_supported_types, _foreach_utils._foreach_supported_types):
+        if FakeTensor not in kinds:
+            kinds.append(FakeTensor)
+
+    def after_step(optimizer, args, kwargs):
+        RUN.steps += 1
+        RUN.progress(force=True)
+        if RUN.steps >= STEPS:
+            raise StopRun()
+
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    register_optimizer_step_post_hook(after_step)
+    torch.nn.modules.module.register_module_forward_pre_hook(MODULES.enter)
+    torch.nn.modules.module.register_module_forward_hook(MODULES.leave)
+
+
+# --- from_pretrained without weights -------------------------------------------------------------------
+
+def install_weightless_loading():
+    try:
+        import transformers.modeling_utils as mu
+    except Exception:  # noqa: BLE001
+        return
+    mu._get_resolved_checkpoint_files = lambda *args, **kwargs: (None, None)
+    original = mu.PreTrainedModel.from_pretrained.__func__
+    load = mu.PreTrainedModel._load_pretrained_model
+
+    def load_nothing(model, state_dict, checkpoint_files, load_config, *args, **kwargs):
+        # An empty state dict: every weight is a missing key, placed and initialised by transformers.
+        if state_dict is None and checkpoint_files is None:
+            state_dict = {}
+        return load(model, state_dict, checkpoint_files, load_config, *args, **kwargs)
+
+    mu.PreTrainedModel._load_pretrained_model = staticmethod(load_nothing)
+
+    def from_pretrained(cls, *args, **kwargs):
+        ROUTER.fake_everything += 1
+        try:
+            return original(cls, *args, **kwargs)
+        finally:
+            ROUTER.fake_everything -= 1
+
+    mu.PreTrainedModel.from_pretrained = classmethod(from_pretrained)
+
+
+# --- distributed ----------------------------------------------------------------------------------------
+
+def install_fake_process_group():
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    real_init = dist.init_process_group
+
+    def init_process_group(backend=None, *args, **kwargs):
+        kwargs.pop("store", None)
+        kwargs.pop("init_method", None)
+        kwargs["rank"] = int(os.environ.get("RANK", "0"))
+        kwargs["world_size"] = int(os.environ.get("WORLD_SIZE", "1"))
+        return real_init("fake", *args, store=FakeStore(), **kwargs)
+
+    dist.init_process_group = init_process_group
+    install_ddp()
+
+
+def install_ddp():
+    """`DistributedDataParallel` as one rank sees it, without its C++ reducer (which times and
+    synchronises on real CUDA streams): the module's forward with the inputs moved to
+    `device_ids[0]`, as DDP moves them, and the gradient buckets DDP allocates beside the gradients
+    (one copy of every trainable parameter's gradient, in buckets of `bucket_cap_mb`, unless
+    `gradient_as_bucket_view`), so a rank's memory holds what DDP adds. The all-reduce itself moves
+    no data between a rank's devices."""
+    import contextlib
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    class RankDDP(DDP):
+        def __init__(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=True,
+                     process_group=None, bucket_cap_mb=None, find_unused_parameters=False, check_reduction=False,
+                     gradient_as_bucket_view=False, static_graph=False, **kwargs):
+            torch.nn.Module.__init__(self)
+            self.module = module
+            self.device_ids = list(device_ids) if device_ids else None
+            self.output_device = output_device
+            self.dim = dim
+            self.process_group = process_group
+            self.find_unused_parameters = find_unused_parameters
+            self.gradient_as_bucket_view = gradient_as_bucket_view
+            self.static_graph = static_graph
+            self.require_backward_grad_sync = True
+            self.require_forward_param_sync = True
+            self._buckets = []
+            if not gradient_as_bucket_view:
+                trainable = [p for p in module.parameters() if p.requires_grad]
+                groups = {}
+                for p in trainable:
+                    groups.setdefault((p.device, p.dtype), []).append(p)
+                for (device, dtype), params in groups.items():
+                    total = sum(p.numel() for p in params)
+                    if total and device.type == "cuda":
+                        self._buckets.append(torch.empty(total, dtype=dtype, device=device))
+
+        def forward(self, *inputs, **kwargs):
+            if self.device_ids:
+                target = torch.device("cuda", index_of(self.device_ids[0]))
+
+                def move(x):
+                    return x.to(target) if isinstance(x, torch.Tensor) and x.device != target else x
+
+                inputs, kwargs = pytree.tree_map(move, (inputs, kwargs))
+            return self.module(*inputs, **kwargs)
+
+        @contextlib.contextmanager
+        def no_sync(self):
+            yield
+
+        def register_comm_hook(self, state, hook):
+            pass
+
+        def join(self, *args, **kwargs):
+            return contextlib.nullcontext()
+
+        def _set_static_graph(self):
+            pass
+
+    torch.nn.parallel.DistributedDataParallel = RankDDP
+    torch.nn.parallel.distributed.DistributedDataParallel = RankDDP
+
+
+# --- the run ----------------------------------------------------------------------------------------------
+
+def versions():
+    out = {"python": sys.version.split()[0], "torch": torch.__version__}
+    for name in ("transformers", "accelerate", "peft", "bitsandbytes"):
+        module = sys.modules.get(name)
+        if module is not None:
+            out[name] = getattr(module, "__version__", "")
+    return out
+
+
+def main():
+    install_fake_cuda()
+    make_fake_mode()
+    install_fake_cuda()  # again: run_plan's fake mode takes every GPU for an H100
+    install_value_reads()
+    install_backward()
+    install_step_counting()
+    install_weightless_loading()
+    install_fake_process_group()
+    outcome, message, location, error_module = "completed", "", None, ""
+    sys.argv = [SCRIPT] + list(REQUEST.get("args") or [])
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    try:
+        with ROUTER:
+            runpy.run_path(SCRIPT, run_name="__main__")
+    except StopRun:
+        pass
+    except Finding:
+        pass
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            outcome, message = "error", f"the script exited with {e.code}"
+    except BaseException as e:  # noqa: BLE001
+        outcome = "error"
+        message = "".join(traceback.format_exception_only(type(e), e)).strip()
+        if os.environ.get("VRAMPLAN_HARNESS_DEBUG"):
+            traceback.print_exc()
+        location = traceback_user_frame(e.__traceback__)
+        error_module = MODULES.current()
+    if RUN.mismatch is not None:
+        outcome = "device_mismatch"
+    elif RUN.oom is not None:
+        outcome = "out_of_memory"
+    elif outcome == "completed" and RUN.cuda_ops == 0 and GPUS:
+        outcome = "gpu_idle"
+    per_device = []
+    for i, gpu in enumerate(GPUS):
+        per_device.append({"device": i, "peak_allocated_bytes": MEMORY.peak[i],
+                           "peak_at": MEMORY.peak_at[i], "peak_module": MEMORY.peak_module[i],
+                           "usable_bytes": gpu["usable_bytes"]})
+    result = {
+        "outcome": outcome, "message": message[:2000], "location": location, "module": error_module,
+        "mismatch": RUN.mismatch, "oom": RUN.oom, "steps": RUN.steps, "forwards": MODULES.forwards,
+        "optimizers": RUN.optimizers, "cuda_ops": RUN.cuda_ops, "cpu_ops": RUN.cpu_ops,
+        "per_device": per_device, "events": MEMORY.events, "notes": RUN.notes, "versions": versions(),
+        "seconds": round(time.monotonic() - RUN.started, 3),
+    }
+    with open(REQUEST["result"], "w") as f:
+        json.dump(result, f)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
