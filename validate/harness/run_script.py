@@ -129,7 +129,7 @@ class Modules:
         self.stack = []
         self.names = {}
         self.forwards = 0
-        self.phase = "forward"
+        self.first = None
 
     def name(self, module):
         return self.names.get(id(module), type(module).__name__)
@@ -145,7 +145,10 @@ class Modules:
             self.stack.pop()
         elif module in self.stack:
             del self.stack[self.stack.index(module):]
-        if not self.stack:
+        if not self.stack and self.first in (None, id(module)):
+            # Forward passes: calls of the first module the script called at the top level (a
+            # script that calls its layers one by one counts the first layer's calls).
+            self.first = id(module)
             self.forwards += 1
             RUN.progress()
             if not RUN.optimizers and self.forwards >= STEPS and not RUN.in_backward:
@@ -166,6 +169,8 @@ class Run:
         self.optimizers = 0
         self.steps = 0
         self.in_backward = False
+        self.graph_task = -1       # the backward running (torch._C._current_graph_task_id)
+        self.graph_tasks = 0
         self.mismatch = None
         self.oom = None
         self.cuda_ops = 0
@@ -205,6 +210,8 @@ class Memory:
         self.next_id = 1
         self.seen = weakref.WeakKeyDictionary()
         self.limit = [g["usable_bytes"] for g in GPUS]
+        self.total = 0         # live bytes over all devices
+        self.peak_total = 0
 
     def track(self, tensor):
         if not isinstance(tensor, FakeTensor) or tensor.device.type != "cuda":
@@ -219,6 +226,8 @@ class Memory:
         self.next_id += 1
         self.seen[storage] = ident
         self.live[device] += size
+        self.total += size
+        self.peak_total = max(self.peak_total, self.total)
         self.events.append([device, ident, size])
         weakref.finalize(storage, self.freed, device, ident, size)
         if self.live[device] > self.peak[device]:
@@ -232,6 +241,7 @@ class Memory:
 
     def freed(self, device, ident, size):
         self.live[device] -= size
+        self.total -= size
         self.events.append([device, ident, 0])
 
 
@@ -487,6 +497,14 @@ def zero_of(tensor):
     return 0
 
 
+def on_meta(device, leaves):
+    """Whether an operation makes or works on meta tensors (a model built empty, by
+    `init_empty_weights`, stays on meta while it loads)."""
+    if device is not None:
+        return str(device) == "meta"
+    return any(isinstance(t, torch.Tensor) and t.device.type == "meta" for t in leaves)
+
+
 def on_cuda_device(value):
     if isinstance(value, torch.device):
         return value.type == "cuda"
@@ -506,8 +524,8 @@ class Router(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         leaves = pytree.tree_leaves((args, kwargs))
-        fake = self.fake_everything or any(isinstance(t, FakeTensor) for t in leaves) or on_cuda_device(
-            kwargs.get("device"))
+        fake = any(isinstance(t, FakeTensor) for t in leaves) or on_cuda_device(kwargs.get("device")) or (
+            self.fake_everything and not on_meta(kwargs.get("device"), leaves))
         if not fake:
             RUN.cpu_ops += 1
             return func(*args, **kwargs)
@@ -571,8 +589,22 @@ def pack(tensor):
     return Saved(tensor)
 
 
+CHECKPOINT_FILE = os.path.join("torch", "utils", "checkpoint.py")
+
+
 def unpack(saved):
-    UNPACKED.append(saved)
+    # A checkpointed region's inputs, unpacked to recompute it from inside another node, belong to
+    # the checkpoint's own node, which releases them when it runs.
+    frame, recomputing = sys._getframe(1), False
+    for _ in range(4):
+        if frame is None:
+            break
+        if frame.f_code.co_filename.endswith(CHECKPOINT_FILE):
+            recomputing = True
+            break
+        frame = frame.f_back
+    if not recomputing:
+        UNPACKED.append(saved)
     return saved.tensor
 
 
@@ -580,7 +612,7 @@ def is_accumulate(node):
     return type(node).__name__ == "AccumulateGrad"
 
 
-def backward_graph(roots, grads, retain_graph=False):
+def backward_graph(roots, grads, retain_graph=False, create_graph=False):
     """Runs the backward of `roots` (with their `grads`) node by node, as autograd's engine does."""
     import heapq
 
@@ -615,6 +647,10 @@ def backward_graph(roots, grads, retain_graph=False):
         if dependencies.get(node, 0) == 0:
             push(node)
     RUN.in_backward = True
+    # Checkpointing recomputes a region once per backward, keyed by the engine's graph task id
+    # (which is -1 outside the engine, and then it recomputes at every unpack).
+    RUN.graph_tasks += 1
+    outer_task, RUN.graph_task = RUN.graph_task, RUN.graph_tasks
     try:
         while ready:
             _, _, node = heapq.heappop(ready)
@@ -638,11 +674,18 @@ def backward_graph(roots, grads, retain_graph=False):
                     inputs.append(g)
                 del slot
                 UNPACKED.clear()
-                outputs = node(*inputs)
+                # The engine runs each node with grad mode as `create_graph` asks (off by default):
+                # with it on, a formula over a saved tensor that requires grad would record a graph
+                # of the backward itself and keep every gradient alive.
+                with torch.set_grad_enabled(create_graph):
+                    outputs = python_function_outputs(node, node.apply(*inputs)) if hasattr(
+                        node, "_forward_cls") else node(*inputs)
                 del inputs
                 if not retain_graph:
                     for saved in UNPACKED:
                         saved.tensor = None
+                    if hasattr(node, "_forward_cls"):
+                        node.maybe_clear_saved_tensors()
                 UNPACKED.clear()
                 if isinstance(outputs, torch.Tensor) or outputs is None:
                     outputs = (outputs,)
@@ -658,7 +701,22 @@ def backward_graph(roots, grads, retain_graph=False):
                     push(child)
             del outputs
     finally:
-        RUN.in_backward = False
+        RUN.in_backward = outer_task != -1
+        RUN.graph_task = outer_task
+
+
+def python_function_outputs(node, outputs):
+    """The gradients of a `torch.autograd.Function`'s backward, one per edge of its node: the
+    backward returns one per argument of `forward`, and the node has an edge per tensor argument
+    (none for the others), with no node where the tensor needs no gradient; the engine keeps the
+    gradients of the arguments that need one, in order, for the edges that lead somewhere."""
+    if not isinstance(outputs, tuple):
+        outputs = (outputs,)
+    edges = node.next_functions
+    if len(outputs) == len(edges):
+        return outputs
+    wanted = iter([g for g, needed in zip(outputs, node.needs_input_grad) if needed])
+    return tuple(next(wanted, None) if child is not None else None for child, _ in edges)
 
 
 def validated(node, child, index, grad):
@@ -705,16 +763,83 @@ def install_backward():
             return real_backward(tensors, grad_tensors, retain_graph, create_graph, grad_variables, inputs)
         grads = as_list(grad_tensors if grad_tensors is not None else grad_variables) or [None] * len(roots)
         grads = [g if g is not None else torch.ones_like(r) for r, g in zip(roots, grads)]
-        backward_graph(roots, grads, retain_graph=bool(retain_graph))
+        backward_graph(roots, grads, retain_graph=bool(retain_graph) or create_graph, create_graph=create_graph)
 
     def tensor_backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         if not isinstance(self, FakeTensor):
             return real_tensor_backward(self, gradient, retain_graph, create_graph, inputs)
-        return autograd_backward([self], [gradient] if gradient is not None else None, retain_graph)
+        return autograd_backward([self], [gradient] if gradient is not None else None, retain_graph, create_graph)
 
+    real_task_id = torch._C._current_graph_task_id
+    torch._C._current_graph_task_id = lambda: RUN.graph_task if RUN.graph_task != -1 else real_task_id()
     torch.autograd.backward = autograd_backward
     torch.Tensor.backward = tensor_backward
     torch._C._autograd._push_saved_tensors_default_hooks(pack, unpack)
+
+
+# --- attention kernels as CUDA picks them ------------------------------------------------------------
+
+def install_attention():
+    """`scaled_dot_product_attention` on fake CUDA tensors runs the kernel PyTorch's CUDA dispatch
+    would pick (`sdp_utils.cpp`, in its priority order), since the fake mode alone decomposes it
+    into the math path, which keeps the whole attention matrix for backward:
+    - flash attention: compute capability 8.0 or later, fp16 or bf16, a head size that is a multiple
+      of 8 up to 256, no mask, the same head size for query, key and value; grouped-query attention
+      included. It keeps the output and the log-sum-exp.
+    - memory-efficient attention: capability 5.0 or later (bf16 from 8.0), fp16, bf16 or fp32, a
+      head size that is a multiple of 8 (4 in fp32), masks allowed, no grouped-query attention.
+    - otherwise the math path, as the fake mode runs it.
+    And transformers reads a position tensor's values to pass `is_causal` instead of a mask; a fake
+    tensor has none, so it is told what a batch without padding gives (as vramplan's reference
+    tracer, scripts/reference/trace.py, tells it)."""
+    import torch.nn.functional as F
+
+    math = F.scaled_dot_product_attention
+
+    def backend(q, k, v, attn_mask, enable_gqa):
+        cap = GPUS[index_of(q.device)]["capability"]
+        head = q.shape[-1]
+        same_heads = q.shape[-3] == k.shape[-3] if q.dim() >= 3 else True
+        same_dims = head == k.shape[-1] == v.shape[-1]
+        if (tuple(cap) >= (8, 0) and q.dtype in (torch.float16, torch.bfloat16) and head % 8 == 0
+                and head <= 256 and attn_mask is None and same_dims and q.dim() == 4
+                and (same_heads or enable_gqa)):
+            return "flash"
+        aligned = head % (4 if q.dtype == torch.float32 else 8) == 0
+        dtypes = (torch.float16, torch.float32) + ((torch.bfloat16,) if tuple(cap) >= (8, 0) else ())
+        if tuple(cap) >= (5, 0) and q.dtype in dtypes and aligned and same_heads and q.dim() == 4:
+            return "efficient"
+        return "math"
+
+    def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if not (isinstance(query, FakeTensor) and query.device.type == "cuda"):
+            return math(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                        scale=scale, enable_gqa=enable_gqa)
+        kind = backend(query, key, value, attn_mask, enable_gqa)
+        if kind == "flash":
+            return torch.ops.aten._scaled_dot_product_flash_attention(
+                query, key, value, dropout_p, is_causal, False, scale=scale)[0]
+        if kind == "efficient":
+            mask = attn_mask
+            if mask is not None and mask.dtype == torch.bool:
+                mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(
+                    mask.logical_not(), float("-inf"))
+            if mask is not None:
+                mask = mask.expand(query.shape[0], query.shape[1], query.shape[2], key.shape[2])
+            grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+            return torch.ops.aten._scaled_dot_product_efficient_attention(
+                query, key, value, mask, grad, dropout_p, is_causal, scale=scale)[0]
+        return math(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                    scale=scale, enable_gqa=enable_gqa)
+
+    F.scaled_dot_product_attention = sdpa
+    torch._C._nn.scaled_dot_product_attention = sdpa
+    try:
+        import transformers.masking_utils as masking
+    except Exception:  # noqa: BLE001
+        return
+    masking.is_tracing = lambda tensor=None: False
+    masking.find_packed_sequence_indices = lambda position_ids: None
 
 
 # --- steps -------------------------------------------------------------------------------------------
@@ -767,6 +892,15 @@ def install_weightless_loading():
         return load(model, state_dict, checkpoint_files, load_config, *args, **kwargs)
 
     mu.PreTrainedModel._load_pretrained_model = staticmethod(load_nothing)
+    move = mu.PreTrainedModel._move_missing_keys_from_meta_to_device
+
+    def move_missing(self, missing_keys, device_map, device_mesh, hf_quantizer):
+        # Quantized linears get their weights as bitsandbytes stores them once quantized, on their
+        # device; the rest as transformers places missing keys.
+        quantized = quantized_weights(self, missing_keys, device_map)
+        return move(self, set(missing_keys) - quantized, device_map, device_mesh, hf_quantizer)
+
+    mu.PreTrainedModel._move_missing_keys_from_meta_to_device = move_missing
 
     def from_pretrained(cls, *args, **kwargs):
         ROUTER.fake_everything += 1
@@ -776,6 +910,68 @@ def install_weightless_loading():
             ROUTER.fake_everything -= 1
 
     mu.PreTrainedModel.from_pretrained = classmethod(from_pretrained)
+
+
+def quantized_weights(model, missing_keys, device_map):
+    """Gives every bitsandbytes 4-bit linear among `missing_keys` the weight bitsandbytes holds
+    after quantizing (`Params4bit` on its device): the packed 4-bit values, `quant_storage`
+    elements holding two values per byte, shape [(out*in+1)//2 / itemsize, 1]; per block of
+    `blocksize` values an absmax, with double quantization (`compress_statistics`) a uint8 absmax
+    per block plus an fp32 absmax per 256 blocks and a 256-entry code, else an fp32 absmax; a
+    16-entry code. A plain parameter carries them (a `Params4bit` cannot wrap a fake tensor), with
+    the attributes bitsandbytes and PEFT read. Returns the keys it placed. 8-bit (LLM.int8)
+    weights are refused: their forward is not run under fake GPUs."""
+    try:
+        import bitsandbytes as bnb
+        from bitsandbytes.functional import QuantState
+    except Exception:  # noqa: BLE001
+        return set()
+    from transformers.integrations.accelerate import get_device
+
+    placed = set()
+    for key in missing_keys:
+        if not key.endswith(".weight"):
+            continue
+        module = model.get_submodule(key.rsplit(".", 1)[0])
+        if isinstance(module, bnb.nn.Linear8bitLt):
+            raise NotImplementedError(
+                "vramplan validate --script runs 4-bit bitsandbytes models (load_in_4bit) on fake GPUs, not 8-bit "
+                "(load_in_8bit): LLM.int8's kernels have no fake implementation to run without a GPU")
+        if not isinstance(module, bnb.nn.Linear4bit):
+            continue
+        weight = module.weight
+        device = get_device(device_map, key, valid_torch_device=True)
+        out_f, in_f = module.out_features, module.in_features
+        n = out_f * in_f
+        blocksize = getattr(weight, "blocksize", None) or 64
+        storage = getattr(weight, "quant_storage", torch.uint8)
+        quant_type = getattr(weight, "quant_type", "fp4")
+        compress = getattr(weight, "compress_statistics", True)
+        blocks = -(-n // blocksize)
+        if compress:
+            state2 = QuantState(absmax=torch.empty(-(-blocks // 256), dtype=torch.float32, device=device),
+                                code=torch.empty(256, dtype=torch.float32, device=device), blocksize=256,
+                                quant_type=quant_type, dtype=torch.float32)
+            absmax, offset = torch.empty(blocks, dtype=torch.uint8, device=device), torch.empty(
+                (), dtype=torch.float32, device=device)
+        else:
+            state2, offset = None, None
+            absmax = torch.empty(blocks, dtype=torch.float32, device=device)
+        compute = module.compute_dtype or torch.float32
+        state = QuantState(absmax=absmax, shape=torch.Size([out_f, in_f]),
+                           code=torch.empty(16, dtype=torch.float32, device=device), blocksize=blocksize,
+                           quant_type=quant_type, dtype=compute, offset=offset, state2=state2)
+        bytes_ = (n + 1) // 2
+        packed = torch.nn.Parameter(torch.empty(-(-bytes_ // storage.itemsize), 1, dtype=storage, device=device),
+                                    requires_grad=False)
+        packed.quant_state, packed.bnb_quantized, packed.module = state, True, module
+        packed.compress_statistics, packed.quant_type, packed.quant_storage, packed.blocksize = (
+            compress, quant_type, storage, blocksize)
+        packed._is_hf_initialized = True
+        module._parameters["weight"] = packed
+        module.quant_state = state
+        placed.add(key)
+    return placed
 
 
 # --- distributed ----------------------------------------------------------------------------------------
@@ -877,6 +1073,7 @@ def main():
     make_fake_mode()
     install_fake_cuda()  # again: run_plan's fake mode takes every GPU for an H100
     install_value_reads()
+    install_attention()
     install_backward()
     install_step_counting()
     install_weightless_loading()
@@ -916,7 +1113,7 @@ def main():
         "outcome": outcome, "message": message[:2000], "location": location, "module": error_module,
         "mismatch": RUN.mismatch, "oom": RUN.oom, "steps": RUN.steps, "forwards": MODULES.forwards,
         "optimizers": RUN.optimizers, "cuda_ops": RUN.cuda_ops, "cpu_ops": RUN.cpu_ops,
-        "per_device": per_device, "events": MEMORY.events, "notes": RUN.notes, "versions": versions(),
+        "per_device": per_device, "peak_total_bytes": MEMORY.peak_total, "events": MEMORY.events, "notes": RUN.notes, "versions": versions(),
         "seconds": round(time.monotonic() - RUN.started, 3),
     }
     with open(REQUEST["result"], "w") as f:

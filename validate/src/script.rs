@@ -164,6 +164,9 @@ pub struct RankRun {
     pub forwards: u32,
     /// Per GPU of the profile.
     pub per_device: Vec<DeviceMemory>,
+    /// The peak of live bytes over all GPUs together (a model split over GPUs holds, at each
+    /// moment, the bytes one GPU would hold, less nothing and plus the copies between them).
+    pub peak_total_bytes: u64,
     /// Values the script read from tensors that have none (they read 0).
     pub notes: Vec<String>,
     /// Seconds the rank ran.
@@ -208,6 +211,7 @@ struct HarnessResult {
     #[allow(dead_code)]
     cpu_ops: u64,
     per_device: Vec<HarnessDevice>,
+    peak_total_bytes: u64,
     events: Vec<(u32, u64, u64)>,
     notes: Vec<String>,
     versions: BTreeMap<String, String>,
@@ -479,6 +483,7 @@ fn run_rank(
         steps: 0,
         forwards: 0,
         per_device: Vec::new(),
+        peak_total_bytes: 0,
         notes: Vec::new(),
         seconds,
     };
@@ -572,6 +577,7 @@ fn rank_run(
         steps: parsed.steps,
         forwards: parsed.forwards,
         per_device,
+        peak_total_bytes: parsed.peak_total_bytes,
         notes: parsed.notes,
         seconds: parsed.seconds,
     };
