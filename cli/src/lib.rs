@@ -103,18 +103,15 @@ where
     T: Into<OsString> + Clone,
 {
     let args = whatif::grid_axis_args(args.into_iter().map(Into::into).collect());
+    if plot::draws_a_trace(&args) {
+        return match plot::TraceArgs::try_parse_from(&args) {
+            Ok(trace) => finish(plot::run_trace(&trace, out), err),
+            Err(e) => parse_failed(&e, out, err),
+        };
+    }
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
-        Err(e) => {
-            // `--help` and `--version` arrive here too, with exit code 0, for stdout.
-            let text = e.render().to_string();
-            if e.exit_code() == 0 {
-                let _ = write!(out, "{text}");
-                return 0;
-            }
-            let _ = write!(err, "{text}");
-            return EXIT_BAD_INPUT;
-        }
+        Err(e) => return parse_failed(&e, out, err),
     };
     let result = match cli.command {
         Command::Profiles { action: None, json } => list_profiles(json, out),
@@ -132,6 +129,23 @@ where
         Command::Plot(args) => plot::run(&args, out),
         Command::Report(args) => report::run(&args, out),
     };
+    finish(result, err)
+}
+
+/// A parse failure's text and exit code: `--help` and `--version` arrive here too, with exit
+/// code 0, for stdout.
+fn parse_failed(e: &clap::Error, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let text = e.render().to_string();
+    if e.exit_code() == 0 {
+        let _ = write!(out, "{text}");
+        return 0;
+    }
+    let _ = write!(err, "{text}");
+    EXIT_BAD_INPUT
+}
+
+/// A command's exit code, its input error printed.
+fn finish(result: Result<i32, InputError>, err: &mut dyn Write) -> i32 {
     match result {
         Ok(code) => code,
         Err(e) => {

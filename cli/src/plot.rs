@@ -4,7 +4,8 @@
 //! image atomically in the format of the file's extension. Prints where it wrote; exit 0.
 //!
 //! - `breakdown [--device-map F | --plan F] [--measured VALIDATE.json]`
-//! - `timeline [--device-map F | --plan F]`
+//! - `timeline [--device-map F | --plan F]`, or `timeline --trace F` for a script's measured run
+//!   (`vramplan validate --script --trace-out F`), with no model or hardware
 //! - `plan [plan's options] [--baseline]`
 //! - `sweep --batch 8..512` (or `--seq`): one axis
 //! - `grid --batch 1..64 --seq 512..8192`: two axes (batch, seq, quant, kv-dtype, hardware list)
@@ -52,6 +53,10 @@ pub(crate) struct PlotArgs {
     /// breakdown: a `vramplan validate --json` result, drawn beside the prediction.
     #[arg(long, value_name = "FILE")]
     measured: Option<PathBuf>,
+    /// timeline: draw the run `vramplan validate --script --trace-out FILE` measured instead
+    /// (give only the kind, --trace and -o: `plot timeline --trace run.json -o run.svg`).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
     /// plan: draw accelerate's `device_map="auto"` beside the plan.
     #[arg(long)]
     baseline: bool,
@@ -84,11 +89,11 @@ pub(crate) fn run(args: &PlotArgs, out: &mut dyn Write) -> Result<i32, InputErro
             draw(&figure, format)?
         }
         Kind::Timeline => {
-            let Simulated { loaded, estimate, placement, .. } = simulate(&args.inputs, &args.map)?;
+            let Simulated { loaded, placement, .. } = simulate(&args.inputs, &args.map)?;
             let Loaded { model, hardware, workload, .. } = &loaded;
             let trace = vramplan_sim::trace::trace(model, hardware, workload, &placement, TIMELINE_POINTS)?;
             let title = caption(&args.inputs, &loaded, "the step over time", None);
-            draw(&TimelineFigure { title, trace: &trace, devices: &estimate.devices }, format)?
+            draw(&TimelineFigure { title, trace: &trace }, format)?
         }
         Kind::Plan => {
             let Solved { loaded, result, baseline, .. } = solve(&args.inputs, &args.solve, |_| Ok(()))?;
@@ -182,6 +187,82 @@ fn draw(figure: &impl Figure, format: ImageFormat) -> Result<Vec<u8>, InputError
 fn caption(inputs: &Inputs, loaded: &Loaded, what: &str, shape: Option<&str>) -> String {
     let words = plot::workload_words(&loaded.workload, shape);
     format!("{what} · {} on {} · {words}", loaded.model.name, inputs.hardware)
+}
+
+/// Whether the command line is `plot ... --trace FILE`: a measured run's timeline, which takes
+/// no model, hardware or workload (so it has its own parser, [`TraceArgs`]).
+pub(crate) fn draws_a_trace(args: &[std::ffi::OsString]) -> bool {
+    args.get(1).is_some_and(|a| a == "plot")
+        && args.iter().skip(2).any(|a| a == "--trace" || a.to_string_lossy().starts_with("--trace="))
+}
+
+/// `vramplan plot timeline --trace FILE -o FILE.svg|FILE.png`.
+#[derive(clap::Parser, Debug)]
+#[command(name = "vramplan", bin_name = "vramplan")]
+pub(crate) struct TraceArgs {
+    #[command(subcommand)]
+    command: TraceCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum TraceCommand {
+    /// Draw the run `vramplan validate --script --trace-out FILE` measured.
+    Plot(TracePlot),
+}
+
+#[derive(Args, Debug)]
+struct TracePlot {
+    /// timeline (the only kind a measured run draws)
+    #[arg(value_enum)]
+    kind: Kind,
+    /// The run, as `vramplan validate --script --trace-out FILE` wrote it.
+    #[arg(long, value_name = "FILE")]
+    trace: PathBuf,
+    /// The image to write (atomically): `.svg` or `.png`.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: PathBuf,
+}
+
+/// Draws a measured run's timeline.
+pub(crate) fn run_trace(args: &TraceArgs, out: &mut dyn Write) -> Result<i32, InputError> {
+    let TraceCommand::Plot(args) = &args.command;
+    if args.kind != Kind::Timeline {
+        return Err(InputError::new("--trace", "a measured run draws as `plot timeline`")
+            .with_fix("plot timeline --trace FILE -o FILE.svg"));
+    }
+    let format = ImageFormat::from_path(&args.output).ok_or_else(|| {
+        InputError::new("-o", format!("`{}` is neither .svg nor .png", args.output.display()))
+            .with_fix("name the image `plot.svg` or `plot.png`")
+    })?;
+    let path = &args.trace;
+    let shown = path.display().to_string();
+    let fix = "give the file `vramplan validate --script FILE.py --trace-out FILE` wrote";
+    if !std::fs::metadata(path).map_err(|e| InputError::io(path, &e).with_fix(fix))?.is_file() {
+        return Err(InputError::new(&shown, "is not a regular file").with_fix(fix));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| InputError::io(path, &e).with_fix(fix))?;
+    let file: crate::validate_script::TraceFile = serde_json::from_str(&text)
+        .map_err(|e| InputError::new(&shown, format!("not a vramplan trace: {e}")).with_fix(fix))?;
+    if file.vramplan_trace != 1 {
+        return Err(InputError::new(
+            &shown,
+            format!("trace format {}, this vramplan reads 1", file.vramplan_trace),
+        )
+        .at_key("vramplan_trace")
+        .with_fix("write it again with this vramplan"));
+    }
+    let Some(trace) = &file.trace else {
+        return Err(InputError::new(&shown, "holds no run: the script's Python wrote no result")
+            .at_key("trace")
+            .with_fix("run `vramplan validate --script` again and look at its message"));
+    };
+    let script = std::path::Path::new(&file.script)
+        .file_name()
+        .map_or(file.script.clone(), |n| n.to_string_lossy().into_owned());
+    let title = format!("{script} over time, measured on fake GPUs · {} · rank {}", file.hardware, file.rank);
+    let bytes = draw(&TimelineFigure { title, trace }, format)?;
+    crate::write_atomic(&args.output, &bytes)?;
+    crate::print(out, &format!("wrote {}", args.output.display()))
 }
 
 /// Options that only one kind reads are refused with the others, rather than ignored.

@@ -166,11 +166,7 @@ pub(crate) fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<i32, InputEr
             lead: "Allocated and reserved bytes over the step's operations, the phases shaded.".into(),
             table: format!("peak allocated\n{}\n", peaks.join("\n")),
             drawing: Some(drawing(
-                &TimelineFigure {
-                    title: format!("the step over time · {title}"),
-                    trace: &trace,
-                    devices: &estimate.devices,
-                },
+                &TimelineFigure { title: format!("the step over time · {title}"), trace: &trace },
                 format!("{stem}-timeline.svg"),
                 "allocated and reserved bytes over the step, per GPU, with the peak marked",
             )?),

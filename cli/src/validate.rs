@@ -49,6 +49,10 @@ pub(crate) struct ValidateArgs {
     #[arg(long, value_name = "S", default_value_t = 600, requires = "script",
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub(crate) time_limit: u64,
+    /// With --script: write the run over time (each GPU's allocated and reserved bytes at every
+    /// allocation, the phases) as JSON, for `vramplan plot timeline --trace FILE`.
+    #[arg(long, value_name = "FILE.json", requires = "script")]
+    pub(crate) trace_out: Option<PathBuf>,
     /// With --script: the script's own arguments.
     #[arg(last = true, value_name = "ARGS", requires = "script")]
     pub(crate) script_args: Vec<String>,

@@ -59,6 +59,7 @@ pub(crate) fn run(
         steps: args.steps,
         nproc: args.nproc,
         time_limit: Duration::from_secs(args.time_limit),
+        trace_points: args.trace_out.as_ref().map(|_| crate::plot::TIMELINE_POINTS),
     };
     let show_progress = !args.json && std::io::stderr().is_terminal();
     let mut progress = |line: &str| {
@@ -83,6 +84,17 @@ pub(crate) fn run(
             Ok(EXIT_NO_DEVICE)
         }
         Ok(run) => {
+            if let Some(path) = &args.trace_out {
+                let rank = run.ranks.iter().find(|r| r.rank == run.rank);
+                let file = TraceFile {
+                    vramplan_trace: 1,
+                    script: request.script.display().to_string(),
+                    hardware: hardware.name.clone(),
+                    rank: run.rank,
+                    trace: rank.and_then(|r| r.trace.clone()),
+                };
+                crate::write_atomic(path, crate::json_text(&file).as_bytes())?;
+            }
             let text = if args.json {
                 crate::json_text(&run)
             } else {
@@ -92,6 +104,21 @@ pub(crate) fn run(
             Ok(if run.outcome == ScriptOutcome::Completed { 0 } else { crate::EXIT_NEGATIVE })
         }
     }
+}
+
+/// What `--trace-out` writes: the measured run over time, as `plot timeline --trace` reads it.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(crate) struct TraceFile {
+    /// The format's version (1).
+    pub vramplan_trace: u32,
+    /// The script that ran.
+    pub script: String,
+    /// The hardware profile it ran on.
+    pub hardware: String,
+    /// The rank whose run this is (the one the answer comes from).
+    pub rank: u32,
+    /// The run over time (none where the harness wrote no result).
+    pub trace: Option<vramplan_sim::trace::Trace>,
 }
 
 /// A progress line of the harness (`rank=0 steps=1 forwards=2 module=model.layers.3`) in words.

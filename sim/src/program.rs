@@ -72,9 +72,10 @@ pub type UnitIndex = usize;
 pub type Step = u8;
 
 /// A moment of the step, named for the peak it may be reported at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Event {
     /// Loading the weights, and the cuBLAS workspaces.
+    #[default]
     Load,
     /// A unit's forward in a training step.
     Forward(UnitIndex, Step),

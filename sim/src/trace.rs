@@ -6,20 +6,24 @@
 //! trace keeps at most `samples` points per GPU, each the largest allocated and reserved figures
 //! of its run of operations, so the curve's peaks survive the aggregation and a 405B model's
 //! timeline stays a small file; the peak itself is kept exactly, with its operation and event.
+//!
+//! [`TraceBuilder`] makes the same figure from any sequence of observations: the validator's
+//! script runs (`vramplan validate --script --trace-out`) write their measured step with it, and
+//! `plot timeline --trace` draws either.
 
 use crate::estimate::{gpu_limits, is_data_parallel};
 use crate::placement::Placement;
 use crate::program::{Event, Op, StepProgram, step_program};
 use crate::timeline::{ReplayState, Touched};
 use crate::workload::{Engine, Workload};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use vramplan_profiles::InputError;
 use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::ModelDescription;
 
 /// A phase of the step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// Loading the weights (and the library workspaces).
@@ -50,7 +54,7 @@ impl Phase {
 }
 
 /// A run of operations in one phase.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PhaseSpan {
     /// The phase.
     pub phase: Phase,
@@ -63,7 +67,7 @@ pub struct PhaseSpan {
 }
 
 /// One point of a GPU's curve.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sample {
     /// The operation's index (the last of the run a point stands for).
     pub op: usize,
@@ -74,10 +78,14 @@ pub struct Sample {
 }
 
 /// One GPU's timeline.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceTrace {
     /// The GPU.
     pub device: u32,
+    /// Its name (`Tesla T4`).
+    pub name: String,
+    /// What PyTorch's allocator may use on it.
+    pub usable_bytes: u64,
     /// The curve, in operation order.
     pub samples: Vec<Sample>,
     /// The peak of allocated bytes, exactly: its operation and figures.
@@ -87,7 +95,7 @@ pub struct DeviceTrace {
 }
 
 /// A step's timeline on every GPU it uses.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Trace {
     /// Operations in the program.
     pub ops: usize,
@@ -119,68 +127,121 @@ pub fn trace(
     let placement = if is_data_parallel(workload) { &rank } else { placement };
     let program = step_program(model, hardware, workload, placement);
     let limits = gpu_limits(hardware, 0.0);
-    Ok(trace_program(&program, &|g| limits(g), samples))
+    let mut trace = trace_program(&program, &|g| limits(g), samples);
+    for device in &mut trace.devices {
+        device.name =
+            hardware.devices.get(device.device as usize).map_or_else(String::new, |d| d.name.clone());
+        device.usable_bytes = limits(device.device);
+    }
+    Ok(trace)
 }
 
 /// [`trace`] of a built program.
 fn trace_program(program: &StepProgram, capacity: &dyn Fn(u32) -> u64, samples: usize) -> Trace {
-    let ops = program.ops.len();
-    let per_point = ops.div_ceil(samples.max(2)).max(1);
-    let mut curves: BTreeMap<u32, Curve> = BTreeMap::new();
-    let mut phases: Vec<PhaseSpan> = Vec::new();
+    let mut builder = TraceBuilder::new(program.ops.len(), samples);
     let mut state = ReplayState::new(program, capacity);
     state.run_observed(&program.ops, capacity, |index, op, touched| {
         if let Op::Compute(c) = op {
             let (phase, step) = Phase::of(c.event);
-            match phases.last_mut() {
-                Some(last) if last.phase == phase && last.step == step => {}
-                _ => phases.push(PhaseSpan { phase, step, first_op: index, end_op: index }),
-            }
+            builder.phase(index, phase, step);
         }
-        if let Some(last) = phases.last_mut() {
-            last.end_op = index + 1;
-        }
+        builder.reach(index);
         if let Some(Touched { device, allocated, reserved, event }) = touched {
-            curves.entry(device).or_default().observe(index, allocated, reserved, event, per_point);
+            builder.observe(device, index, allocated, reserved, event);
         }
     });
-    let devices = curves
-        .into_iter()
-        .map(|(device, mut curve)| {
-            curve.flush();
-            DeviceTrace {
-                device,
-                samples: curve.samples,
-                peak: curve.peak,
-                peak_at: program.describe(curve.peak_at),
-            }
-        })
-        .collect();
-    Trace { ops, phases, devices }
+    // `trace` names the GPUs from the hardware.
+    builder.finish(|event| program.describe(event), |_| (String::new(), 0))
+}
+
+/// Builds a [`Trace`] from observations in operation order: phases as they begin, and per GPU
+/// its allocated and reserved bytes after an operation, with a label `L` for the moment (the
+/// program's event, or a run's location), named once the peak is known.
+#[derive(Debug, Clone)]
+pub struct TraceBuilder<L> {
+    ops: usize,
+    per_point: usize,
+    phases: Vec<PhaseSpan>,
+    curves: BTreeMap<u32, Curve<L>>,
+}
+
+impl<L: Copy + Default> TraceBuilder<L> {
+    /// A builder for `ops` operations, keeping at most `samples` points per GPU (at least 2).
+    pub fn new(ops: usize, samples: usize) -> TraceBuilder<L> {
+        TraceBuilder {
+            ops,
+            per_point: ops.div_ceil(samples.max(2)).max(1),
+            phases: Vec::new(),
+            curves: BTreeMap::new(),
+        }
+    }
+
+    /// Operation `op` is in `phase` of training step `step` (0 outside training steps).
+    pub fn phase(&mut self, op: usize, phase: Phase, step: u8) {
+        match self.phases.last_mut() {
+            Some(last) if last.phase == phase && last.step == step => {}
+            _ => self.phases.push(PhaseSpan { phase, step, first_op: op, end_op: op }),
+        }
+    }
+
+    /// Operation `op` ran: the current phase extends to it.
+    pub fn reach(&mut self, op: usize) {
+        if let Some(last) = self.phases.last_mut() {
+            last.end_op = op + 1;
+        }
+    }
+
+    /// After operation `op`, GPU `device` held `allocated` and `reserved` bytes, at `label`.
+    pub fn observe(&mut self, device: u32, op: usize, allocated: u64, reserved: u64, label: L) {
+        let per_point = self.per_point;
+        self.curves.entry(device).or_default().observe(op, allocated, reserved, label, per_point);
+    }
+
+    /// The trace: `describe` names the label of each GPU's peak, `gpu` gives each GPU's name and
+    /// usable bytes.
+    pub fn finish(self, describe: impl Fn(L) -> String, gpu: impl Fn(u32) -> (String, u64)) -> Trace {
+        let devices = self
+            .curves
+            .into_iter()
+            .map(|(device, mut curve)| {
+                curve.flush();
+                let (name, usable_bytes) = gpu(device);
+                DeviceTrace {
+                    device,
+                    name,
+                    usable_bytes,
+                    samples: curve.samples,
+                    peak: curve.peak,
+                    peak_at: describe(curve.peak_at),
+                }
+            })
+            .collect();
+        Trace { ops: self.ops, phases: self.phases, devices }
+    }
 }
 
 /// One GPU's curve as it is built: the closed points, the run being gathered, the peak.
 #[derive(Debug, Clone)]
-struct Curve {
+struct Curve<L> {
     samples: Vec<Sample>,
     open: Option<Sample>,
     peak: Sample,
-    peak_at: Event,
+    peak_at: L,
 }
 
-impl Default for Curve {
-    fn default() -> Curve {
+impl<L: Default> Default for Curve<L> {
+    fn default() -> Curve<L> {
         Curve {
             samples: Vec::new(),
             open: None,
             peak: Sample { op: 0, allocated: 0, reserved: 0 },
-            peak_at: Event::Load,
+            peak_at: L::default(),
         }
     }
 }
 
-impl Curve {
-    fn observe(&mut self, op: usize, allocated: u64, reserved: u64, event: Event, per_point: usize) {
+impl<L: Copy> Curve<L> {
+    fn observe(&mut self, op: usize, allocated: u64, reserved: u64, event: L, per_point: usize) {
         if allocated > self.peak.allocated {
             self.peak = Sample { op, allocated, reserved };
             self.peak_at = event;

@@ -138,6 +138,8 @@ class Modules:
         if not self.stack:
             for name, sub in module.named_modules():
                 self.names.setdefault(id(sub), name or type(module).__name__)
+            if not RUN.in_backward:
+                RUN.enter_phase("forward")
         self.stack.append(module)
 
     def leave(self, module, args, output):
@@ -145,6 +147,8 @@ class Modules:
             self.stack.pop()
         elif module in self.stack:
             del self.stack[self.stack.index(module):]
+        if not self.stack and not RUN.in_backward:
+            RUN.enter_phase("loss")
         if not self.stack and self.first in (None, id(module)):
             # Forward passes: calls of the first module the script called at the top level (a
             # script that calls its layers one by one counts the first layer's calls).
@@ -178,6 +182,8 @@ class Run:
         self.notes = []
         self.started = time.monotonic()
         self.last_progress = 0.0
+        self.phase = ("load", 0)
+        self.phase_marks = [[0, "load", 0]]
 
     def progress(self, force=False):
         now = time.monotonic()
@@ -186,6 +192,14 @@ class Run:
             sys.stderr.write(f"\x1evramplan-progress rank={REQUEST.get('rank', 0)} steps={self.steps} "
                              f"forwards={MODULES.forwards} module={MODULES.current()}\n")
             sys.stderr.flush()
+
+    def enter_phase(self, phase):
+        """The run is in `phase` (load, forward, loss, backward, optimizer) from the next allocation
+        on; the marks go back with the allocations, for the timeline."""
+        step = self.steps + 1 if phase != "load" else 0
+        if self.phase != (phase, step):
+            self.phase = (phase, step)
+            self.phase_marks.append([len(MEMORY.events), phase, step])
 
     def note(self, text):
         if len(self.notes) < 5 and text not in self.notes:
@@ -647,6 +661,7 @@ def backward_graph(roots, grads, retain_graph=False, create_graph=False):
         if dependencies.get(node, 0) == 0:
             push(node)
     RUN.in_backward = True
+    RUN.enter_phase("backward")
     # Checkpointing recomputes a region once per backward, keyed by the engine's graph task id
     # (which is -1 outside the engine, and then it recomputes at every unpack).
     RUN.graph_tasks += 1
@@ -861,14 +876,18 @@ def install_step_counting():
         if FakeTensor not in kinds:
             kinds.append(FakeTensor)
 
+    def before_step(optimizer, args, kwargs):
+        RUN.enter_phase("optimizer")
+
     def after_step(optimizer, args, kwargs):
         RUN.steps += 1
         RUN.progress(force=True)
         if RUN.steps >= STEPS:
             raise StopRun()
 
-    from torch.optim.optimizer import register_optimizer_step_post_hook
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+    register_optimizer_step_pre_hook(before_step)
     register_optimizer_step_post_hook(after_step)
     torch.nn.modules.module.register_module_forward_pre_hook(MODULES.enter)
     torch.nn.modules.module.register_module_forward_hook(MODULES.leave)
@@ -1113,7 +1132,8 @@ def main():
         "outcome": outcome, "message": message[:2000], "location": location, "module": error_module,
         "mismatch": RUN.mismatch, "oom": RUN.oom, "steps": RUN.steps, "forwards": MODULES.forwards,
         "optimizers": RUN.optimizers, "cuda_ops": RUN.cuda_ops, "cpu_ops": RUN.cpu_ops,
-        "per_device": per_device, "peak_total_bytes": MEMORY.peak_total, "events": MEMORY.events, "notes": RUN.notes, "versions": versions(),
+        "per_device": per_device, "peak_total_bytes": MEMORY.peak_total, "events": MEMORY.events,
+        "phases": RUN.phase_marks, "notes": RUN.notes, "versions": versions(),
         "seconds": round(time.monotonic() - RUN.started, 3),
     }
     with open(REQUEST["result"], "w") as f:

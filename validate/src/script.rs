@@ -22,6 +22,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_sim::allocator::CachingAllocator;
+use vramplan_sim::trace::{Phase, Trace, TraceBuilder};
 
 /// The harness, as shipped.
 const HARNESS: &str = include_str!("../harness/run_script.py");
@@ -45,6 +46,8 @@ pub struct ScriptRequest {
     pub nproc: u32,
     /// The most the whole run (every rank) may take.
     pub time_limit: Duration,
+    /// Keep each rank's timeline ([`RankRun::trace`]), at most this many points per GPU.
+    pub trace_points: Option<usize>,
 }
 
 /// One profile GPU as the harness fakes it.
@@ -171,6 +174,10 @@ pub struct RankRun {
     pub notes: Vec<String>,
     /// Seconds the rank ran.
     pub seconds: f64,
+    /// The run over time, where [`ScriptRequest::trace_points`] asked for it: every allocation and
+    /// free of a GPU is an operation, the phases as the script went through them.
+    #[serde(skip)]
+    pub trace: Option<Trace>,
 }
 
 /// What `validate --script` found.
@@ -213,6 +220,7 @@ struct HarnessResult {
     per_device: Vec<HarnessDevice>,
     peak_total_bytes: u64,
     events: Vec<(u32, u64, u64)>,
+    phases: Vec<(usize, String, u8)>,
     notes: Vec<String>,
     versions: BTreeMap<String, String>,
     seconds: f64,
@@ -486,6 +494,7 @@ fn run_rank(
         peak_total_bytes: 0,
         notes: Vec::new(),
         seconds,
+        trace: None,
     };
     if timed_out {
         let message = format!(
@@ -522,7 +531,7 @@ fn run_rank(
             return Ok((error_run(format!("the harness's result does not read: {e}")), BTreeMap::new()));
         }
     };
-    match rank_run(parsed, rank, hardware) {
+    match rank_run(parsed, rank, hardware, request.trace_points) {
         Ok((run, versions)) => Ok((run, versions)),
         Err(why) => {
             Ok((error_run(format!("the harness's result does not match the run: {why}")), BTreeMap::new()))
@@ -535,6 +544,7 @@ fn rank_run(
     parsed: HarnessResult,
     rank: u32,
     hardware: &HardwareProfile,
+    trace_points: Option<usize>,
 ) -> Result<(RankRun, BTreeMap<String, String>), String> {
     let count = hardware.devices.len();
     if parsed.per_device.len() != count {
@@ -548,7 +558,13 @@ fn rank_run(
     if let Some(e) = parsed.events.iter().find(|e| e.0 as usize >= count) {
         return Err(format!("an allocation on GPU {}, which the profile lacks", e.0));
     }
-    let reserved = replay(&parsed.events, hardware);
+    let phases = parsed
+        .phases
+        .iter()
+        .map(|(at, name, step)| phase_named(name).map(|p| (*at, p, *step)).ok_or(format!("a phase `{name}`")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut builder = trace_points.map(|points| TraceBuilder::<usize>::new(parsed.events.len(), points));
+    let reserved = replay(&parsed.events, hardware, &phases, builder.as_mut());
     let mut per_device = Vec::with_capacity(count);
     for (i, d) in parsed.per_device.into_iter().enumerate() {
         if d.device as usize != i {
@@ -576,11 +592,42 @@ fn rank_run(
         message: parsed.message,
         steps: parsed.steps,
         forwards: parsed.forwards,
+        trace: builder.map(|b| {
+            b.finish(
+                |_| String::new(),
+                |gpu| {
+                    let device = &hardware.devices[gpu as usize];
+                    (device.name.clone(), device.usable_bytes())
+                },
+            )
+        }),
         per_device,
         peak_total_bytes: parsed.peak_total_bytes,
         notes: parsed.notes,
         seconds: parsed.seconds,
     };
+    // A GPU's peak in the timeline is where the harness saw it: its place in the script.
+    if let Some(trace) = &mut run.trace {
+        let inference = !trace.phases.iter().any(|p| p.phase == Phase::Backward);
+        for span in &mut trace.phases {
+            if inference && span.phase == Phase::Forward {
+                span.phase = Phase::Prefill;
+                span.step = 0;
+            }
+        }
+        for device in &mut trace.devices {
+            if let Some(d) = run.per_device.iter().find(|d| d.device == device.device) {
+                let at = d.peak_at.as_ref().map_or_else(String::new, |l| {
+                    let file = std::path::Path::new(&l.file)
+                        .file_name()
+                        .map_or(l.file.clone(), |f| f.to_string_lossy().into_owned());
+                    format!("{file}:{}", l.line)
+                });
+                device.peak_at =
+                    if d.peak_module.is_empty() { at } else { format!("{at} in {}", d.peak_module) };
+            }
+        }
+    }
     match parsed.outcome.as_str() {
         "device_mismatch" => {
             let m = parsed.mismatch.ok_or("a device mismatch without its operation")?;
@@ -630,16 +677,36 @@ fn rank_run(
     Ok((run, parsed.versions))
 }
 
+/// The phase a harness names.
+fn phase_named(name: &str) -> Option<Phase> {
+    Some(match name {
+        "load" => Phase::Load,
+        "forward" => Phase::Forward,
+        "loss" => Phase::Loss,
+        "backward" => Phase::Backward,
+        "optimizer" => Phase::Optimizer,
+        _ => return None,
+    })
+}
+
 /// The peak reserved bytes per GPU of the allocation sequence `events` (device, id, bytes: an
-/// allocation, or with 0 bytes the free of `id`), through the caching allocator model.
-fn replay(events: &[(u32, u64, u64)], hardware: &HardwareProfile) -> Vec<u64> {
+/// allocation, or with 0 bytes the free of `id`), through the caching allocator model; with a
+/// `trace`, every event observed in it (allocated and reserved after it) in `phases` (the event
+/// each phase begins at).
+fn replay(
+    events: &[(u32, u64, u64)],
+    hardware: &HardwareProfile,
+    phases: &[(usize, Phase, u8)],
+    mut trace: Option<&mut TraceBuilder<usize>>,
+) -> Vec<u64> {
     let mut allocators: Vec<CachingAllocator> =
         hardware.devices.iter().map(|d| CachingAllocator::with_capacity(d.usable_bytes())).collect();
     let mut peaks = vec![0u64; allocators.len()];
     // The harness numbers allocations over all devices; each allocator wants its own compact ids.
     let mut ids: Vec<BTreeMap<u64, u64>> = vec![BTreeMap::new(); allocators.len()];
     let mut next = vec![0u64; allocators.len()];
-    for &(device, id, bytes) in events {
+    let mut marks = phases.iter().peekable();
+    for (index, &(device, id, bytes)) in events.iter().enumerate() {
         let d = device as usize;
         if bytes > 0 {
             let local = next[d];
@@ -650,6 +717,116 @@ fn replay(events: &[(u32, u64, u64)], hardware: &HardwareProfile) -> Vec<u64> {
         } else if let Some(local) = ids[d].remove(&id) {
             allocators[d].free(local);
         }
+        if let Some(trace) = trace.as_deref_mut() {
+            while let Some(&&(at, phase, step)) = marks.peek() {
+                if at > index {
+                    break;
+                }
+                trace.phase(index, phase, step);
+                marks.next();
+            }
+            trace.reach(index);
+            trace.observe(device, index, allocators[d].allocated, allocators[d].reserved, index);
+        }
     }
     peaks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t4x2() -> HardwareProfile {
+        vramplan_profiles::hardware::load("t4x2").unwrap()
+    }
+
+    /// A harness result with `outcome`, over the profile's `gpus`, and `mismatch` devices.
+    fn result(outcome: &str, gpus: u32, devices: &[&str], events: Vec<(u32, u64, u64)>) -> HarnessResult {
+        HarnessResult {
+            outcome: outcome.to_string(),
+            message: String::new(),
+            location: None,
+            module: String::new(),
+            mismatch: (outcome == "device_mismatch").then(|| HarnessMismatch {
+                operation: "mul".into(),
+                devices: devices.iter().map(|d| d.to_string()).collect(),
+                shapes: vec![],
+                module: String::new(),
+                location: Some(Location { file: "train.py".into(), line: 3, function: "<module>".into() }),
+                phase: "forward".into(),
+                message: String::new(),
+            }),
+            oom: None,
+            steps: 2,
+            forwards: 2,
+            optimizers: 1,
+            cuda_ops: 10,
+            cpu_ops: 0,
+            per_device: (0..gpus)
+                .map(|device| HarnessDevice {
+                    device,
+                    peak_allocated_bytes: 1024,
+                    peak_at: None,
+                    peak_module: String::new(),
+                    usable_bytes: 1 << 30,
+                })
+                .collect(),
+            peak_total_bytes: 2048,
+            events,
+            phases: vec![(0, "load".into(), 0)],
+            notes: vec![],
+            versions: BTreeMap::new(),
+            seconds: 1.0,
+        }
+    }
+
+    #[test]
+    fn a_result_that_does_not_match_the_profile_is_refused() {
+        let hw = t4x2();
+        assert!(
+            rank_run(result("completed", 3, &[], vec![]), 0, &hw, None).is_err(),
+            "three devices for two GPUs"
+        );
+        let bad = result("device_mismatch", 2, &["cuda:5", "cpu"], vec![]);
+        assert!(rank_run(bad, 0, &hw, None).unwrap_err().contains("cuda:5"));
+        assert!(
+            rank_run(result("completed", 2, &[], vec![(7, 1, 512)]), 0, &hw, None).is_err(),
+            "an event on GPU 7"
+        );
+        assert!(
+            rank_run(result("passed", 2, &[], vec![]), 0, &hw, None).is_err(),
+            "an outcome the harness never writes"
+        );
+        let fine =
+            rank_run(result("device_mismatch", 2, &["cuda:1", "cpu"], vec![]), 0, &hw, None).unwrap().0;
+        assert_eq!(fine.outcome, ScriptOutcome::DeviceMismatch);
+        assert_eq!(fine.location.unwrap().line, 3);
+    }
+
+    #[test]
+    fn reserved_bytes_come_from_the_allocator_model() {
+        let hw = t4x2();
+        // 2 MiB and 3 MiB on GPU 0: requests over 1 MiB (PyTorch's kSmallSize) and under 10 MiB
+        // (kMinLargeAlloc) are carved from 20 MiB segments (kLargeBuffer), so one segment holds
+        // both.
+        let events = vec![(0, 1, 2 << 20), (0, 2, 3 << 20), (0, 1, 0)];
+        let run = rank_run(result("completed", 2, &[], events), 0, &hw, None).unwrap().0;
+        assert_eq!(run.per_device[0].peak_reserved_bytes, 20 << 20);
+        let context = hw.devices[0].context_reserve_bytes;
+        assert_eq!(run.per_device[0].device_used_bytes, (20 << 20) + context);
+        assert_eq!(run.per_device[1].peak_reserved_bytes, 1024, "no allocation: the allocated peak stands");
+    }
+
+    #[test]
+    fn the_most_severe_rank_answers_and_ranks_add_up_per_gpu() {
+        let hw = t4x2();
+        let ok = rank_run(result("completed", 2, &[], vec![]), 0, &hw, None).unwrap().0;
+        let bad =
+            rank_run(result("device_mismatch", 2, &["cuda:1", "cuda:0"], vec![]), 1, &hw, None).unwrap().0;
+        let all = combine(vec![ok, bad], &hw, BTreeMap::new());
+        assert_eq!(all.outcome, ScriptOutcome::DeviceMismatch);
+        assert_eq!(all.rank, 1);
+        assert_eq!(all.devices, vec!["cuda:1", "cuda:0"]);
+        assert_eq!(all.per_device[0].peak_allocated_bytes, 2048, "both ranks' bytes on GPU 0");
+    }
 }

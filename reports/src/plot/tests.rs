@@ -117,21 +117,16 @@ fn timelines() -> Vec<String> {
     let (model, hardware) = load("qwen2.5-0.5b", &two);
     let workload = train_lora(4, 1024);
     let placement = Placement::even_layers(&model, 2);
-    let estimate = vramplan_sim::estimate(&model, &hardware, &workload, &placement).unwrap();
     let trace = vramplan_sim::trace::trace(&model, &hardware, &workload, &placement, 2000).unwrap();
     let title = caption("the step over time", &two, &workload, None);
-    let mut found = faults("timeline", &TimelineFigure { title, trace: &trace, devices: &estimate.devices });
+    let mut found = faults("timeline", &TimelineFigure { title, trace: &trace });
     let eight = profile_file(EIGHT);
     let (model, hardware) = load("llama-3.1-405b", &eight);
     let workload = Workload { seq: 4096, ..nf4() };
     let placement = Placement::even_layers(&model, 8);
-    let estimate = vramplan_sim::estimate(&model, &hardware, &workload, &placement).unwrap();
     let trace = vramplan_sim::trace::trace(&model, &hardware, &workload, &placement, 2000).unwrap();
     let title = caption("the step over time", &eight, &workload, None);
-    found.extend(faults(
-        "timeline, 8 GPUs",
-        &TimelineFigure { title, trace: &trace, devices: &estimate.devices },
-    ));
+    found.extend(faults("timeline, 8 GPUs", &TimelineFigure { title, trace: &trace }));
     found
 }
 

@@ -10,7 +10,6 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use vramplan_profiles::units::format_bytes;
-use vramplan_sim::estimate::DeviceEstimate;
 use vramplan_sim::trace::{Phase, Trace};
 
 /// Allocated bytes.
@@ -27,10 +26,8 @@ const PANEL: u32 = 250;
 pub struct TimelineFigure<'a> {
     /// The heading (model, hardware, workload).
     pub title: String,
-    /// The trace.
+    /// The trace (each GPU with its name and usable memory).
     pub trace: &'a Trace,
-    /// The estimate's devices (names, usable memory), by GPU.
-    pub devices: &'a [DeviceEstimate],
 }
 
 /// A phase's shade and name.
@@ -56,8 +53,7 @@ impl Figure for TimelineFigure<'_> {
         let panels = body.split_evenly((self.trace.devices.len().max(1), 1));
         let ops = self.trace.ops.max(1) as f64;
         for (k, (device, panel)) in self.trace.devices.iter().zip(&panels).enumerate() {
-            let estimate = self.devices.iter().find(|d| d.id == device.device);
-            let usable = estimate.map_or(0, |e| e.usable_bytes);
+            let usable = device.usable_bytes;
             let top = device.samples.iter().map(|s| s.reserved).max().unwrap_or(0).max(usable).max(1 << 20);
             let mut chart = ChartBuilder::on(panel)
                 .margin(10)
@@ -108,7 +104,7 @@ impl Figure for TimelineFigure<'_> {
             }
             let peak = at(device.peak.op as f64, gib(device.peak.allocated));
             root.draw(&Circle::new(peak, 5, PEAK.stroke_width(2)))?;
-            let name = estimate.map_or(String::new(), |e| format!(" ({})", e.name));
+            let name = if device.name.is_empty() { String::new() } else { format!(" ({})", device.name) };
             let words = format!(
                 "GPU {}{name} · peak (circled) {}: {}",
                 device.device,
