@@ -64,6 +64,11 @@ pub(crate) struct Inputs {
     /// The workload flags (docs/workloads.md), declared once in `vramplan-sim`.
     #[command(flatten)]
     pub flags: WorkloadFlags,
+    /// The activations your script measured (`vramplan validate --script FILE.py --trace-out
+    /// FILE`), in place of declared or modelled ones: each module the run names that the model has
+    /// keeps what it held for backward, per token of the run's batch (docs/validate-script.md).
+    #[arg(long, value_name = "FILE")]
+    pub activations: Option<PathBuf>,
     /// Ends the workload flags' help heading, so that the command's own options that follow
     /// are listed under "Options", not among the workload flags.
     #[command(flatten, next_help_heading = None::<&str>)]
@@ -97,7 +102,10 @@ impl Inputs {
         fallback: Option<Workload>,
         spec: &str,
     ) -> Result<Loaded, InputError> {
-        let model = model::load(&self.model, ImportOptions { naming })?;
+        let mut model = model::load(&self.model, ImportOptions { naming })?;
+        if let Some(path) = &self.activations {
+            measured_activations(&mut model, path)?;
+        }
         let hardware = hardware::load(spec)?;
         let base = match (&self.workload, fallback) {
             (Some(path), _) => input::workload_from_yaml(path)?,
@@ -112,6 +120,41 @@ impl Inputs {
         let model = held_by_runtime(model, &hardware, &workload, &mut warnings)?;
         Ok(Loaded { model, hardware, workload, warnings })
     }
+}
+
+/// Declares on `model` the activations of the run `path` (a `--trace-out` file) measured.
+fn measured_activations(
+    model: &mut model::ModelDescription,
+    path: &std::path::Path,
+) -> Result<(), InputError> {
+    let file = crate::validate_script::read_trace_file(path, "--activations")?;
+    let shown = path.display().to_string();
+    let Some(measured) = &file.activations else {
+        return Err(InputError::new(
+            &shown,
+            "holds no activations: the run never trained (no forward was followed by a backward)",
+        )
+        .at_key("activations")
+        .with_fix("measure a training script: `vramplan validate --script train.py --trace-out FILE`"));
+    };
+    vramplan_validate::declare_measured(model, measured).map(|_| ()).map_err(|why| match why {
+        vramplan_validate::ActivationsMismatch::NoBatch => {
+            InputError::new(&shown, "the run's forward took no tensor with a batch dimension")
+                .at_key("activations.batch")
+                .with_fix("measure a script whose model takes its batch as a tensor")
+        }
+        vramplan_validate::ActivationsMismatch::NoCommonModule { measured, model: names } => InputError::new(
+            &shown,
+            format!(
+                "none of the run's modules ({}) is a module of `{}` ({})",
+                measured.join(", "),
+                model.name,
+                names.join(", ")
+            ),
+        )
+        .at_key("activations.modules")
+        .with_fix("describe the model with the names the script's modules have (`named_modules()`)"),
+    })
 }
 
 /// A device map places one copy of the model; `key` is the option that asked for another

@@ -234,23 +234,8 @@ pub(crate) fn run_trace(args: &TraceArgs, out: &mut dyn Write) -> Result<i32, In
         InputError::new("-o", format!("`{}` is neither .svg nor .png", args.output.display()))
             .with_fix("name the image `plot.svg` or `plot.png`")
     })?;
-    let path = &args.trace;
-    let shown = path.display().to_string();
-    let fix = "give the file `vramplan validate --script FILE.py --trace-out FILE` wrote";
-    if !std::fs::metadata(path).map_err(|e| InputError::io(path, &e).with_fix(fix))?.is_file() {
-        return Err(InputError::new(&shown, "is not a regular file").with_fix(fix));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| InputError::io(path, &e).with_fix(fix))?;
-    let file: crate::validate_script::TraceFile = serde_json::from_str(&text)
-        .map_err(|e| InputError::new(&shown, format!("not a vramplan trace: {e}")).with_fix(fix))?;
-    if file.vramplan_trace != 1 {
-        return Err(InputError::new(
-            &shown,
-            format!("trace format {}, this vramplan reads 1", file.vramplan_trace),
-        )
-        .at_key("vramplan_trace")
-        .with_fix("write it again with this vramplan"));
-    }
+    let file = crate::validate_script::read_trace_file(&args.trace, "--trace")?;
+    let shown = args.trace.display().to_string();
     let Some(trace) = &file.trace else {
         return Err(InputError::new(&shown, "holds no run: the script's Python wrote no result")
             .at_key("trace")

@@ -92,6 +92,7 @@ pub(crate) fn run(
                     hardware: hardware.name.clone(),
                     rank: run.rank,
                     trace: rank.and_then(|r| r.trace.clone()),
+                    activations: rank.and_then(|r| r.activations.clone()),
                 };
                 crate::write_atomic(path, crate::json_text(&file).as_bytes())?;
             }
@@ -119,6 +120,31 @@ pub(crate) struct TraceFile {
     pub rank: u32,
     /// The run over time (none where the harness wrote no result).
     pub trace: Option<vramplan_sim::trace::Trace>,
+    /// What its first training forward left for backward, per module: `estimate --activations`
+    /// reads it.
+    pub activations: Option<vramplan_validate::MeasuredActivations>,
+}
+
+/// Reads a file `--trace-out` wrote (for `plot timeline --trace` and `--activations`).
+pub(crate) fn read_trace_file(path: &Path, flag: &str) -> Result<TraceFile, InputError> {
+    let shown = path.display().to_string();
+    let fix = "give the file `vramplan validate --script FILE.py --trace-out FILE` wrote";
+    let meta = std::fs::metadata(path).map_err(|e| InputError::io(path, &e).with_fix(fix))?;
+    if !meta.is_file() {
+        return Err(InputError::new(&shown, format!("{flag}: is not a regular file")).with_fix(fix));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| InputError::io(path, &e).with_fix(fix))?;
+    let file: TraceFile = serde_json::from_str(&text)
+        .map_err(|e| InputError::new(&shown, format!("not a vramplan trace: {e}")).with_fix(fix))?;
+    if file.vramplan_trace != 1 {
+        return Err(InputError::new(
+            &shown,
+            format!("trace format {}, this vramplan reads 1", file.vramplan_trace),
+        )
+        .at_key("vramplan_trace")
+        .with_fix("write it again with this vramplan"));
+    }
+    Ok(file)
 }
 
 /// A progress line of the harness (`rank=0 steps=1 forwards=2 module=model.layers.3`) in words.

@@ -31,7 +31,9 @@ pub fn script_table(run: &ScriptValidation, hardware_name: &str, nproc: u32) -> 
         text += &table.render();
     }
     let used: Vec<_> = run.per_device.iter().filter(|d| d.peak_allocated_bytes > 0).collect();
-    if used.is_empty() {
+    if run.per_device.is_empty() {
+        // The run wrote no result: nothing was measured.
+    } else if used.is_empty() {
         text += "\nno tensor was made on a GPU\n";
     } else {
         text += "\n";

@@ -130,6 +130,9 @@ class Modules:
         self.names = {}
         self.forwards = 0
         self.first = None
+        self.paths = {}            # module -> its path from the outermost module ("" for it)
+        self.measuring = None      # (batch, sequence) while the first training forward runs
+        self.top_kwargs = {}       # the keyword arguments of the outermost call (hooks see none)
 
     def name(self, module):
         return self.names.get(id(module), type(module).__name__)
@@ -138,8 +141,12 @@ class Modules:
         if not self.stack:
             for name, sub in module.named_modules():
                 self.names.setdefault(id(sub), name or type(module).__name__)
+                self.paths.setdefault(id(sub), name.removeprefix("base_model.model."))
             if not RUN.in_backward:
                 RUN.enter_phase("forward")
+                if RUN.activations is None and torch.is_grad_enabled():
+                    self.measuring = batch_and_sequence(args, self.top_kwargs)
+                    MEMORY.creators = {}
         self.stack.append(module)
 
     def leave(self, module, args, output):
@@ -149,6 +156,12 @@ class Modules:
             del self.stack[self.stack.index(module):]
         if not self.stack and not RUN.in_backward:
             RUN.enter_phase("loss")
+            if self.measuring is not None:
+                trains = any(isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves(output))
+                if trains:
+                    RUN.activations = held_for_backward(*self.measuring)
+                self.measuring = None
+                MEMORY.creators = None
         if not self.stack and self.first in (None, id(module)):
             # Forward passes: calls of the first module the script called at the top level (a
             # script that calls its layers one by one counts the first layer's calls).
@@ -157,6 +170,10 @@ class Modules:
             RUN.progress()
             if not RUN.optimizers and self.forwards >= STEPS and not RUN.in_backward:
                 raise StopRun()
+
+    def current_path(self):
+        """The path of the innermost module running, from the outermost (None outside any)."""
+        return self.paths.get(id(self.stack[-1])) if self.stack else None
 
     def current(self):
         if not self.stack:
@@ -182,6 +199,7 @@ class Run:
         self.notes = []
         self.started = time.monotonic()
         self.last_progress = 0.0
+        self.activations = None    # what the first training forward left for backward
         self.phase = ("load", 0)
         self.phase_marks = [[0, "load", 0]]
 
@@ -210,6 +228,34 @@ RUN = Run()
 MODULES = Modules()
 
 
+# --- activations a training forward leaves for backward ---------------------------------------------
+
+def batch_and_sequence(args, kwargs):
+    """The batch and sequence length of a forward's input: the first tensor among `input_ids`,
+    `inputs_embeds`, then the positional arguments; a sequence only where the tensor has one (ids
+    [batch, seq], or [batch, seq, features])."""
+    candidates = [kwargs.get("input_ids"), kwargs.get("inputs_embeds")] + list(args) + list(kwargs.values())
+    for t in candidates:
+        if isinstance(t, torch.Tensor) and t.dim() >= 1:
+            seq = t.shape[1] if t.dim() >= 3 or (t.dim() == 2 and not t.dtype.is_floating_point) else None
+            return int(t.shape[0]), (int(seq) if seq is not None else None)
+    return None, None
+
+
+def held_for_backward(batch, seq):
+    """Per module (its path from the outermost module, "" for it), the bytes of GPU storages made
+    while it was the innermost module running that are still alive when the forward returns:
+    what autograd keeps for backward (and the outputs), each module's total with its
+    submodules'."""
+    modules = {}
+    for path, size in MEMORY.creators.values():
+        parts = path.split(".") if path else []
+        for k in range(len(parts) + 1):
+            prefix = ".".join(parts[:k])
+            modules[prefix] = modules.get(prefix, 0) + size
+    return {"batch": batch, "seq": seq, "modules": modules}
+
+
 # --- memory ---------------------------------------------------------------------------------------
 
 class Memory:
@@ -224,6 +270,7 @@ class Memory:
         self.next_id = 1
         self.seen = weakref.WeakKeyDictionary()
         self.limit = [g["usable_bytes"] for g in GPUS]
+        self.creators = None   # while measuring activations: live storage -> (module path, bytes)
         self.total = 0         # live bytes over all devices
         self.peak_total = 0
 
@@ -239,6 +286,10 @@ class Memory:
         ident = self.next_id
         self.next_id += 1
         self.seen[storage] = ident
+        if self.creators is not None:
+            path = MODULES.current_path()
+            if path is not None:
+                self.creators[ident] = (path, size)
         self.live[device] += size
         self.total += size
         self.peak_total = max(self.peak_total, self.total)
@@ -254,6 +305,8 @@ class Memory:
                            "requested_bytes": size}
 
     def freed(self, device, ident, size):
+        if self.creators is not None:
+            self.creators.pop(ident, None)
         self.live[device] -= size
         self.total -= size
         self.events.append([device, ident, 0])
@@ -890,6 +943,14 @@ def install_step_counting():
     register_optimizer_step_pre_hook(before_step)
     register_optimizer_step_post_hook(after_step)
     torch.nn.modules.module.register_module_forward_pre_hook(MODULES.enter)
+    call = torch.nn.Module._call_impl
+
+    def call_impl(self, *args, **kwargs):
+        if not MODULES.stack:
+            MODULES.top_kwargs = kwargs
+        return call(self, *args, **kwargs)
+
+    torch.nn.Module._call_impl = call_impl
     torch.nn.modules.module.register_module_forward_hook(MODULES.leave)
 
 
@@ -1133,7 +1194,7 @@ def main():
         "mismatch": RUN.mismatch, "oom": RUN.oom, "steps": RUN.steps, "forwards": MODULES.forwards,
         "optimizers": RUN.optimizers, "cuda_ops": RUN.cuda_ops, "cpu_ops": RUN.cpu_ops,
         "per_device": per_device, "peak_total_bytes": MEMORY.peak_total, "events": MEMORY.events,
-        "phases": RUN.phase_marks, "notes": RUN.notes, "versions": versions(),
+        "phases": RUN.phase_marks, "activations": RUN.activations, "notes": RUN.notes, "versions": versions(),
         "seconds": round(time.monotonic() - RUN.started, 3),
     }
     with open(REQUEST["result"], "w") as f:

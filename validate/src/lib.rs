@@ -31,7 +31,8 @@ mod torch;
 
 pub use cpu::CpuRequest;
 pub use script::{
-    DeviceMemory, Location, Mismatch, RankRun, ScriptOutcome, ScriptRequest, ScriptValidation, run_script,
+    ActivationsMismatch, DeviceMemory, Location, MeasuredActivations, Mismatch, RankRun, ScriptOutcome,
+    ScriptRequest, ScriptValidation, declare_measured, run_script,
 };
 pub use torch::{TorchLora, TorchRequest};
 
