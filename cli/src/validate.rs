@@ -53,6 +53,11 @@ pub(crate) struct ValidateArgs {
     /// allocation, the phases) as JSON, for `vramplan plot timeline --trace FILE`.
     #[arg(long, value_name = "FILE.json", requires = "script")]
     pub(crate) trace_out: Option<PathBuf>,
+    /// With --script: run it on this machine's GPUs instead of fake ones (as many as the
+    /// profile has), with the same stop rule and report: the check of a fake run against the
+    /// real one (scripts/gpu-check does it).
+    #[arg(long, requires = "script")]
+    pub(crate) real_gpus: bool,
     /// With --script: the script's own arguments.
     #[arg(last = true, value_name = "ARGS", requires = "script")]
     pub(crate) script_args: Vec<String>,

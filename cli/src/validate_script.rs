@@ -11,7 +11,7 @@ use std::time::Duration;
 use vramplan_profiles::InputError;
 use vramplan_profiles::hardware;
 use vramplan_sim::input::WorkloadFlags;
-use vramplan_validate::{Backend, ScriptOutcome, ScriptRequest};
+use vramplan_validate::{ScriptOutcome, ScriptRequest};
 
 pub(crate) fn run(
     args: &ValidateArgs,
@@ -60,6 +60,7 @@ pub(crate) fn run(
         nproc: args.nproc,
         time_limit: Duration::from_secs(args.time_limit),
         trace_points: args.trace_out.as_ref().map(|_| crate::plot::TIMELINE_POINTS),
+        real: args.real_gpus,
     };
     let show_progress = !args.json && std::io::stderr().is_terminal();
     let mut progress = |line: &str| {
@@ -74,7 +75,7 @@ pub(crate) fn run(
     }
     match result {
         Err(why) => {
-            let _ = writeln!(err, "{}", vramplan_reports::unavailable_message(Backend::Torch, &why));
+            let _ = writeln!(err, "{}", vramplan_reports::script_unavailable_message(&why));
             if args.json {
                 crate::print(
                     out,

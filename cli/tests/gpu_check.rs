@@ -59,5 +59,15 @@ fn gpu_check_writes_its_dataset_without_a_gpu() {
     for d in &devices {
         assert!(d["predicted"]["allocated"].as_u64().is_some_and(|b| b > 100_000_000), "{d}");
     }
+    // The script validator's programs, each run fake and real (here both answer: exit 3, a
+    // Python without torch).
+    let scripts = data["scripts"].as_array().expect("scripts");
+    assert_eq!(scripts.len(), 8, "{scripts:?}");
+    for s in scripts {
+        for mode in ["fake", "real"] {
+            let exit = s[mode]["exit"].as_str().expect("exit");
+            assert!(exit == "0" || exit == "1" || exit == "3", "{s}");
+        }
+    }
     assert!(std::fs::metadata(out.join("gpu-check.tar.gz")).is_ok_and(|m| m.len() > 0));
 }

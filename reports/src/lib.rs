@@ -16,7 +16,7 @@ pub use estimate::{data_parallel_line, estimate_table};
 pub use plan::{
     accelerate_load_call, accelerate_loading, change_flags, change_words, plan_table, plan_table_untimed,
 };
-pub use script::script_table;
+pub use script::{script_table, script_unavailable_message};
 pub use table::{Table, group_digits};
 pub use validate::{unavailable_message, validate_table};
 pub use whatif::{

@@ -4,7 +4,7 @@
 
 use crate::table::Table;
 use vramplan_profiles::units::format_bytes;
-use vramplan_validate::{Location, RankRun, ScriptOutcome, ScriptValidation};
+use vramplan_validate::{Location, RankRun, ScriptOutcome, ScriptValidation, Unavailable};
 
 /// The human report of a script run on `hardware_name`'s GPUs.
 pub fn script_table(run: &ScriptValidation, hardware_name: &str, nproc: u32) -> String {
@@ -183,5 +183,26 @@ fn mismatch_fix(rank: &RankRun, nproc: u32) -> String {
         )
     } else {
         "  fix: move one tensor to the other's device (`.to(x.device)`) before the operation\n".to_string()
+    }
+}
+
+/// Why `validate --script` could not run the script, in the user's terms.
+pub fn script_unavailable_message(why: &Unavailable) -> String {
+    match why {
+        Unavailable::TooFewDevices { needed, found } => format!(
+            "validate --script --real-gpus: the profile has {} GPU{} and this machine {found}; give the profile \
+             of this machine's GPUs, or leave out --real-gpus to run on fake ones",
+            needed.len(),
+            if needed.len() == 1 { "" } else { "s" }
+        ),
+        Unavailable::NoPython { python, error } => format!(
+            "validate --script: `{python}` did not run vramplan's harness ({error}); give the Python your script \
+             runs with (torch installed) with --python PATH"
+        ),
+        Unavailable::MissingLibrary { python, message } => format!(
+            "validate --script: `{python}` cannot import torch ({message}); give the Python your script runs \
+             with, with --python PATH"
+        ),
+        other => crate::unavailable_message(vramplan_validate::Backend::Torch, other),
     }
 }

@@ -314,6 +314,18 @@ fn bad_input_is_exit_2_and_a_missing_python_exit_3() {
     assert_eq!(out.code, 2, "a folder is not a script: {}", out.stderr);
     let out = vramplan(&["validate", "--script", &script, "--hardware", "t4", "--python", "/no/such/python"]);
     assert_eq!(out.code, 3, "{}", out.stderr);
+    // --real-gpus runs on this machine's GPUs, which must be the profile's.
+    let Some(python) = python() else { return };
+    if !std::process::Command::new(&python)
+        .args(["-c", "import torch, sys; sys.exit(0 if torch.cuda.device_count() == 0 else 1)"])
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        return;
+    }
+    let out = run(&python, &script, "t4", &["--real-gpus"], &[]);
+    assert_eq!(out.code, 3, "no GPU here: {}", out.stderr);
+    assert!(out.stderr.contains("this machine 0"), "{}", out.stderr);
 }
 
 /// `--trace-out` writes the run over time, and `plot timeline --trace` draws it: the MLP's

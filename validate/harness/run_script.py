@@ -42,6 +42,7 @@ How the run is faked, and why each piece:
   follows that zero.
 """
 
+import contextlib
 import json
 import os
 import runpy
@@ -54,8 +55,8 @@ import weakref
 HARNESS_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-def fail(outcome, message, code=3):
-    print(json.dumps({"outcome": outcome, "message": message}))
+def fail(outcome, message, code=3, **fields):
+    print(json.dumps({"outcome": outcome, "message": message, **fields}))
     sys.exit(code)
 
 
@@ -1148,21 +1149,52 @@ def versions():
     return out
 
 
+REAL = bool(REQUEST.get("real"))
+
+
+def real_outcome(error):
+    """On real GPUs (`real` in the request, for checking the fake run): the mismatch or the
+    out-of-memory PyTorch raised, read from its message."""
+    import re
+
+    text = str(error)
+    found = re.search(r"found at least two devices, ([\w:]+) and ([\w:]+)", text)
+    if found and RUN.mismatch is None:
+        RUN.mismatch = {"operation": "", "devices": list(found.groups()), "shapes": [], "module": MODULES.current(),
+                        "location": traceback_user_frame(error.__traceback__), "phase": "", "message": text[:500]}
+        return True
+    if isinstance(error, torch.OutOfMemoryError) and RUN.oom is None:
+        device = re.search(r"GPU (\d+)", text)
+        RUN.oom = {"device": int(device.group(1)) if device else 0, "module": MODULES.current(),
+                   "location": traceback_user_frame(error.__traceback__), "allocated_bytes": 0,
+                   "usable_bytes": 0, "requested_bytes": 0}
+        return True
+    return False
+
+
 def main():
-    install_fake_cuda()
-    make_fake_mode()
-    install_fake_cuda()  # again: run_plan's fake mode takes every GPU for an H100
-    install_value_reads()
-    install_attention()
-    install_backward()
+    if REAL:
+        if torch.cuda.device_count() != len(GPUS):
+            fail("no_device", f"the profile has {len(GPUS)} GPUs and this machine {torch.cuda.device_count()}",
+                 needed=len(GPUS), found=torch.cuda.device_count())
+        torch.cuda.init()
+        for i in range(len(GPUS)):
+            torch.cuda.reset_peak_memory_stats(i)
+    else:
+        install_fake_cuda()
+        make_fake_mode()
+        install_fake_cuda()  # again: run_plan's fake mode takes every GPU for an H100
+        install_value_reads()
+        install_attention()
+        install_backward()
+        install_fake_process_group()
     install_step_counting()
     install_weightless_loading()
-    install_fake_process_group()
     outcome, message, location, error_module = "completed", "", None, ""
     sys.argv = [SCRIPT] + list(REQUEST.get("args") or [])
     sys.path.insert(0, os.path.dirname(SCRIPT))
     try:
-        with ROUTER:
+        with contextlib.nullcontext() if REAL else ROUTER:
             runpy.run_path(SCRIPT, run_name="__main__")
     except StopRun:
         pass
@@ -1173,6 +1205,8 @@ def main():
             outcome, message = "error", f"the script exited with {e.code}"
     except BaseException as e:  # noqa: BLE001
         outcome = "error"
+        if REAL:
+            real_outcome(e)
         message = "".join(traceback.format_exception_only(type(e), e)).strip()
         if os.environ.get("VRAMPLAN_HARNESS_DEBUG"):
             traceback.print_exc()
@@ -1182,13 +1216,17 @@ def main():
         outcome = "device_mismatch"
     elif RUN.oom is not None:
         outcome = "out_of_memory"
-    elif outcome == "completed" and RUN.cuda_ops == 0 and GPUS:
+    elif outcome == "completed" and GPUS and (
+            RUN.cuda_ops == 0 if not REAL else all(torch.cuda.max_memory_allocated(i) == 0 for i in range(len(GPUS)))):
         outcome = "gpu_idle"
     per_device = []
     for i, gpu in enumerate(GPUS):
-        per_device.append({"device": i, "peak_allocated_bytes": MEMORY.peak[i],
-                           "peak_at": MEMORY.peak_at[i], "peak_module": MEMORY.peak_module[i],
-                           "usable_bytes": gpu["usable_bytes"]})
+        entry = {"device": i, "peak_allocated_bytes": MEMORY.peak[i], "peak_at": MEMORY.peak_at[i],
+                 "peak_module": MEMORY.peak_module[i], "usable_bytes": gpu["usable_bytes"]}
+        if REAL:
+            entry["peak_allocated_bytes"] = torch.cuda.max_memory_allocated(i)
+            entry["peak_reserved_bytes"] = torch.cuda.max_memory_reserved(i)
+        per_device.append(entry)
     result = {
         "outcome": outcome, "message": message[:2000], "location": location, "module": error_module,
         "mismatch": RUN.mismatch, "oom": RUN.oom, "steps": RUN.steps, "forwards": MODULES.forwards,

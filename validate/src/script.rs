@@ -50,6 +50,10 @@ pub struct ScriptRequest {
     pub time_limit: Duration,
     /// Keep each rank's timeline ([`RankRun::trace`]), at most this many points per GPU.
     pub trace_points: Option<usize>,
+    /// Run on this machine's GPUs instead of fake ones (they must be as many as the profile's):
+    /// the same stop rule and the same report, with PyTorch's own counters, to check a fake run
+    /// against the real one.
+    pub real: bool,
 }
 
 /// One profile GPU as the harness fakes it.
@@ -276,6 +280,9 @@ struct HarnessOom {
 struct HarnessDevice {
     device: u32,
     peak_allocated_bytes: u64,
+    /// On real GPUs, `max_memory_reserved` (a fake run's comes from the allocator model).
+    #[serde(default)]
+    peak_reserved_bytes: Option<u64>,
     peak_at: Option<Location>,
     peak_module: String,
     usable_bytes: u64,
@@ -286,6 +293,12 @@ struct HarnessDevice {
 struct HarnessRefusal {
     outcome: String,
     message: String,
+    /// For `no_device`: the GPUs the profile has.
+    #[serde(default)]
+    needed: u32,
+    /// For `no_device`: the GPUs this machine has.
+    #[serde(default)]
+    found: u32,
 }
 
 /// Runs `request` on `hardware`'s GPUs as fake CUDA devices, with the Python `python`.
@@ -408,6 +421,7 @@ fn run_rank(
         "rank": rank,
         "result": result_path,
         "progress": true,
+        "real": request.real,
     });
     std::fs::write(&request_path, harness_request.to_string()).map_err(|e| failed(e.to_string()))?;
     let nproc = request.nproc.max(1);
@@ -533,12 +547,22 @@ fn run_rank(
             // The harness refuses on stdout when torch does not import.
             if let Some(refusal) =
                 stdout_lines.iter().rev().find_map(|l| serde_json::from_str::<HarnessRefusal>(l).ok())
-                && refusal.outcome == "missing_library"
             {
-                return Err(Unavailable::MissingLibrary {
-                    python: python.to_string(),
-                    message: refusal.message,
-                });
+                match refusal.outcome.as_str() {
+                    "missing_library" => {
+                        return Err(Unavailable::MissingLibrary {
+                            python: python.to_string(),
+                            message: refusal.message,
+                        });
+                    }
+                    "no_device" => {
+                        return Err(Unavailable::TooFewDevices {
+                            needed: (0..refusal.needed).collect(),
+                            found: refusal.found,
+                        });
+                    }
+                    _ => {}
+                }
             }
             let status = status.map_or_else(|| "no status".to_string(), |s| s.to_string());
             let message = format!(
@@ -594,12 +618,13 @@ fn rank_run(
             return Err(format!("device {} reported in place {i}", d.device));
         }
         let device = &hardware.devices[i];
+        let peak_reserved = d.peak_reserved_bytes.unwrap_or(reserved[i]).max(d.peak_allocated_bytes);
         per_device.push(DeviceMemory {
             device: d.device,
             name: device.name.clone(),
             peak_allocated_bytes: d.peak_allocated_bytes,
-            peak_reserved_bytes: reserved[i].max(d.peak_allocated_bytes),
-            device_used_bytes: reserved[i].max(d.peak_allocated_bytes) + device.context_reserve_bytes,
+            peak_reserved_bytes: peak_reserved,
+            device_used_bytes: peak_reserved + device.context_reserve_bytes,
             usable_bytes: d.usable_bytes,
             peak_at: d.peak_at,
             peak_module: d.peak_module,
@@ -849,6 +874,7 @@ mod tests {
                 .map(|device| HarnessDevice {
                     device,
                     peak_allocated_bytes: 1024,
+                    peak_reserved_bytes: None,
                     peak_at: None,
                     peak_module: String::new(),
                     usable_bytes: 1 << 30,
