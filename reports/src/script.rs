@@ -12,7 +12,7 @@ pub fn script_table(run: &ScriptValidation, hardware_name: &str, nproc: u32) -> 
     let ranks = if nproc > 1 { format!(", {nproc} ranks") } else { String::new() };
     let mut text = format!("validate --script on {hardware_name}{ranks}: {}\n", headline(run, nproc));
     if let Some(rank) = answer {
-        text += &details(rank, nproc);
+        text += &details(run, rank, nproc);
     }
     if nproc > 1 {
         let mut table = Table::new(&["rank", "outcome", "where", "steps", "peak allocated", "on"]);
@@ -123,12 +123,12 @@ fn headline(run: &ScriptValidation, nproc: u32) -> String {
     }
 }
 
-fn details(rank: &RankRun, nproc: u32) -> String {
+fn details(run: &ScriptValidation, rank: &RankRun, nproc: u32) -> String {
     let mut text = String::new();
-    if let Some(l) = &rank.location {
+    if let Some(l) = &run.location {
         text += &format!("  at {}:{} in {}\n", l.file, l.line, l.function);
     }
-    match rank.outcome {
+    match run.outcome {
         ScriptOutcome::DeviceMismatch => {
             if let Some(m) = &rank.mismatch {
                 let shapes: Vec<String> = m.shapes.iter().map(|(s, d)| format!("{s:?} on {d}")).collect();
@@ -142,10 +142,10 @@ fn details(rank: &RankRun, nproc: u32) -> String {
             text += &mismatch_fix(rank, nproc);
         }
         ScriptOutcome::OutOfMemory => {
-            if !rank.module.is_empty() {
+            if !rank.module.is_empty() && run.outcome == rank.outcome {
                 text += &format!("  module running: {}\n", rank.module);
             }
-            text += &format!("  {}\n", rank.message);
+            text += &format!("  {}\n", run.message);
             text += "  fix: a smaller batch or sequence, gradient checkpointing, LoRA or quantization (`vramplan \
                      whatif` sizes each), or more GPUs\n";
         }
@@ -155,7 +155,7 @@ fn details(rank: &RankRun, nproc: u32) -> String {
                      torch.device(\"cuda\")\n";
         }
         ScriptOutcome::Error => {
-            let lines: Vec<&str> = rank.message.lines().collect();
+            let lines: Vec<&str> = run.message.lines().collect();
             let shown = lines.len().min(14);
             for line in &lines[lines.len() - shown..] {
                 text += &format!("  {line}\n");

@@ -437,3 +437,61 @@ fn a_custom_model_takes_the_activations_its_script_measured() {
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(out.stderr.contains("never trained"), "{}", out.stderr);
 }
+
+/// An optimizer made before `model.to("cuda")` steps the moved parameters, as on a GPU: the peak
+/// is the AdamW closed form of the MLP test.
+#[test]
+fn an_optimizer_made_before_the_move_steps_the_moved_parameters() {
+    let Some(python) = python() else { return };
+    let out = run(&python, &repo("tests/scripts/optimizer_before_move.py"), "t4", &[], &[]);
+    assert_completed(&out);
+    let params: u64 = (1024 * 4096 + 4096 + 4096 * 1024 + 1024) * 4;
+    let closed = 5 * params + 64 * 1024 * 4;
+    let peak = out.json()["per_device"][0]["peak_allocated_bytes"].as_u64().unwrap();
+    assert!((peak as f64 - closed as f64).abs() / (closed as f64) < 0.02, "{peak} against {closed}");
+}
+
+/// The habits of training scripts beside the step (tests/scripts/habits.py): an out-of-memory the
+/// script catches is a note, not the answer; hooks run; `torch.autograd.grad` works; a save writes
+/// nothing; a helper process holding the output does not keep the run waiting.
+#[test]
+fn a_script_s_habits_run_as_on_a_gpu() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().join("model.pt");
+    let started = std::time::Instant::now();
+    let out = run(
+        &python,
+        &repo("tests/scripts/habits.py"),
+        "t4",
+        &["--time-limit", "100"],
+        &[saved.to_str().unwrap()],
+    );
+    assert!(
+        started.elapsed().as_secs() < 60,
+        "the helper process did not hold the run: {:?}",
+        started.elapsed()
+    );
+    assert_completed(&out);
+    assert!(!saved.exists(), "a fake run writes no checkpoint");
+    let json = out.json();
+    let notes = json["ranks"][0]["notes"].to_string();
+    assert!(notes.contains("ran out of memory"), "{notes}");
+    assert!(notes.contains("torch.save wrote nothing"), "{notes}");
+    // Parameters, two Adam states per parameter (stepped from the hooks), and the batch: at least 3P.
+    let params: u64 = 4 * (2048 * 2048 + 2048) * 4;
+    let peak = json["per_device"][0]["peak_allocated_bytes"].as_u64().unwrap();
+    assert!(peak >= 3 * params && peak < json["per_device"][0]["usable_bytes"].as_u64().unwrap(), "{peak}");
+}
+
+/// DDP ranks that never pick their own GPU all run on GPU 0, which NCCL refuses.
+#[test]
+fn ddp_ranks_on_one_gpu_are_an_error() {
+    let Some(python) = python() else { return };
+    let out = run(&python, &repo("tests/scripts/shared_gpu.py"), "4xa10g", &["--nproc", "2"], &[]);
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    let json = out.json();
+    assert_eq!(json["outcome"], "error");
+    assert!(json["message"].as_str().unwrap().contains("Duplicate GPU"), "{}", out.stdout);
+    assert_eq!(json["devices"][0], "cuda:0");
+}

@@ -35,11 +35,18 @@ How the run is faked, and why each piece:
   with the peak and where it happened; the allocation sequence goes back to vramplan, whose
   allocator model turns it into reserved and device-used bytes. Allocated bytes over a device's
   usable memory stop the run with an out-of-memory answer at that moment.
-- The run stops after `steps` optimizer steps (any `torch.optim.Optimizer`), or `steps` forward
-  passes of a top-level module where the script makes no optimizer.
-- Values: a fake tensor has none. `.item()`, `.tolist()`, `bool()` and printing of fake tensors
-  give zeros, and the first places that read one are listed as notes: data-dependent control flow
-  follows that zero.
+- The run stops after `steps` steps of the first optimizer that steps (any
+  `torch.optim.Optimizer`), or `steps` forward passes of the first top-level module (a
+  `generate()` call counting as one) where the script makes no optimizer.
+- Values: a fake tensor has none. `.item()`, `.tolist()`, `.numpy()`, `bool()` and printing of
+  fake tensors give zeros, and the first places that read one are listed as notes:
+  data-dependent control flow follows that zero. `generate()` runs to its maximum length.
+- What a real run on a GPU also does: tensor hooks, `retain_grad`, post-accumulate hooks and
+  `torch.autograd.grad` run in the backward; an allocation past a GPU's usable memory raises
+  `torch.OutOfMemoryError`, which the script may catch; threads the script starts run fake too;
+  `module.to("cuda")` keeps each parameter object; savers write nothing (notes say where).
+- `real` in the request runs the script on this machine's GPUs instead (the same stop rule and
+  report, PyTorch's own counters), to check a fake run against a real one.
 """
 
 import contextlib
@@ -65,6 +72,7 @@ try:
     from torch._subclasses.fake_tensor import FakeTensor
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils import _pytree as pytree
+    from torch.utils.weak import WeakIdKeyDictionary
 except Exception as e:  # noqa: BLE001
     fail("missing_library", f"{type(e).__name__}: {e}")
 
@@ -85,8 +93,8 @@ class StopRun(BaseException):
     script does not swallow it)."""
 
 
-class Finding(BaseException):
-    """Ends the script at a finding already recorded (out of memory)."""
+class GenerationDone(BaseException):
+    """Ends a `generate()` call at its maximum length (its tokens so far are the answer)."""
 
 
 # --- where in the user's code -------------------------------------------------------------------
@@ -134,6 +142,7 @@ class Modules:
         self.paths = {}            # module -> its path from the outermost module ("" for it)
         self.measuring = None      # (batch, sequence) while the first training forward runs
         self.top_kwargs = {}       # the keyword arguments of the outermost call (hooks see none)
+        self.generating = False    # inside transformers' generate(): one call is one forward pass
 
     def name(self, module):
         return self.names.get(id(module), type(module).__name__)
@@ -163,7 +172,7 @@ class Modules:
                     RUN.activations = held_for_backward(*self.measuring)
                 self.measuring = None
                 MEMORY.creators = None
-        if not self.stack and self.first in (None, id(module)):
+        if not self.stack and self.first in (None, id(module)) and not self.generating:
             # Forward passes: calls of the first module the script called at the top level (a
             # script that calls its layers one by one counts the first layer's calls).
             self.first = id(module)
@@ -190,6 +199,8 @@ class Run:
     def __init__(self):
         self.optimizers = 0
         self.steps = 0
+        self.stepper = None        # the first optimizer that stepped (weak reference)
+        self.ooms = 0              # allocations refused as out of memory
         self.in_backward = False
         self.graph_task = -1       # the backward running (torch._C._current_graph_task_id)
         self.graph_tasks = 0
@@ -282,11 +293,27 @@ class Memory:
         if storage in self.seen:
             return
         device = tensor.device.index or 0
+        if device >= len(GPUS):
+            raise RuntimeError(f"CUDA error: invalid device ordinal (cuda:{device} on a profile of {len(GPUS)} "
+                               f"GPU{'' if len(GPUS) == 1 else 's'})")
         size = storage.nbytes()
         size = max(ROUND, -(-size // ROUND) * ROUND) if size else 0
         ident = self.next_id
         self.next_id += 1
         self.seen[storage] = ident
+        if self.live[device] + size > self.limit[device]:
+            # The allocation PyTorch refuses: it never exists, so it is neither counted nor
+            # replayed, and the script may catch the error and go on (a batch-size finder does).
+            where = user_frame()
+            if RUN.oom is None:
+                RUN.oom = {"device": device, "location": where, "module": MODULES.current(),
+                           "allocated_bytes": self.live[device], "usable_bytes": self.limit[device],
+                           "requested_bytes": size}
+            RUN.ooms += 1
+            raise torch.OutOfMemoryError(
+                f"CUDA out of memory. Tried to allocate {size / 2**20:.2f} MiB. GPU {device} (vramplan's fake "
+                f"{GPUS[device]['name']}) has {self.limit[device] / 2**30:.2f} GiB usable by PyTorch, of which "
+                f"{self.live[device] / 2**30:.2f} GiB is allocated.")
         if self.creators is not None:
             path = MODULES.current_path()
             if path is not None:
@@ -300,10 +327,6 @@ class Memory:
             self.peak[device] = self.live[device]
             self.peak_at[device] = user_frame()
             self.peak_module[device] = MODULES.current()
-            if self.live[device] > self.limit[device] and RUN.oom is None:
-                RUN.oom = {"device": device, "location": self.peak_at[device], "module": MODULES.current(),
-                           "allocated_bytes": self.live[device], "usable_bytes": self.limit[device],
-                           "requested_bytes": size}
 
     def freed(self, device, ident, size):
         if self.creators is not None:
@@ -337,6 +360,10 @@ def make_fake_mode():
     # `torch.tensor(data, device="cuda")` makes the tensor on the CPU and moves it where the modes see
     # the move (otherwise the copy goes to the CUDA runtime under them).
     torch._C._set_only_lift_cpu_tensors(True)
+    # `module.to("cuda")` keeps each parameter object, as on a real GPU (where the data moves
+    # under the same `Parameter`): an optimizer made before the move steps the moved tensors. A
+    # real CPU parameter cannot take a fake tensor's data, so the two are swapped instead.
+    torch.__future__.set_swap_module_params_on_conversion(True)
 
 
 def index_of(device):
@@ -463,7 +490,9 @@ def install_fake_cuda():
     cuda.get_device_name = lambda device=None: GPUS[checked(device)]["name"]
     cuda.get_device_properties = lambda device=None: DeviceProperties(GPUS[checked(device)])
     cuda.get_device_capability = lambda device=None: tuple(GPUS[checked(device)]["capability"])
-    cuda.is_bf16_supported = lambda including_emulation=True: GPUS[CURRENT["device"]]["capability"][0] >= 8
+    # As torch answers: bf16 natively from compute capability 8.0, emulated before it.
+    cuda.is_bf16_supported = lambda including_emulation=True: (
+        including_emulation or GPUS[CURRENT["device"]]["capability"][0] >= 8)
     cuda.mem_get_info = mem_get_info
     cuda.memory.mem_get_info = mem_get_info
     cuda.memory_allocated = lambda device=None: MEMORY.live[checked(device)]
@@ -506,6 +535,35 @@ def install_fake_cuda():
 
 # --- values a fake tensor does not have -------------------------------------------------------------
 
+def install_savers():
+    """A fake run has no weights to save: `torch.save`, `save_pretrained` and safetensors' savers
+    write nothing (a real checkpoint at that path is left as it is), and the run notes where."""
+    def skipped(what):
+        def save(*args, **kwargs):
+            where = user_frame(sys._getframe(1))
+            place = f"{where['file']}:{where['line']}" if where else "the script"
+            RUN.note(f"{place}: {what} wrote nothing (a fake run has no weights to save)")
+        return save
+
+    torch.save = skipped("torch.save")
+    try:
+        import safetensors.torch as st
+
+        st.save_file = skipped("safetensors' save_file")
+        st.save_model = skipped("safetensors' save_model")
+    except Exception:  # noqa: BLE001
+        pass
+    for module, cls in (("transformers.modeling_utils", "PreTrainedModel"), ("peft", "PeftModel"),
+                        ("transformers", "Trainer")):
+        try:
+            owner = getattr(__import__(module, fromlist=[cls]), cls)
+        except Exception:  # noqa: BLE001
+            continue
+        for name in ("save_pretrained", "save_model", "_save_checkpoint"):
+            if hasattr(owner, name):
+                setattr(owner, name, skipped(f"{cls}.{name}"))
+
+
 def install_value_reads():
     def noted(what, tensor):
         where = user_frame(sys._getframe(2))
@@ -538,6 +596,18 @@ def install_value_reads():
             return format(zero_of(self), spec)
         return fmt(self, spec)
 
+    as_numpy = torch.Tensor.numpy
+
+    def fake_numpy(self, *args, **kwargs):
+        if isinstance(self, FakeTensor):
+            noted("numpy()", self)
+            return torch.zeros(self.shape, dtype=self.dtype).numpy()
+        return as_numpy(self, *args, **kwargs)
+
+    torch.Tensor.numpy = fake_numpy
+    # Pinned host memory needs the CUDA runtime; pinning changes no device and no GPU memory.
+    torch.Tensor.pin_memory = lambda self, *args, **kwargs: self
+    torch.Tensor.is_pinned = lambda self, *args, **kwargs: False
     torch.Tensor.item = fake_item
     torch.Tensor.tolist = fake_tolist
     torch.Tensor.__bool__ = fake_bool
@@ -591,6 +661,8 @@ class Router(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if kwargs.get("pin_memory"):
+            kwargs = {**kwargs, "pin_memory": False}
         leaves = pytree.tree_leaves((args, kwargs))
         fake = any(isinstance(t, FakeTensor) for t in leaves) or on_cuda_device(kwargs.get("device")) or (
             self.fake_everything and not on_meta(kwargs.get("device"), leaves))
@@ -614,8 +686,6 @@ class Router(TorchDispatchMode):
         for t in outs:
             if isinstance(t, torch.Tensor):
                 MEMORY.track(t)
-        if RUN.oom is not None:
-            raise Finding()
         return out
 
     def mismatch(self, func, leaves, text):
@@ -661,11 +731,18 @@ CHECKPOINT_FILE = os.path.join("torch", "utils", "checkpoint.py")
 
 
 def unpack(saved):
+    if saved.tensor is None:
+        raise RuntimeError(
+            "Trying to backward through the graph a second time (or directly access saved tensors after they "
+            "have already been freed). Saved intermediate values of the graph are freed when you call "
+            ".backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the graph "
+            "a second time or if you need to access saved tensors after calling backward.")
     # A checkpointed region's inputs, unpacked to recompute it from inside another node, belong to
-    # the checkpoint's own node, which releases them when it runs.
+    # the checkpoint's own node, which releases them when it runs. The walk stops at the backward
+    # running: a reentrant checkpoint's own backward (inside checkpoint.py) is not a recompute.
     frame, recomputing = sys._getframe(1), False
     for _ in range(4):
-        if frame is None:
+        if frame is None or frame.f_code is backward_graph.__code__:
             break
         if frame.f_code.co_filename.endswith(CHECKPOINT_FILE):
             recomputing = True
@@ -680,9 +757,28 @@ def is_accumulate(node):
     return type(node).__name__ == "AccumulateGrad"
 
 
-def backward_graph(roots, grads, retain_graph=False, create_graph=False):
-    """Runs the backward of `roots` (with their `grads`) node by node, as autograd's engine does."""
+NODE_HOOKS = {}                              # grad_fn -> {output_nr: [hook]}: non-leaf tensors' hooks
+# Keyed by identity: a tensor's `==` is elementwise (and a fake tensor's truth value is no answer).
+LEAF_HOOKS = WeakIdKeyDictionary()           # leaf tensor -> [hook] on its gradient
+POST_HOOKS = WeakIdKeyDictionary()           # leaf tensor -> [hook] after its gradient accumulated
+
+
+def hooked(hooks, grad):
+    """A gradient through tensor hooks, as the engine applies them (a hook may return a new one)."""
+    for hook in hooks:
+        new = hook(grad)
+        if new is not None:
+            grad = new
+    return grad
+
+
+def backward_graph(roots, grads, retain_graph=False, create_graph=False, capture=None):
+    """Runs the backward of `roots` (with their `grads`) node by node, as autograd's engine does.
+    With `capture` (`torch.autograd.grad`): a dict of (id of node, slot) or id of leaf -> index whose
+    gradients are returned instead of accumulated, and no `.grad` is touched."""
     import heapq
+
+    captured = {}
 
     dependencies, stack, seen = {}, [r.grad_fn for r in roots if r.grad_fn is not None], set()
     while stack:
@@ -705,7 +801,9 @@ def backward_graph(roots, grads, retain_graph=False, create_graph=False):
     for root, grad in zip(roots, grads):
         node = root.grad_fn
         if node is None:
-            if root.requires_grad:
+            if capture is not None and id(root) in capture:
+                captured[capture[id(root)]] = grad
+            elif root.requires_grad and capture is None:
                 with torch.no_grad():
                     root.grad = grad if root.grad is None else root.grad.add_(grad)
             continue
@@ -724,14 +822,28 @@ def backward_graph(roots, grads, retain_graph=False, create_graph=False):
         while ready:
             _, _, node = heapq.heappop(ready)
             slot = buffers.pop(node, {})
+            for index, hooks in NODE_HOOKS.pop(node, {}).items():
+                if slot.get(index) is not None:
+                    slot[index] = hooked(hooks, slot[index])
+            if capture is not None:
+                for index, grad in slot.items():
+                    if (id(node), index) in capture:
+                        captured[capture[(id(node), index)]] = grad
             if is_accumulate(node):
                 variable, grad = node.variable, slot.get(0)
                 if grad is not None:
-                    with torch.no_grad():
-                        if variable.grad is None:
-                            variable.grad = grad.detach()
-                        else:
-                            variable.grad.add_(grad)
+                    grad = hooked(LEAF_HOOKS.get(variable, []), grad)
+                    if capture is not None:
+                        if id(variable) in capture:
+                            captured[capture[id(variable)]] = grad
+                    else:
+                        with torch.no_grad():
+                            if variable.grad is None:
+                                variable.grad = grad.detach()
+                            else:
+                                variable.grad.add_(grad)
+                        for hook in POST_HOOKS.get(variable, []):
+                            hook(variable)
                 outputs = ()
             else:
                 metadata = node._input_metadata
@@ -772,6 +884,7 @@ def backward_graph(roots, grads, retain_graph=False, create_graph=False):
     finally:
         RUN.in_backward = outer_task != -1
         RUN.graph_task = outer_task
+    return captured
 
 
 def python_function_outputs(node, outputs):
@@ -812,6 +925,23 @@ def validated(node, child, index, grad):
     return grad
 
 
+class Removable:
+    """The handle a hook registration returns."""
+
+    def __init__(self, hooks, hook):
+        self.hooks, self.hook = hooks, hook
+
+    def remove(self):
+        if self.hook in self.hooks:
+            self.hooks.remove(self.hook)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
 def involves_fake(tensors):
     return any(isinstance(t, FakeTensor) for t in tensors)
 
@@ -830,7 +960,15 @@ def install_backward():
         roots = as_list(tensors)
         if not involves_fake(roots):
             return real_backward(tensors, grad_tensors, retain_graph, create_graph, grad_variables, inputs)
+        if inputs is not None:
+            raise NotImplementedError("vramplan validate --script does not run backward(inputs=...) on fake GPUs")
         grads = as_list(grad_tensors if grad_tensors is not None else grad_variables) or [None] * len(roots)
+        # As torch.autograd's `_make_grads` and the engine check them.
+        for i, (root, grad) in enumerate(zip(roots, grads)):
+            if not root.requires_grad:
+                raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+            if grad is None and root.numel() != 1:
+                raise RuntimeError("grad can be implicitly created only for scalar outputs")
         grads = [g if g is not None else torch.ones_like(r) for r, g in zip(roots, grads)]
         backward_graph(roots, grads, retain_graph=bool(retain_graph) or create_graph, create_graph=create_graph)
 
@@ -839,6 +977,83 @@ def install_backward():
             return real_tensor_backward(self, gradient, retain_graph, create_graph, inputs)
         return autograd_backward([self], [gradient] if gradient is not None else None, retain_graph, create_graph)
 
+    def autograd_grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
+                      only_inputs=True, allow_unused=None, is_grads_batched=False, materialize_grads=False):
+        roots, wanted = as_list(outputs), as_list(inputs)
+        if not involves_fake(roots):
+            return real_grad(outputs, inputs, grad_outputs, retain_graph, create_graph, only_inputs, allow_unused,
+                             is_grads_batched, materialize_grads)
+        if is_grads_batched:
+            raise NotImplementedError("vramplan validate --script does not run batched gradients on fake GPUs")
+        grads = as_list(grad_outputs) or [None] * len(roots)
+        for i, (root, grad) in enumerate(zip(roots, grads)):
+            if not root.requires_grad:
+                raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+            if grad is None and root.numel() != 1:
+                raise RuntimeError("grad can be implicitly created only for scalar outputs")
+        grads = [g if g is not None else torch.ones_like(r) for r, g in zip(roots, grads)]
+        capture = {}
+        for i, t in enumerate(wanted):
+            capture[id(t) if t.grad_fn is None else (id(t.grad_fn), t.output_nr)] = i
+        retain = create_graph if retain_graph is None else retain_graph
+        found = backward_graph(roots, grads, retain_graph=bool(retain), create_graph=create_graph, capture=capture)
+        result = []
+        for i, t in enumerate(wanted):
+            g = found.get(i)
+            if g is None and materialize_grads:
+                g = torch.zeros_like(t)
+            if g is None and not (allow_unused or materialize_grads):
+                raise RuntimeError("One of the differentiated Tensors appears to not have been used in the graph. "
+                                   "Set allow_unused=True if this is the desired behavior.")
+            result.append(g)
+        return tuple(result)
+
+    def register_hook(self, hook):
+        if not isinstance(self, FakeTensor):
+            return real_register_hook(self, hook)
+        if not self.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self.grad_fn is None:
+            hooks = LEAF_HOOKS.setdefault(self, [])
+        else:
+            hooks = NODE_HOOKS.setdefault(self.grad_fn, {}).setdefault(self.output_nr, [])
+        hooks.append(hook)
+        return Removable(hooks, hook)
+
+    def register_post_accumulate_grad_hook(self, hook):
+        if not isinstance(self, FakeTensor):
+            return real_post_hook(self, hook)
+        hooks = POST_HOOKS.setdefault(self, [])
+        hooks.append(hook)
+        return Removable(hooks, hook)
+
+    def retain_grad(self):
+        if not isinstance(self, FakeTensor) or self.grad_fn is None:
+            return real_retain_grad(self)
+        tensor = weakref.ref(self)
+
+        def keep(grad):
+            t = tensor()
+            if t is not None:
+                t.grad = grad if t.grad is None else t.grad + grad
+        register_hook(self, keep)
+
+    real_grad = torch.autograd.grad
+    real_register_hook = torch.Tensor.register_hook
+    real_post_hook = torch.Tensor.register_post_accumulate_grad_hook
+    real_retain_grad = torch.Tensor.retain_grad
+    torch.autograd.grad = autograd_grad
+    torch.Tensor.register_hook = register_hook
+    torch.Tensor.register_post_accumulate_grad_hook = register_post_accumulate_grad_hook
+    torch.Tensor.retain_grad = retain_grad
+    # A module's full backward hooks sit on autograd nodes, which this engine does not read.
+    backward_hook_init = torch.utils.hooks.BackwardHook.__init__
+
+    def noted_backward_hook(self, *args, **kwargs):
+        RUN.note("a module's backward hooks (register_full_backward_hook) do not run on fake GPUs")
+        return backward_hook_init(self, *args, **kwargs)
+
+    torch.utils.hooks.BackwardHook.__init__ = noted_backward_hook
     real_task_id = torch._C._current_graph_task_id
     torch._C._current_graph_task_id = lambda: RUN.graph_task if RUN.graph_task != -1 else real_task_id()
     torch.autograd.backward = autograd_backward
@@ -934,6 +1149,12 @@ def install_step_counting():
         RUN.enter_phase("optimizer")
 
     def after_step(optimizer, args, kwargs):
+        # Steps of the first optimizer that steps: a GAN's two optimizers, or one per parameter
+        # stepped from backward hooks, each step once per iteration.
+        if RUN.stepper is None:
+            RUN.stepper = weakref.ref(optimizer)
+        if RUN.stepper() is not optimizer:
+            return
         RUN.steps += 1
         RUN.progress(force=True)
         if RUN.steps >= STEPS:
@@ -962,15 +1183,37 @@ def install_weightless_loading():
         import transformers.modeling_utils as mu
     except Exception:  # noqa: BLE001
         return
-    mu._get_resolved_checkpoint_files = lambda *args, **kwargs: (None, None)
+    resolve = mu._get_resolved_checkpoint_files
+
+    def resolve_local(*args, **kwargs):
+        # A local folder's checkpoint files are found (their headers give `dtype="auto"` its
+        # answer; no weight is read); anything else would be downloaded, so nothing is resolved.
+        path = kwargs.get("pretrained_model_name_or_path", args[0] if args else None)
+        if path is not None and os.path.isdir(str(path)):
+            try:
+                return resolve(*args, **kwargs)
+            except Exception:  # noqa: BLE001
+                pass
+        return None, None
+
+    mu._get_resolved_checkpoint_files = resolve_local
+    get_dtype = mu._get_dtype
+
+    def dtype_without_weights(dtype, checkpoint_files, config, sharded_metadata, state_dict, *args, **kwargs):
+        # `dtype="auto"` (the default) with no checkpoint and no dtype in the config: the default
+        # dtype, as transformers takes where nothing says otherwise.
+        if dtype == "auto" and checkpoint_files is None and state_dict is None and getattr(config, "dtype", None) is None:
+            dtype = None
+        return get_dtype(dtype, checkpoint_files, config, sharded_metadata, state_dict, *args, **kwargs)
+
+    mu._get_dtype = dtype_without_weights
     original = mu.PreTrainedModel.from_pretrained.__func__
     load = mu.PreTrainedModel._load_pretrained_model
 
     def load_nothing(model, state_dict, checkpoint_files, load_config, *args, **kwargs):
-        # An empty state dict: every weight is a missing key, placed and initialised by transformers.
-        if state_dict is None and checkpoint_files is None:
-            state_dict = {}
-        return load(model, state_dict, checkpoint_files, load_config, *args, **kwargs)
+        # An empty state dict and no files: every weight is a missing key, placed and initialised by
+        # transformers (a local checkpoint's weights are never read).
+        return load(model, {}, None, load_config, *args, **kwargs)
 
     mu.PreTrainedModel._load_pretrained_model = staticmethod(load_nothing)
     move = mu.PreTrainedModel._move_missing_keys_from_meta_to_device
@@ -991,6 +1234,45 @@ def install_weightless_loading():
             ROUTER.fake_everything -= 1
 
     mu.PreTrainedModel.from_pretrained = classmethod(from_pretrained)
+
+    # A `generate()` call is one forward pass of the script (its tokens are the model's).
+    try:
+        from transformers.generation.utils import GenerationMixin
+    except Exception:  # noqa: BLE001
+        return
+    from transformers.generation import stopping_criteria
+
+    generate = GenerationMixin.generate
+    at_max_length = stopping_criteria.MaxLengthCriteria.__call__
+
+    def max_length_reached(self, input_ids, scores, **kwargs):
+        # Decoding stops when every sequence is finished, which it reads from a tensor's values; a
+        # fake run has none, so it ends where the length does (the longest, most memory).
+        if MODULES.generating and input_ids.shape[1] >= self.max_length:
+            raise GenerationDone(input_ids)
+        return at_max_length(self, input_ids, scores, **kwargs)
+
+    stopping_criteria.MaxLengthCriteria.__call__ = max_length_reached
+
+    def counted_generate(self, *args, **kwargs):
+        outer = MODULES.generating
+        MODULES.generating = True
+        try:
+            out = generate(self, *args, **kwargs)
+        except GenerationDone as done:
+            if outer:
+                raise
+            out = done.args[0]
+        finally:
+            MODULES.generating = outer
+        if not outer:
+            MODULES.forwards += 1
+            RUN.progress()
+            if not RUN.optimizers and MODULES.forwards >= STEPS and not RUN.in_backward:
+                raise StopRun()
+        return out
+
+    GenerationMixin.generate = counted_generate
 
 
 def quantized_weights(model, missing_keys, device_map):
@@ -1072,6 +1354,30 @@ def install_fake_process_group():
 
     dist.init_process_group = init_process_group
     install_ddp()
+
+
+def install_threads():
+    """A thread the script starts runs under the same dispatch mode (modes are per thread), so
+    its GPU tensors are fake too. `DataParallel` is refused with its reason: it copies the module
+    to every GPU with CUDA's own broadcast, which has no fake implementation."""
+    import threading
+
+    run = threading.Thread.run
+
+    def routed(self):
+        with ROUTER:
+            return run(self)
+
+    threading.Thread.run = routed
+
+    class RefusedDataParallel(torch.nn.Module):
+        def __init__(self, *args, **kwargs):
+            raise NotImplementedError(
+                "vramplan validate --script does not run torch.nn.DataParallel on fake GPUs (it broadcasts the "
+                "module with CUDA's own copies); PyTorch recommends DistributedDataParallel, which --nproc runs")
+
+    torch.nn.DataParallel = RefusedDataParallel
+    torch.nn.parallel.DataParallel = RefusedDataParallel
 
 
 def install_ddp():
@@ -1188,6 +1494,8 @@ def main():
         install_attention()
         install_backward()
         install_fake_process_group()
+        install_threads()
+        install_savers()
     install_step_counting()
     install_weightless_loading()
     outcome, message, location, error_module = "completed", "", None, ""
@@ -1197,8 +1505,6 @@ def main():
         with contextlib.nullcontext() if REAL else ROUTER:
             runpy.run_path(SCRIPT, run_name="__main__")
     except StopRun:
-        pass
-    except Finding:
         pass
     except SystemExit as e:
         if e.code not in (None, 0):
@@ -1214,8 +1520,13 @@ def main():
         error_module = MODULES.current()
     if RUN.mismatch is not None:
         outcome = "device_mismatch"
-    elif RUN.oom is not None:
+    elif RUN.oom is not None and outcome != "completed":
         outcome = "out_of_memory"
+    elif RUN.oom is not None:
+        where = RUN.oom["location"]
+        place = f"{where['file']}:{where['line']}" if where else "the script"
+        RUN.note(f"{place}: {RUN.ooms} allocation{'s' if RUN.ooms != 1 else ''} ran out of memory on GPU "
+                 f"{RUN.oom['device']}; the script caught the error and went on")
     elif outcome == "completed" and GPUS and (
             RUN.cuda_ops == 0 if not REAL else all(torch.cuda.max_memory_allocated(i) == 0 for i in range(len(GPUS)))):
         outcome = "gpu_idle"
