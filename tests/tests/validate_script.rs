@@ -209,6 +209,13 @@ fn hugging_face_training_peaks_match_the_reference_tracer() {
     let qkvo = ["--targets", "q_proj", "k_proj", "v_proj", "o_proj"];
     let mut cases: Vec<(&str, &str, Vec<&str>, u64)> = vec![
         ("full", "a100-80gb", vec![gpt2.as_str()], traced_peak("gpt2", "full", false, 1, 512)),
+        // By its Hub id: vramplan's built-in config, nothing fetched.
+        (
+            "full, by Hub id",
+            "a100-80gb",
+            vec!["openai-community/gpt2"],
+            traced_peak("gpt2", "full", false, 1, 512),
+        ),
         (
             "full over two GPUs",
             "2xa100-80gb",

@@ -553,15 +553,48 @@ def install_savers():
         st.save_model = skipped("safetensors' save_model")
     except Exception:  # noqa: BLE001
         pass
-    for module, cls in (("transformers.modeling_utils", "PreTrainedModel"), ("peft", "PeftModel"),
-                        ("transformers", "Trainer")):
-        try:
-            owner = getattr(__import__(module, fromlist=[cls]), cls)
-        except Exception:  # noqa: BLE001
-            continue
+    def patch(owner, cls):
         for name in ("save_pretrained", "save_model", "_save_checkpoint"):
             if hasattr(owner, name):
                 setattr(owner, name, skipped(f"{cls}.{name}"))
+
+    import transformers.modeling_utils
+
+    patch(transformers.modeling_utils.PreTrainedModel, "PreTrainedModel")
+    # PEFT and the Trainer take seconds to import: they are patched when the script imports them.
+    when_imported("peft", lambda peft: patch(peft.PeftModel, "PeftModel"))
+    when_imported("transformers.trainer", lambda trainer: patch(trainer.Trainer, "Trainer"))
+
+
+def when_imported(name, then):
+    """Calls `then(module)` once module `name` has been imported (now, if it is already)."""
+    import importlib.abc
+    import importlib.util
+
+    if name in sys.modules:
+        then(sys.modules[name])
+        return
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path, target=None):
+            if fullname != name:
+                return None
+            sys.meta_path.remove(self)
+            try:
+                spec = importlib.util.find_spec(fullname)
+            finally:
+                sys.meta_path.insert(0, self)
+            if spec is None or spec.loader is None:
+                return spec
+            execute = spec.loader.exec_module
+
+            def exec_module(module):
+                execute(module)
+                then(module)
+            spec.loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, Finder())
 
 
 def install_value_reads():
@@ -1234,6 +1267,26 @@ def install_weightless_loading():
             ROUTER.fake_everything -= 1
 
     mu.PreTrainedModel.from_pretrained = classmethod(from_pretrained)
+    # A Hub id of one of vramplan's built-in models is its built-in config.json (a local folder):
+    # the config is the published one, and nothing is fetched.
+    builtins = json.load(open(REQUEST["builtins"])) if REQUEST.get("builtins") else {}
+
+    def local(path):
+        key = str(path) if path is not None else ""
+        return builtins.get(key, path) if key and not os.path.exists(key) else path
+
+    def from_builtin(original_method):
+        def method(cls, path, *args, **kwargs):
+            return original_method(cls, local(path), *args, **kwargs)
+        return classmethod(method)
+
+    mu.PreTrainedModel.from_pretrained = from_builtin(mu.PreTrainedModel.from_pretrained.__func__)
+    import transformers.configuration_utils as cu
+    from transformers.models.auto import auto_factory
+
+    cu.PretrainedConfig._get_config_dict = from_builtin(cu.PretrainedConfig._get_config_dict.__func__)
+    auto = auto_factory._BaseAutoModelClass
+    auto.from_pretrained = from_builtin(auto.from_pretrained.__func__)
 
     # A `generate()` call is one forward pass of the script (its tokens are the model's).
     try:

@@ -29,6 +29,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use vramplan_profiles::hardware::HardwareProfile;
+use vramplan_profiles::model::catalog;
 use vramplan_sim::trace::Trace;
 
 /// The harness, as shipped.
@@ -245,6 +246,7 @@ pub fn run_script(
     let result = (|| {
         std::fs::write(dir.join("run_script.py"), HARNESS).map_err(|e| failed(e.to_string()))?;
         std::fs::write(dir.join("run_plan.py"), PLAN_HARNESS).map_err(|e| failed(e.to_string()))?;
+        write_builtins(&dir).map_err(|e| failed(format!("cannot write the built-in configs: {e}")))?;
         let deadline = Instant::now() + request.time_limit;
         let mut ranks = Vec::new();
         let mut versions = BTreeMap::new();
@@ -259,6 +261,22 @@ pub fn run_script(
     })();
     let _ = std::fs::remove_dir_all(&dir);
     result
+}
+
+/// vramplan's built-in models as folders holding their `config.json`, under `dir/builtins/`,
+/// and `dir/builtins.json` mapping each model's Hub repository and short name to its folder: a
+/// script's `from_pretrained("openai-community/gpt2")` is built from it without the network.
+fn write_builtins(dir: &std::path::Path) -> std::io::Result<()> {
+    let mut map = BTreeMap::new();
+    for (name, repo) in catalog::builtin_entries() {
+        let folder = dir.join("builtins").join(name);
+        std::fs::create_dir_all(&folder)?;
+        std::fs::write(folder.join("config.json"), catalog::builtin_config(name).unwrap_or("{}"))?;
+        let folder = folder.display().to_string();
+        map.insert(repo.to_string(), folder.clone());
+        map.insert(name.to_string(), folder);
+    }
+    std::fs::write(dir.join("builtins.json"), serde_json::to_string(&map).unwrap_or_default())
 }
 
 /// A number no other run of this process has used.
@@ -380,6 +398,7 @@ fn run_rank(
         "result": result_path,
         "progress": true,
         "real": request.real,
+        "builtins": dir.join("builtins.json"),
     });
     std::fs::write(&request_path, harness_request.to_string()).map_err(|e| failed(e.to_string()))?;
     let nproc = request.nproc.max(1);
