@@ -31,8 +31,8 @@ pub fn script_table(run: &ScriptValidation, hardware_name: &str, nproc: u32) -> 
         text += &table.render();
     }
     let used: Vec<_> = run.per_device.iter().filter(|d| d.peak_allocated_bytes > 0).collect();
-    if run.per_device.is_empty() {
-        // The run wrote no result: nothing was measured.
+    if run.per_device.is_empty() || (used.is_empty() && run.outcome == ScriptOutcome::Error) {
+        // Nothing was measured, or nothing reached a GPU before the error: no table to give.
     } else if used.is_empty() {
         text += "\nno tensor was made on a GPU\n";
     } else {
