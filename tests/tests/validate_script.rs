@@ -499,6 +499,19 @@ fn ddp_ranks_on_one_gpu_are_an_error() {
     assert_eq!(out.code, 1, "{}", out.stdout);
     let json = out.json();
     assert_eq!(json["outcome"], "error");
-    assert!(json["message"].as_str().unwrap().contains("Duplicate GPU"), "{}", out.stdout);
+    let message = json["message"].as_str().unwrap();
+    assert!(message.contains("Duplicate GPU"), "{}", out.stdout);
     assert_eq!(json["devices"][0], "cuda:0");
+    // The line the message gives, pasted after `init_process_group`, fixes the script.
+    let line = message.rsplit("with ").next().unwrap().trim();
+    let script = std::fs::read_to_string(repo("tests/scripts/shared_gpu.py")).unwrap();
+    let fixed = script.replace(
+        "dist.init_process_group(\"nccl\")\n",
+        &format!("dist.init_process_group(\"nccl\")\nimport os\n{line}\n"),
+    );
+    assert_ne!(fixed, script);
+    let dir = tempfile::tempdir().unwrap();
+    let path = vramplan_tests::write(dir.path(), "shared_gpu_fixed.py", fixed);
+    let out = run(&python, &path, "4xa10g", &["--nproc", "2"], &[]);
+    assert_completed(&out);
 }

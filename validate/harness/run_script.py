@@ -1409,6 +1409,31 @@ def install_fake_process_group():
     install_ddp()
 
 
+def install_current_device():
+    """`tensor.to("cuda")` and `.cuda()` go to the current device (`torch.cuda.set_device`), as on
+    a GPU; PyTorch's C++ fills the index from its CUDA device guard, which knows nothing of the fake
+    devices' current one, so the index is given here first."""
+    def current(device):
+        if isinstance(device, str) and device == "cuda":
+            return torch.device("cuda", CURRENT["device"])
+        if isinstance(device, torch.device) and device.type == "cuda" and device.index is None:
+            return torch.device("cuda", CURRENT["device"])
+        return device
+
+    to, cuda = torch.Tensor.to, torch.Tensor.cuda
+
+    def tensor_to(self, *args, **kwargs):
+        if "device" in kwargs:
+            kwargs["device"] = current(kwargs["device"])
+        return to(self, *[current(a) for a in args], **kwargs)
+
+    def tensor_cuda(self, device=None, *args, **kwargs):
+        return cuda(self, CURRENT["device"] if device is None else current(device), *args, **kwargs)
+
+    torch.Tensor.to = tensor_to
+    torch.Tensor.cuda = tensor_cuda
+
+
 def install_threads():
     """A thread the script starts runs under the same dispatch mode (modes are per thread), so
     its GPU tensors are fake too. `DataParallel` is refused with its reason: it copies the module
@@ -1548,6 +1573,7 @@ def main():
         install_backward()
         install_fake_process_group()
         install_threads()
+        install_current_device()
         install_savers()
     install_step_counting()
     install_weightless_loading()
