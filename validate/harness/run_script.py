@@ -988,6 +988,17 @@ def install_backward():
             return None
         return [x] if isinstance(x, torch.Tensor) else list(x)
 
+    def root_grads(roots, given):
+        """The gradients the backward starts from, checked as torch.autograd's `_make_grads` and the
+        engine check them: a root must require grad, and only a scalar's may be left implicit."""
+        grads = as_list(given) or [None] * len(roots)
+        for i, (root, grad) in enumerate(zip(roots, grads)):
+            if not root.requires_grad:
+                raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+            if grad is None and root.numel() != 1:
+                raise RuntimeError("grad can be implicitly created only for scalar outputs")
+        return [g if g is not None else torch.ones_like(r) for r, g in zip(roots, grads)]
+
     def autograd_backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, grad_variables=None,
                           inputs=None):
         roots = as_list(tensors)
@@ -995,14 +1006,7 @@ def install_backward():
             return real_backward(tensors, grad_tensors, retain_graph, create_graph, grad_variables, inputs)
         if inputs is not None:
             raise NotImplementedError("vramplan validate --script does not run backward(inputs=...) on fake GPUs")
-        grads = as_list(grad_tensors if grad_tensors is not None else grad_variables) or [None] * len(roots)
-        # As torch.autograd's `_make_grads` and the engine check them.
-        for i, (root, grad) in enumerate(zip(roots, grads)):
-            if not root.requires_grad:
-                raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
-            if grad is None and root.numel() != 1:
-                raise RuntimeError("grad can be implicitly created only for scalar outputs")
-        grads = [g if g is not None else torch.ones_like(r) for r, g in zip(roots, grads)]
+        grads = root_grads(roots, grad_tensors if grad_tensors is not None else grad_variables)
         backward_graph(roots, grads, retain_graph=bool(retain_graph) or create_graph, create_graph=create_graph)
 
     def tensor_backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
@@ -1018,13 +1022,7 @@ def install_backward():
                              is_grads_batched, materialize_grads)
         if is_grads_batched:
             raise NotImplementedError("vramplan validate --script does not run batched gradients on fake GPUs")
-        grads = as_list(grad_outputs) or [None] * len(roots)
-        for i, (root, grad) in enumerate(zip(roots, grads)):
-            if not root.requires_grad:
-                raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
-            if grad is None and root.numel() != 1:
-                raise RuntimeError("grad can be implicitly created only for scalar outputs")
-        grads = [g if g is not None else torch.ones_like(r) for r, g in zip(roots, grads)]
+        grads = root_grads(roots, grad_outputs)
         capture = {}
         for i, t in enumerate(wanted):
             capture[id(t) if t.grad_fn is None else (id(t.grad_fn), t.output_nr)] = i
