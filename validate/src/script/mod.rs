@@ -32,10 +32,16 @@ use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::catalog;
 use vramplan_sim::trace::Trace;
 
-/// The harness, as shipped.
-const HARNESS: &str = include_str!("../../harness/run_script.py");
-/// The plan harness, whose fake mode the script harness imports.
-const PLAN_HARNESS: &str = include_str!("../../harness/run_plan.py");
+/// The harness, as shipped: its files and their text (`run_script.py` runs; it imports the
+/// others, and `run_plan.py` for the fake mode the torch backend also uses).
+const HARNESS: &[(&str, &str)] = &[
+    ("run_script.py", include_str!("../../harness/run_script.py")),
+    ("script_state.py", include_str!("../../harness/script_state.py")),
+    ("script_fake.py", include_str!("../../harness/script_fake.py")),
+    ("script_backward.py", include_str!("../../harness/script_backward.py")),
+    ("script_runtime.py", include_str!("../../harness/script_runtime.py")),
+    ("run_plan.py", include_str!("../../harness/run_plan.py")),
+];
 
 /// What to run.
 #[derive(Debug, Clone, PartialEq)]
@@ -244,8 +250,9 @@ pub fn run_script(
     let dir = std::env::temp_dir().join(format!("vramplan-script-{}-{}", std::process::id(), unique()));
     std::fs::create_dir_all(&dir).map_err(|e| failed(format!("cannot make {}: {e}", dir.display())))?;
     let result = (|| {
-        std::fs::write(dir.join("run_script.py"), HARNESS).map_err(|e| failed(e.to_string()))?;
-        std::fs::write(dir.join("run_plan.py"), PLAN_HARNESS).map_err(|e| failed(e.to_string()))?;
+        for (name, text) in HARNESS {
+            std::fs::write(dir.join(name), text).map_err(|e| failed(e.to_string()))?;
+        }
         write_builtins(&dir).map_err(|e| failed(format!("cannot write the built-in configs: {e}")))?;
         let deadline = Instant::now() + request.time_limit;
         let mut ranks = Vec::new();
