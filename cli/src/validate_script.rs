@@ -157,5 +157,11 @@ fn progress_words(line: &str) -> String {
     };
     let module = field("module");
     let running = if module.is_empty() { String::new() } else { format!(", in {module}") };
-    format!("rank {}: {} steps, {} forward passes{running}", field("rank"), field("steps"), field("forwards"))
+    let count = |n: &str, one: &str, many: &str| format!("{n} {}", if n == "1" { one } else { many });
+    format!(
+        "rank {}: {}, {}{running}",
+        field("rank"),
+        count(field("steps"), "step", "steps"),
+        count(field("forwards"), "forward pass", "forward passes")
+    )
 }
