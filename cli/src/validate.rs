@@ -42,9 +42,10 @@ pub(crate) struct ValidateArgs {
     #[arg(long, value_name = "FILE.py", requires = "hardware")]
     pub(crate) script: Option<PathBuf>,
     /// With --script: run it as `torchrun --nproc-per-node N` would, rank by rank (RANK,
-    /// LOCAL_RANK, WORLD_SIZE set; the process group is PyTorch's fake one).
-    #[arg(long, default_value_t = 1, requires = "script", value_parser = clap::value_parser!(u32).range(1..=64))]
-    pub(crate) nproc: u32,
+    /// LOCAL_RANK, WORLD_SIZE set; the process group is PyTorch's fake one). Without it the
+    /// script runs as `python FILE.py` does, with none of torchrun's variables.
+    #[arg(long, requires = "script", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub(crate) nproc: Option<u32>,
     /// With --script: the most the run may take, in seconds, all ranks together.
     #[arg(long, value_name = "S", default_value_t = 600, requires = "script",
           value_parser = clap::value_parser!(u64).range(1..=86_400))]

@@ -40,12 +40,13 @@ pub(crate) fn run(
         .map_err(|e| InputError::new(&shown, format!("cannot resolve the path: {e}")))?;
     let hardware_spec = args.hardware.as_deref().unwrap_or_default();
     let hardware = hardware::load(hardware_spec)?;
-    if args.nproc as usize > hardware.devices.len() {
+    let nproc = args.nproc.unwrap_or(1);
+    if nproc as usize > hardware.devices.len() {
         return Err(InputError::new(
             "validate --nproc",
             format!(
                 "{} ranks on `{}`, which has {} GPU{}: torchrun starts one rank per GPU",
-                args.nproc,
+                nproc,
                 hardware.name,
                 hardware.devices.len(),
                 if hardware.devices.len() == 1 { "" } else { "s" }
@@ -57,7 +58,8 @@ pub(crate) fn run(
         script,
         args: args.script_args.clone(),
         steps: args.steps,
-        nproc: args.nproc,
+        nproc,
+        torchrun: args.nproc.is_some(),
         time_limit: Duration::from_secs(args.time_limit),
         trace_points: args.trace_out.as_ref().map(|_| crate::plot::TIMELINE_POINTS),
         real: args.real_gpus,
@@ -100,7 +102,7 @@ pub(crate) fn run(
             let text = if args.json {
                 crate::json_text(&run)
             } else {
-                vramplan_reports::script_table(&run, &hardware.name, args.nproc)
+                vramplan_reports::script_table(&run, &hardware.name, nproc)
             };
             crate::print(out, &text)?;
             Ok(if run.outcome == ScriptOutcome::Completed { 0 } else { crate::EXIT_NEGATIVE })

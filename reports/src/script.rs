@@ -55,6 +55,19 @@ pub fn script_table(run: &ScriptValidation, hardware_name: &str, nproc: u32) -> 
             ]);
         }
         text += &table.render();
+        let idle: Vec<String> = run
+            .per_device
+            .iter()
+            .filter(|d| d.peak_allocated_bytes == 0)
+            .map(|d| format!("GPU {} ({})", d.device, d.name))
+            .collect();
+        if !idle.is_empty() {
+            text += &format!(
+                "{} held nothing: the run never used {}\n",
+                idle.join(", "),
+                if idle.len() == 1 { "it" } else { "them" }
+            );
+        }
         text += "\nallocated: every storage on the GPU from creation to death; reserved: the same allocations \
                  through PyTorch's caching allocator (vramplan's model); device used: reserved plus the CUDA \
                  context\n";

@@ -515,3 +515,22 @@ fn ddp_ranks_on_one_gpu_are_an_error() {
     let out = run(&python, &path, "4xa10g", &["--nproc", "2"], &[]);
     assert_completed(&out);
 }
+
+/// Without `--nproc` the script runs as `python FILE.py` does, with none of torchrun's variables
+/// (libraries read them to choose DataParallel or DDP); with it, as torchrun starts it. A boolean
+/// mask's selection is taken whole, and the report says so.
+#[test]
+fn the_launcher_is_python_unless_nproc_says_torchrun() {
+    let Some(python) = python() else { return };
+    let script = repo("tests/scripts/launcher.py");
+    let plain = run(&python, &script, "t4x2", &[], &["plain"]);
+    assert_completed(&plain);
+    assert!(
+        plain.json()["ranks"][0]["notes"].to_string().contains("every element was taken as selected"),
+        "{}",
+        plain.stdout
+    );
+    assert_completed(&run(&python, &script, "t4x2", &["--nproc", "1"], &["torchrun"]));
+    let wrong = run(&python, &script, "t4x2", &[], &["torchrun"]);
+    assert_eq!(wrong.json()["outcome"], "error", "the variables were set without --nproc: {}", wrong.stdout);
+}

@@ -132,6 +132,7 @@ def main():
         script_runtime.install_threads()
         script_runtime.install_current_device()
         script_runtime.install_savers()
+        script_runtime.install_triton()
     script_runtime.install_step_counting()
     script_runtime.install_weightless_loading()
     outcome, message, location, error_module = "completed", "", None, ""

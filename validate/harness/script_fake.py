@@ -7,7 +7,7 @@ import sys
 import time
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.fake_tensor import DynamicOutputShapeException, FakeTensor
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -267,6 +267,9 @@ MISMATCH = ("found two different devices", "Expected all tensors to be on the sa
 
 
 LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
+NONZERO = torch.ops.aten.nonzero.default
+INDEX = torch.ops.aten.index.Tensor
+MASKED_SELECT = torch.ops.aten.masked_select.default
 
 
 def zero_of(tensor):
@@ -318,6 +321,10 @@ class Router(TorchDispatchMode):
         try:
             with FAKE:
                 out = func(*args, **kwargs)
+        except DynamicOutputShapeException:
+            out = self.selected_all(func, args, kwargs)
+            if out is None:
+                raise
         except RuntimeError as error:
             text = str(error)
             if any(m in text for m in MISMATCH):
@@ -330,6 +337,38 @@ class Router(TorchDispatchMode):
             if isinstance(t, torch.Tensor):
                 MEMORY.track(t)
         return out
+
+    def selected_all(self, func, args, kwargs):
+        """An operation whose output's size depends on values (`nonzero`, indexing by a boolean
+        mask, `masked_select`), taken with every element selected: the largest output, so the most
+        memory. None for another operation. Noted once per place."""
+        where = user_frame()
+        place = f"{where['file']}:{where['line']}" if where else "the script"
+        note = (f"{place}: {func.overloadpacket.__name__} selects by values a fake run does not have; "
+                f"every element was taken as selected (the most memory)")
+        if func is NONZERO:
+            x = args[0]
+            RUN.note(note)
+            with FAKE:
+                return torch.empty((x.numel(), x.dim()), dtype=torch.long, device=x.device)
+        if func is INDEX and any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1]):
+            # As ATen's `expandTensors`: a k-dimensional mask becomes k index tensors (its nonzero).
+            indices = []
+            for i in args[1]:
+                if isinstance(i, torch.Tensor) and i.dtype == torch.bool:
+                    with FAKE:
+                        indices.extend(torch.empty(i.numel(), dtype=torch.long, device=i.device) for _ in range(i.dim()))
+                else:
+                    indices.append(i)
+            RUN.note(note)
+            with FAKE:
+                return func(args[0], indices)
+        if func is MASKED_SELECT:
+            x, mask = args[0], args[1]
+            RUN.note(note)
+            with FAKE:
+                return torch.empty(torch.broadcast_shapes(x.shape, mask.shape).numel(), dtype=x.dtype, device=x.device)
+        return None
 
     def mismatch(self, func, leaves, text):
         if RUN.mismatch is not None:

@@ -409,6 +409,31 @@ def install_savers():
     when_imported("transformers.trainer", lambda trainer: patch(trainer.Trainer, "Trainer"))
 
 
+def install_triton():
+    """A Triton kernel launched on fake tensors does nothing: its Python wrapper has made its
+    outputs already (fake, and counted), and the kernel only writes their values, which a fake run
+    does not have. Autotuning and heuristics, which would time the kernel, are skipped the same way.
+    So a library's Triton path (TRL's chunked log-probabilities, Liger, Unsloth) runs with the
+    memory it has on a GPU."""
+    def skip_on_fake(cls):
+        run = cls.run
+
+        def launch(self, *args, **kwargs):
+            if any(isinstance(a, FakeTensor) for a in pytree.tree_leaves((args, kwargs))):
+                RUN.cuda_ops += 1
+                return None
+            return run(self, *args, **kwargs)
+        cls.run = launch
+
+    when_imported("triton.runtime.jit", lambda jit: skip_on_fake(jit.JITFunction))
+
+    def autotuner(module):
+        for name in ("Autotuner", "Heuristics"):
+            if hasattr(module, name):
+                skip_on_fake(getattr(module, name))
+    when_imported("triton.runtime.autotuner", autotuner)
+
+
 def when_imported(name, then):
     """Calls `then(module)` once module `name` has been imported (now, if it is already)."""
     import importlib.abc

@@ -52,8 +52,12 @@ pub struct ScriptRequest {
     pub args: Vec<String>,
     /// Optimizer steps to run (or forward passes, where the script makes no optimizer).
     pub steps: u32,
-    /// Processes, as `torchrun --nproc-per-node` starts them (1: the script alone).
+    /// Processes, as `torchrun --nproc-per-node` starts them.
     pub nproc: u32,
+    /// Start them as torchrun does (`RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `MASTER_ADDR` … set);
+    /// otherwise the one process runs as `python FILE.py` does, with none of them (libraries read
+    /// them to choose between one process over all GPUs and one per GPU).
+    pub torchrun: bool,
     /// The most the whole run (every rank) may take.
     pub time_limit: Duration,
     /// Keep each rank's timeline ([`RankRun::trace`]), at most this many points per GPU.
@@ -410,17 +414,17 @@ fn run_rank(
     std::fs::write(&request_path, harness_request.to_string()).map_err(|e| failed(e.to_string()))?;
     let nproc = request.nproc.max(1);
     let mut command = Command::new(python);
-    command
-        .arg(dir.join("run_script.py"))
-        .arg(&request_path)
-        .env("RANK", rank.to_string())
-        .env("LOCAL_RANK", rank.to_string())
-        .env("WORLD_SIZE", nproc.to_string())
-        .env("LOCAL_WORLD_SIZE", nproc.to_string())
-        .env("GROUP_RANK", "0")
-        .env("MASTER_ADDR", "127.0.0.1")
-        .env("MASTER_PORT", "29500")
-        .env("PYTHONUNBUFFERED", "1");
+    command.arg(dir.join("run_script.py")).arg(&request_path).env("PYTHONUNBUFFERED", "1");
+    if request.torchrun {
+        command
+            .env("RANK", rank.to_string())
+            .env("LOCAL_RANK", rank.to_string())
+            .env("WORLD_SIZE", nproc.to_string())
+            .env("LOCAL_WORLD_SIZE", nproc.to_string())
+            .env("GROUP_RANK", "0")
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", "29500");
+    }
     if let Some(folder) = request.script.parent() {
         command.current_dir(folder);
     }
