@@ -241,9 +241,7 @@ pub(crate) fn run_trace(args: &TraceArgs, out: &mut dyn Write) -> Result<i32, In
             .at_key("trace")
             .with_fix("run `vramplan validate --script` again and look at its message"));
     };
-    let script = std::path::Path::new(&file.script)
-        .file_name()
-        .map_or(file.script.clone(), |n| n.to_string_lossy().into_owned());
+    let script = vramplan_validate::file_name(&file.script);
     let title = format!("{script} over time, measured on fake GPUs · {} · rank {}", file.hardware, file.rank);
     let bytes = draw(&TimelineFigure { title, trace }, format)?;
     crate::write_atomic(&args.output, &bytes)?;

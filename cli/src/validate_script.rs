@@ -27,15 +27,7 @@ pub(crate) fn run(
         .with_fix("leave them out: the script's own batch, sequence and precision are what runs"));
     }
     let shown = script.display().to_string();
-    let meta = std::fs::metadata(script).map_err(|e| {
-        InputError::new(&shown, format!("cannot read the script: {e}"))
-            .with_fix("give the path of a Python file")
-    })?;
-    if !meta.is_file() {
-        return Err(
-            InputError::new(&shown, "is not a regular file").with_fix("give the path of a Python file")
-        );
-    }
+    regular_file(script, "--script", "give the path of a Python file")?;
     let script = std::fs::canonicalize(script)
         .map_err(|e| InputError::new(&shown, format!("cannot resolve the path: {e}")))?;
     let hardware_spec = args.hardware.as_deref().unwrap_or_default();
@@ -132,10 +124,7 @@ pub(crate) struct TraceFile {
 pub(crate) fn read_trace_file(path: &Path, flag: &str) -> Result<TraceFile, InputError> {
     let shown = path.display().to_string();
     let fix = "give the file `vramplan validate --script FILE.py --trace-out FILE` wrote";
-    let meta = std::fs::metadata(path).map_err(|e| InputError::io(path, &e).with_fix(fix))?;
-    if !meta.is_file() {
-        return Err(InputError::new(&shown, format!("{flag}: is not a regular file")).with_fix(fix));
-    }
+    regular_file(path, flag, fix)?;
     let text = std::fs::read_to_string(path).map_err(|e| InputError::io(path, &e).with_fix(fix))?;
     let file: TraceFile = serde_json::from_str(&text)
         .map_err(|e| InputError::new(&shown, format!("not a vramplan trace: {e}")).with_fix(fix))?;
@@ -148,6 +137,17 @@ pub(crate) fn read_trace_file(path: &Path, flag: &str) -> Result<TraceFile, Inpu
         .with_fix("write it again with this vramplan"));
     }
     Ok(file)
+}
+
+/// Refuses what `flag` names unless it is a regular file (a folder is refused, and a FIFO would
+/// block the read).
+fn regular_file(path: &Path, flag: &str, fix: &str) -> Result<(), InputError> {
+    let meta = std::fs::metadata(path).map_err(|e| InputError::io(path, &e).with_fix(fix))?;
+    if !meta.is_file() {
+        return Err(InputError::new(path.display().to_string(), format!("{flag}: is not a regular file"))
+            .with_fix(fix));
+    }
+    Ok(())
 }
 
 /// A progress line of the harness (`rank=0 steps=1 forwards=2 module=model.layers.3`) in words.

@@ -87,8 +87,7 @@ pub fn script_table(run: &ScriptValidation, hardware_name: &str, nproc: u32) -> 
 
 /// `train.py:42 in step`.
 fn place(l: &Location) -> String {
-    let file =
-        std::path::Path::new(&l.file).file_name().map_or(l.file.as_str(), |f| f.to_str().unwrap_or(&l.file));
+    let file = l.file_name();
     if l.function == "<module>" {
         format!("{file}:{}", l.line)
     } else {

@@ -151,7 +151,7 @@ fn trace_program(program: &StepProgram, capacity: &dyn Fn(u32) -> u64, samples: 
         }
     });
     // `trace` names the GPUs from the hardware.
-    builder.finish(|event| program.describe(event), |_| (String::new(), 0))
+    builder.finish(|_, event| program.describe(event), |_| (String::new(), 0))
 }
 
 /// Builds a [`Trace`] from observations in operation order: phases as they begin, and per GPU
@@ -197,9 +197,9 @@ impl<L: Copy + Default> TraceBuilder<L> {
         self.curves.entry(device).or_default().observe(op, allocated, reserved, label, per_point);
     }
 
-    /// The trace: `describe` names the label of each GPU's peak, `gpu` gives each GPU's name and
-    /// usable bytes.
-    pub fn finish(self, describe: impl Fn(L) -> String, gpu: impl Fn(u32) -> (String, u64)) -> Trace {
+    /// The trace: `describe` names each GPU's peak (the GPU, and the label it was observed at),
+    /// `gpu` gives each GPU's name and usable bytes.
+    pub fn finish(self, describe: impl Fn(u32, L) -> String, gpu: impl Fn(u32) -> (String, u64)) -> Trace {
         let devices = self
             .curves
             .into_iter()
@@ -212,7 +212,7 @@ impl<L: Copy + Default> TraceBuilder<L> {
                     usable_bytes,
                     samples: curve.samples,
                     peak: curve.peak,
-                    peak_at: describe(curve.peak_at),
+                    peak_at: describe(device, curve.peak_at),
                 }
             })
             .collect();

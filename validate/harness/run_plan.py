@@ -94,7 +94,7 @@ def model_class(raw):
     return getattr(transformers, raw["architectures"][0])
 
 
-def fake_devices():
+def fake_devices(capability=(9, 0)):
     """`FakeTensorMode`, with the two things accelerate needs of a fake tensor that a real one
     has: `set_module_tensor_to_device` makes a parameter anew with `type(param)(value,
     requires_grad=...)`, and a fake parameter's type is `FakeTensor` (torch's `Parameter` keeps a
@@ -113,9 +113,11 @@ def fake_devices():
 
     FakeTensor.__new__ = staticmethod(new)
     FakeTensor.data_ptr = lambda self: id(self)
-    # transformers' MoE experts choose `torch._grouped_mm` by the GPU's compute capability;
-    # the fake GPUs are taken to be H100s (9.0), as the device runs this harness on.
-    torch.cuda.get_device_capability = lambda device=None: (9, 0)
+    # transformers' MoE experts choose `torch._grouped_mm` by the GPU's compute capability; the
+    # fake GPUs are taken to be H100s (9.0), as the device runs this harness on, unless the caller
+    # answers for them itself (`capability=None`: the script harness gives each profile GPU's).
+    if capability is not None:
+        torch.cuda.get_device_capability = lambda device=None: capability
     # PEFT moves each new adapter to its base layer's device with `Module.to`, which for a fake
     # parameter swaps the old and new tensors (`torch.utils.swap_tensors`); that refuses a
     # tensor with a weak reference, and FakeTensorMode keeps one to every fake tensor it made.

@@ -124,7 +124,6 @@ def main():
     else:
         script_fake.install_fake_cuda()
         script_fake.make_fake_mode()
-        script_fake.install_fake_cuda()  # again: run_plan's fake mode takes every GPU for an H100
         script_fake.install_value_reads()
         script_fake.install_attention()
         script_backward.install_backward()

@@ -26,7 +26,7 @@ def make_fake_mode():
     sys.path.insert(0, HARNESS_DIR)
     from run_plan import fake_devices
 
-    FAKE = fake_devices()
+    FAKE = fake_devices(capability=None)
     # The fake mode must never touch the CUDA runtime (there may be none): it asks
     # `torch.cuda.is_available()`, which answers for the profile's GPUs here, so it is told directly.
     type(FAKE).avoid_device_init = property(lambda self: True)

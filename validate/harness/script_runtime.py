@@ -175,10 +175,7 @@ def install_weightless_loading():
         finally:
             MODULES.generating = outer
         if not outer:
-            MODULES.forwards += 1
-            RUN.progress()
-            if not RUN.optimizers and MODULES.forwards >= STEPS and not RUN.in_backward:
-                raise StopRun()
+            MODULES.forward_done()
         return out
 
     GenerationMixin.generate = counted_generate

@@ -2,6 +2,7 @@
 the run's counters and findings, and the memory of every fake GPU (`run_script.py` says how the
 run is faked; each `script_*.py` module reads and changes this state)."""
 
+import functools
 import json
 import os
 import sys
@@ -44,7 +45,10 @@ class GenerationDone(BaseException):
 
 # --- where in the user's code -------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=None)
 def is_user_file(filename):
+    """Whether `filename` is the user's code (not the standard library, an installed package, torch
+    or this harness). Cached: it is asked for every frame at every new memory peak."""
     if not filename or filename.startswith("<"):
         return False
     real = os.path.realpath(filename)
@@ -121,10 +125,14 @@ class Modules:
             # Forward passes: calls of the first module the script called at the top level (a
             # script that calls its layers one by one counts the first layer's calls).
             self.first = id(module)
-            self.forwards += 1
-            RUN.progress()
-            if not RUN.optimizers and self.forwards >= STEPS and not RUN.in_backward:
-                raise StopRun()
+            self.forward_done()
+
+    def forward_done(self):
+        """One forward pass of the script ended: a script with no optimizer stops after `STEPS`."""
+        self.forwards += 1
+        RUN.progress()
+        if not RUN.optimizers and self.forwards >= STEPS and not RUN.in_backward:
+            raise StopRun()
 
     def current_path(self):
         """The path of the innermost module running, from the outermost (None outside any)."""

@@ -32,7 +32,7 @@ mod torch;
 pub use cpu::CpuRequest;
 pub use script::{
     ActivationsMismatch, DeviceMemory, Location, MeasuredActivations, Mismatch, RankRun, ScriptOutcome,
-    ScriptRequest, ScriptValidation, declare_measured, run_script,
+    ScriptRequest, ScriptValidation, declare_measured, file_name, run_script,
 };
 pub use torch::{TorchLora, TorchRequest};
 

@@ -112,7 +112,7 @@ pub(super) fn rank_run(
         .iter()
         .map(|(at, name, step)| phase_named(name).map(|p| (*at, p, *step)).ok_or(format!("a phase `{name}`")))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut builder = trace_points.map(|points| TraceBuilder::<usize>::new(parsed.events.len(), points));
+    let mut builder = trace_points.map(|points| TraceBuilder::<()>::new(parsed.events.len(), points));
     let reserved = replay(&parsed.events, hardware, &phases, builder.as_mut());
     let mut per_device = Vec::with_capacity(count);
     for (i, d) in parsed.per_device.into_iter().enumerate() {
@@ -142,9 +142,17 @@ pub(super) fn rank_run(
         message: parsed.message,
         steps: parsed.steps,
         forwards: parsed.forwards,
+        // A GPU's peak in the timeline is where the harness saw it: its place in the script.
         trace: builder.map(|b| {
             b.finish(
-                |_| String::new(),
+                |gpu, ()| {
+                    let Some(d) = per_device.iter().find(|d| d.device == gpu) else { return String::new() };
+                    let at = d
+                        .peak_at
+                        .as_ref()
+                        .map_or_else(String::new, |l| format!("{}:{}", l.file_name(), l.line));
+                    if d.peak_module.is_empty() { at } else { format!("{at} in {}", d.peak_module) }
+                },
                 |gpu| {
                     let device = &hardware.devices[gpu as usize];
                     (device.name.clone(), device.usable_bytes())
@@ -157,26 +165,13 @@ pub(super) fn rank_run(
         seconds: parsed.seconds,
         activations: parsed.activations,
     };
-    // A GPU's peak in the timeline is where the harness saw it: its place in the script.
-    if let Some(trace) = &mut run.trace {
-        let inference = !trace.phases.iter().any(|p| p.phase == Phase::Backward);
-        for span in &mut trace.phases {
-            if inference && span.phase == Phase::Forward {
-                span.phase = Phase::Prefill;
-                span.step = 0;
-            }
-        }
-        for device in &mut trace.devices {
-            if let Some(d) = run.per_device.iter().find(|d| d.device == device.device) {
-                let at = d.peak_at.as_ref().map_or_else(String::new, |l| {
-                    let file = std::path::Path::new(&l.file)
-                        .file_name()
-                        .map_or(l.file.clone(), |f| f.to_string_lossy().into_owned());
-                    format!("{file}:{}", l.line)
-                });
-                device.peak_at =
-                    if d.peak_module.is_empty() { at } else { format!("{at} in {}", d.peak_module) };
-            }
+    // A run with no backward is inference: its forward passes are prefills.
+    if let Some(trace) = &mut run.trace
+        && !trace.phases.iter().any(|p| p.phase == Phase::Backward)
+    {
+        for span in trace.phases.iter_mut().filter(|p| p.phase == Phase::Forward) {
+            span.phase = Phase::Prefill;
+            span.step = 0;
         }
     }
     match parsed.outcome.as_str() {
@@ -248,7 +243,7 @@ fn replay(
     events: &[(u32, u64, u64)],
     hardware: &HardwareProfile,
     phases: &[(usize, Phase, u8)],
-    mut trace: Option<&mut TraceBuilder<usize>>,
+    mut trace: Option<&mut TraceBuilder<()>>,
 ) -> Vec<u64> {
     let mut allocators: Vec<CachingAllocator> =
         hardware.devices.iter().map(|d| CachingAllocator::with_capacity(d.usable_bytes())).collect();
@@ -277,7 +272,7 @@ fn replay(
                 marks.next();
             }
             trace.reach(index);
-            trace.observe(device, index, allocators[d].allocated, allocators[d].reserved, index);
+            trace.observe(device, index, allocators[d].allocated, allocators[d].reserved, ());
         }
     }
     peaks

@@ -129,6 +129,18 @@ pub struct Location {
     pub function: String,
 }
 
+impl Location {
+    /// The file's name without its folders (`train.py`).
+    pub fn file_name(&self) -> &str {
+        file_name(&self.file)
+    }
+}
+
+/// The last part of a path (`train.py` of `/home/me/train.py`), or the whole where it has none.
+pub fn file_name(path: &str) -> &str {
+    std::path::Path::new(path).file_name().and_then(|n| n.to_str()).unwrap_or(path)
+}
+
 /// One fake device's memory over a run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DeviceMemory {
