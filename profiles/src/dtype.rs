@@ -44,6 +44,9 @@ pub enum DType {
     I4,
     /// Boolean (`torch.bool`, safetensors `BOOL`), one byte an element, as in GPT-2's causal-mask buffer.
     Bool,
+    /// A block-quantized ggml type of a GGUF file (`Q4_K`, `Q8_0`, `IQ4_XS`): blocks of
+    /// `block_size` weights in `type_size` bytes. GGUF's plain types are the variants above.
+    Ggml(crate::GgmlType),
 }
 
 /// One dtype and every name it goes by: the one table the crate's names and sizes come from.
@@ -107,19 +110,44 @@ const TABLE: &[Row] = &[
 
 impl DType {
     fn row(self) -> &'static Row {
-        // Every variant has its row (checked by a test), in variant order.
+        // Every variant but `Ggml` has its row (checked by a test), in variant order.
         TABLE.iter().find(|r| r.dtype == self).unwrap_or(&TABLE[0])
     }
 
-    /// Size of one element in bits.
+    /// Size of one element in bits; for a ggml block type, its bits per weight rounded down
+    /// (Q4_K 4, Q8_0 8), so comparisons such as "narrower than 16 bits" hold.
     pub fn bits(self) -> u64 {
-        self.row().bits
+        match self {
+            DType::Ggml(ty) => 8 * ty.type_size() / ty.block_size(),
+            _ => self.row().bits,
+        }
     }
 
-    /// Bytes taken by `elements` values, rounded up to whole bytes.
+    /// Bytes taken by `elements` values, rounded up to whole bytes (for a ggml block type, whole
+    /// blocks: `ggml_row_size` of one row of `elements`).
     pub fn bytes_for(self, elements: u64) -> u64 {
+        if let DType::Ggml(ty) = self {
+            return ty.row_bytes(elements);
+        }
         let bytes = (u128::from(elements) * u128::from(self.bits())).div_ceil(8);
         u64::try_from(bytes).unwrap_or(u64::MAX)
+    }
+
+    /// The dtype a GGUF tensor of type `ty` is held in: the plain ggml types as the matching
+    /// variant, block-quantized ones as [`DType::Ggml`].
+    pub fn from_ggml(ty: crate::GgmlType) -> DType {
+        use crate::GgmlType as G;
+        match ty {
+            G::F32 => DType::F32,
+            G::F16 => DType::F16,
+            G::BF16 => DType::BF16,
+            G::F64 => DType::F64,
+            G::I8 => DType::I8,
+            G::I16 => DType::I16,
+            G::I32 => DType::I32,
+            G::I64 => DType::I64,
+            other => DType::Ggml(other),
+        }
     }
 
     /// True for the floating-point types a `torch_dtype` cast applies to.
@@ -130,7 +158,10 @@ impl DType {
     /// The safetensors header spelling (`BF16`, `F8_E4M3`); `None` for 4-bit integer storage,
     /// which safetensors has no dtype for.
     pub fn safetensors_name(self) -> Option<&'static str> {
-        self.row().safetensors
+        match self {
+            DType::Ggml(_) => None,
+            _ => self.row().safetensors,
+        }
     }
 
     /// The dtype a safetensors header names (`BF16`, exactly as written).
@@ -145,12 +176,19 @@ impl DType {
 
     /// torch's name (`torch.bfloat16` without the module), for the Python vramplan prints.
     pub fn torch_name(self) -> &'static str {
-        self.row().torch
+        match self {
+            // transformers dequantizes GGUF files when it loads them; llama.cpp keeps the bytes.
+            DType::Ggml(_) => "uint8",
+            _ => self.row().torch,
+        }
     }
 
-    /// The short name vramplan prints (`bf16`, `fp8_e4m3`).
+    /// The short name vramplan prints (`bf16`, `fp8_e4m3`; ggml's for a ggml block type, `q4_K`).
     pub fn name(self) -> &'static str {
-        self.row().names[0]
+        match self {
+            DType::Ggml(ty) => ty.name(),
+            _ => self.row().names[0],
+        }
     }
 
     /// Parses any common spelling: vramplan's (`bf16`), torch's (`bfloat16`, `torch.float16`),

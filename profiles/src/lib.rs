@@ -6,8 +6,8 @@
 //! - [`model`]: one description of a model — a module tree with PyTorch/transformers names, every
 //!   tensor's shape and dtype, tied groups and the architectural facts — built from a HF
 //!   `config.json`, safetensors headers, a custom YAML file or the built-in catalog.
-//! - [`units`] and [`dtype`]: bytes (`u64` end to end, parsed with explicit units) and element
-//!   types.
+//! - [`units`], [`dtype`] and [`ggml`]: bytes (`u64` end to end, parsed with explicit units),
+//!   element types, and the block types of GGUF files.
 //! - [`InputError`]: the one error type for bad input: where, what was expected, and the fix;
 //!   [`suggest`]: the "did you mean" every crate's messages use.
 //!
@@ -15,10 +15,12 @@
 
 pub mod dtype;
 mod error;
+pub mod ggml;
 pub mod hardware;
 pub mod model;
 pub mod suggest;
 pub mod units;
 
 pub use dtype::DType;
+pub use ggml::GgmlType;
 pub use error::{InputError, Location};

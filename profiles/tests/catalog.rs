@@ -234,6 +234,21 @@ const PUBLISHED_ROUNDED: &[PublishedRounded] = &[
     rounded("qwen3-14b", Some((14_800 * M, 100 * M)), None, false, "Qwen3-14B model card: 14.8B"),
     rounded("qwen3-32b", Some((32_800 * M, 100 * M)), None, false, "Qwen3-32B model card: 32.8B"),
     rounded("gemma-2-27b", Some((27_200 * M, 100 * M)), None, false, "Gemma 2 report: 27.2B"),
+    rounded(
+        "gemma-3-1b-it",
+        Some((1_000 * M, M)),
+        None,
+        false,
+        "Gemma 3 technical report, table 1: 302M embedding and 698M non-embedding parameters",
+    ),
+    rounded(
+        "granite-3.3-8b-instruct",
+        Some((8 * B, B / 2)),
+        None,
+        false,
+        "Granite-3.3-8B-Instruct model card: 8 billion",
+    ),
+    rounded("smollm3-3b", Some((3 * B, B / 2)), None, false, "SmolLM3 model card: 3B"),
     rounded("phi-2", Some((2_700 * M, 100 * M)), None, false, "Phi-2 model card: 2.7B"),
     rounded("tinyllama-1.1b", Some((1_100 * M, 100 * M)), None, false, "TinyLlama model card: 1.1B"),
     rounded("codellama-7b", Some((6_700 * M, 100 * M)), None, false, "Code Llama paper: 7B (6.7B)"),
@@ -327,12 +342,12 @@ fn gated_decoder(c: &Value, arch: &str) -> Counts {
         // o_proj bias and one attention sink per head
         "GptOssForCausalLM" => attention += h + heads,
         // q_norm and k_norm over one head
-        "Qwen3ForCausalLM" | "Qwen3MoeForCausalLM" => attention += 2 * head_dim,
+        "Qwen3ForCausalLM" | "Qwen3MoeForCausalLM" | "Gemma3ForCausalLM" => attention += 2 * head_dim,
         // q_norm and k_norm over the whole projections
         "OlmoeForCausalLM" => attention += q + kv,
         _ => {}
     }
-    let norms = if arch == "Gemma2ForCausalLM" { 4 * h } else { 2 * h };
+    let norms = if matches!(arch, "Gemma2ForCausalLM" | "Gemma3ForCausalLM") { 4 * h } else { 2 * h };
 
     // (router and always-on parameters, routed experts, experts per token, parameters of one)
     let moe = match arch {
@@ -371,7 +386,9 @@ fn gated_decoder(c: &Value, arch: &str) -> Counts {
         Some((always, experts, top_k, expert)) => (always + experts * expert, always + top_k * expert),
         None => (3 * h * inter, 3 * h * inter),
     };
-    let tied = flag(c, "tie_word_embeddings", matches!(arch, "GemmaForCausalLM" | "Gemma2ForCausalLM"));
+    let tied_by_default =
+        matches!(arch, "GemmaForCausalLM" | "Gemma2ForCausalLM" | "Gemma3ForCausalLM" | "SmolLM3ForCausalLM");
+    let tied = flag(c, "tie_word_embeddings", tied_by_default);
     let embeddings = vocab * h + if tied { 0 } else { vocab * h };
     let total = embeddings + layers * (attention + norms + mlp_total) + h;
     let active = moe.map(|_| embeddings + layers * (attention + norms + mlp_active) + h);
@@ -803,6 +820,26 @@ const NOTES: &[(&str, &str)] = &[
     ),
     ("octocoder", "a StarCoder fine-tune with StarCoder's shapes."),
     ("llama-3.3-70b", "Meta published only the Instruct model."),
+    (
+        "gemma-3-1b-it",
+        "the repository's `config.json` (written by transformers 4.52.4) as reproduced in the \
+         Liwink/gemma-jax repository's `models/README.md` (no Hub access when it was embedded); \
+         its shapes give the Gemma 3 report's 302M embedding and 698M non-embedding parameters.",
+    ),
+    (
+        "granite-3.3-8b-instruct",
+        "the repository's `config.json` (written by transformers 4.49.0) as dumped beside the model's \
+         parameter shapes in a third-party listing held by the reference search index (no Hub access \
+         when it was embedded); its shapes give 8,170,864,640 parameters, the count the same listing \
+         and another independent one give for the published safetensors.",
+    ),
+    (
+        "smollm3-3b",
+        "written from the repository's `config.json` values as quoted by two independent third-party \
+         test suites (no Hub access when it was embedded; they agree with each other and with the \
+         defaults transformers' `SmolLM3Config` documents as HuggingFaceTB/SmolLM3-3B); \
+         `transformers_version` is left out, which no shape depends on.",
+    ),
 ];
 
 fn published_text(name: &str) -> String {

@@ -190,7 +190,27 @@ def configurations():
         ("qwen3-1.7b", "bf16", "lora", 16, "all-linear", None, True, 4, 1024),
     ]:
         out.append({**_held_out(model, dtype, finetune, rank, targets, attn, ckpt, batch, seq), "set": 3})
+    # Today's text decoders (issue 29): per family its smallest built-in, one LoRA training step
+    # and one prefill, short enough to trace in a minute; sequences past Gemma 3's 512-token
+    # window, so its sliding layers mask.
+    for model, finetune, targets, batch, seq in TODAY_FAMILIES:
+        c = {"model": model, "mode": "inference" if finetune == "none" else "train", "finetune": finetune,
+             "ckpt": False, "batch": batch, "seq": seq, "dtype": "bf16"}
+        if finetune == "lora":
+            c["lora_rank"], c["lora_targets"] = 16, targets
+        out.append(c)
     return out
+
+
+# (model, finetune, LoRA targets, batch, sequence) of today's text decoders.
+TODAY_FAMILIES = [
+    ("gemma-3-1b-it", "lora", ["q_proj", "v_proj"], 1, 1024),
+    ("gemma-3-1b-it", "none", None, 2, 1024),
+    ("granite-3.3-8b-instruct", "lora", ["q_proj", "v_proj"], 1, 512),
+    ("granite-3.3-8b-instruct", "none", None, 1, 1024),
+    ("smollm3-3b", "lora", ["q_proj", "v_proj"], 1, 512),
+    ("smollm3-3b", "none", None, 1, 1024),
+]
 
 
 def _held_out(model, dtype, finetune, rank, targets, attn, ckpt, batch, seq):

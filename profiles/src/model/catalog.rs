@@ -108,6 +108,10 @@ const MODELS: &[Entry] = &[
     entry!("gemma-2-2b", "google/gemma-2-2b"),
     entry!("gemma-2-9b", "google/gemma-2-9b"),
     entry!("gemma-2-27b", "google/gemma-2-27b"),
+    entry!("gemma-3-1b-it", "google/gemma-3-1b-it"),
+    // Granite, SmolLM3
+    entry!("granite-3.3-8b-instruct", "ibm-granite/granite-3.3-8b-instruct"),
+    entry!("smollm3-3b", "HuggingFaceTB/SmolLM3-3B"),
     // BLOOM, Falcon, OPT
     entry!("bloom-560m", "bigscience/bloom-560m"),
     entry!("bloom-7b1", "bigscience/bloom-7b1"),

@@ -9,6 +9,7 @@
 //! - [`hf`]: a HF `config.json`, one importer per architecture family;
 //! - [`safetensors`]: checkpoint headers (never the data), alone or overlaid on a config;
 //! - [`custom`]: a YAML description for models not on the list, optionally extending a config;
+//! - [`gguf`]: GGUF files (llama.cpp's names and stored ggml types, from the header);
 //! - [`catalog`]: built-in models, embedded published configs.
 //!
 //! [`load`] picks the source from what the user typed.
@@ -20,6 +21,7 @@
 mod build;
 pub mod catalog;
 pub mod custom;
+pub mod gguf;
 pub mod hf;
 pub mod quantization;
 pub mod safetensors;
@@ -346,6 +348,9 @@ pub fn load(spec: &str, options: ImportOptions) -> Result<ModelDescription, Inpu
         return hf::from_config_text(text, spec, options);
     }
     let path = Path::new(spec);
+    if (path.is_file() && gguf::is_gguf(path)) || (path.is_dir() && gguf::folder_has_gguf(path)) {
+        return gguf::load(path, options);
+    }
     if path.is_dir() {
         return safetensors::load_folder(path, options);
     }

@@ -1,9 +1,8 @@
 //! GGUF sizes: the ggml tensor types with their block layouts, the llama.cpp file types
 //! (`Q4_K_M`, `Q8_0`, …) and the type `llama-quantize` gives each tensor of a model.
 //!
-//! Block layouts are ggml's (`ggml-common.h`): a block of `block_size` weights takes `type_size`
-//! bytes. The per-tensor rules follow `llama_tensor_get_type` in llama.cpp's
-//! `src/llama-quant.cpp`, without an importance matrix and without `--pure`, for the file types
+//! Block layouts are ggml's (`vramplan_profiles::GgmlType`, one table with the GGUF reader).
+//! The per-tensor rules follow `llama_tensor_get_type` in llama.cpp's `src/llama-quant.cpp`, without an importance matrix and without `--pure`, for the file types
 //! listed in [`FileType`]; the i-quants (`IQ2_XS`, …) are not modelled. Tensors are read from
 //! the HF description and mapped onto llama.cpp's categories (token embedding, output, attention
 //! Q/K/V/QKV/KV_B/output, FFN gate/up/down); the converter (`convert_hf_to_gguf.py`) writes 1-D
@@ -11,130 +10,19 @@
 //! are never quantized.
 
 use serde::Serialize;
-use vramplan_profiles::InputError;
+pub use vramplan_profiles::GgmlType;
 use vramplan_profiles::model::{ModelDescription, Module, ModuleKind, Tensor, TensorKind};
+use vramplan_profiles::{DType, InputError};
 
-/// A ggml tensor type.
-#[allow(non_camel_case_types)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-pub enum GgmlType {
-    /// 32-bit float, 4 bytes a weight: what the converter writes norms, biases and routers in.
-    F32,
-    /// IEEE half precision, 2 bytes a weight: the converter's default output type.
-    F16,
-    /// bfloat16, 2 bytes a weight.
-    BF16,
-    /// `block_q4_0`: 32 weights as 4-bit nibbles with one fp16 scale, 18 bytes (4.5 bits a weight).
-    Q4_0,
-    /// `block_q4_1`: 32 4-bit weights with an fp16 scale and min, 20 bytes (5 bits a weight).
-    Q4_1,
-    /// `block_q5_0`: 32 5-bit weights (nibbles plus 32 high bits) with an fp16 scale, 22 bytes
-    /// (5.5 bits a weight).
-    Q5_0,
-    /// `block_q5_1`: 32 5-bit weights with an fp16 scale and min, 24 bytes (6 bits a weight).
-    Q5_1,
-    /// `block_q8_0`: 32 int8 weights with an fp16 scale, 34 bytes (8.5 bits a weight).
-    Q8_0,
-    /// `block_q2_K`: a 256-weight super-block of 2-bit quants, 4-bit scales and mins per 16
-    /// weights, fp16 `d` and `dmin`; 84 bytes (2.625 bits a weight).
-    Q2_K,
-    /// `block_q3_K`: 256 3-bit weights (2-bit quants plus a high-bit mask), 6-bit scales per 16
-    /// weights, fp16 `d`; 110 bytes (3.4375 bits a weight).
-    Q3_K,
-    /// `block_q4_K`: 256 4-bit weights in 8 sub-blocks of 32 with 6-bit scales and mins, fp16 `d`
-    /// and `dmin`; 144 bytes (4.5 bits a weight).
-    Q4_K,
-    /// `block_q5_K`: 256 5-bit weights (nibbles plus high bits) in 8 sub-blocks of 32 with 6-bit
-    /// scales and mins, fp16 `d` and `dmin`; 176 bytes (5.5 bits a weight).
-    Q5_K,
-    /// `block_q6_K`: 256 6-bit weights (low nibbles plus high 2 bits), an int8 scale per 16
-    /// weights, fp16 `d`; 210 bytes (6.5625 bits a weight).
-    Q6_K,
-}
-
-impl GgmlType {
-    /// Weights per block (`QK4_0 = 32`, `QK_K = 256`; 1 for plain floats).
-    pub fn block_size(self) -> u64 {
-        match self {
-            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => 32,
-            GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => 256,
-        }
-    }
-
-    /// Bytes per block, from the `block_*` structs of `ggml-common.h`.
-    pub fn type_size(self) -> u64 {
-        match self {
-            GgmlType::F32 => 4,
-            GgmlType::F16 | GgmlType::BF16 => 2,
-            // fp16 scale + 32 nibbles.
-            GgmlType::Q4_0 => 2 + 16,
-            // fp16 scale and min + 32 nibbles.
-            GgmlType::Q4_1 => 4 + 16,
-            // fp16 scale + 32 high bits + 32 nibbles.
-            GgmlType::Q5_0 => 2 + 4 + 16,
-            // fp16 scale and min + high bits + nibbles.
-            GgmlType::Q5_1 => 4 + 4 + 16,
-            // fp16 scale + 32 int8.
-            GgmlType::Q8_0 => 2 + 32,
-            // 16 scale bytes + 64 bytes of 2-bit quants + fp16 d and dmin.
-            GgmlType::Q2_K => 16 + 64 + 4,
-            // 32 bytes high-bit mask + 64 bytes of 2-bit quants + 12 scale bytes + fp16 d.
-            GgmlType::Q3_K => 32 + 64 + 12 + 2,
-            // fp16 d and dmin + 12 scale bytes + 128 bytes of nibbles.
-            GgmlType::Q4_K => 4 + 12 + 128,
-            // fp16 d and dmin + 12 scale bytes + 32 bytes high bits + 128 bytes of nibbles.
-            GgmlType::Q5_K => 4 + 12 + 32 + 128,
-            // 128 bytes low nibbles + 64 bytes high 2 bits + 16 int8 scales + fp16 d.
-            GgmlType::Q6_K => 128 + 64 + 16 + 2,
-        }
-    }
-
-    /// Bits per weight: `8 × type_size / block_size` (Q4_K 4.5, Q6_K 6.5625, Q8_0 8.5).
-    pub fn bits_per_weight(self) -> f64 {
-        8.0 * self.type_size() as f64 / self.block_size() as f64
-    }
-
-    /// Bytes of one row of `elements` weights (`ggml_row_size`); `elements` must be a multiple of
-    /// the block size, which the type assignment guarantees.
-    pub fn row_bytes(self, elements: u64) -> u64 {
-        elements.div_ceil(self.block_size()).saturating_mul(self.type_size())
-    }
-
-    /// Block-quantized (not a plain float type).
-    pub fn is_quantized(self) -> bool {
-        self.block_size() > 1
-    }
-
-    /// The name ggml prints (`q4_K`, `f16`).
-    pub fn name(self) -> &'static str {
-        match self {
-            GgmlType::F32 => "f32",
-            GgmlType::F16 => "f16",
-            GgmlType::BF16 => "bf16",
-            GgmlType::Q4_0 => "q4_0",
-            GgmlType::Q4_1 => "q4_1",
-            GgmlType::Q5_0 => "q5_0",
-            GgmlType::Q5_1 => "q5_1",
-            GgmlType::Q8_0 => "q8_0",
-            GgmlType::Q2_K => "q2_K",
-            GgmlType::Q3_K => "q3_K",
-            GgmlType::Q4_K => "q4_K",
-            GgmlType::Q5_K => "q5_K",
-            GgmlType::Q6_K => "q6_K",
-        }
-    }
-
-    /// The type `llama-quantize` falls back to when a row is not a multiple of the block size
-    /// (`tensor_type_fallback`): k-quants to the legacy 32-weight types.
-    fn fallback(self) -> GgmlType {
-        match self {
-            GgmlType::Q2_K | GgmlType::Q3_K => GgmlType::Q4_0,
-            GgmlType::Q4_K => GgmlType::Q5_0,
-            GgmlType::Q5_K => GgmlType::Q5_1,
-            GgmlType::Q6_K => GgmlType::Q8_0,
-            other => other,
-        }
+/// The type `llama-quantize` falls back to when a row is not a multiple of the block size
+/// (`tensor_type_fallback`): k-quants to the legacy 32-weight types.
+fn fallback(ty: GgmlType) -> GgmlType {
+    match ty {
+        GgmlType::Q2_K | GgmlType::Q3_K => GgmlType::Q4_0,
+        GgmlType::Q4_K => GgmlType::Q5_0,
+        GgmlType::Q5_K => GgmlType::Q5_1,
+        GgmlType::Q6_K => GgmlType::Q8_0,
+        other => other,
     }
 }
 
@@ -142,6 +30,9 @@ impl GgmlType {
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub enum FileType {
+    /// The types a GGUF file already holds, tensor by tensor (a model read from a `.gguf`
+    /// file): nothing is requantized.
+    Stored,
     /// `LLAMA_FTYPE_ALL_F32`: every quantizable tensor in F32.
     F32,
     /// `LLAMA_FTYPE_MOSTLY_F16`: every quantizable tensor in F16.
@@ -231,6 +122,9 @@ impl FileType {
 
     /// The name `llama-quantize` takes (`Q4_K_M`).
     pub fn name(self) -> &'static str {
+        if self == FileType::Stored {
+            return "as stored";
+        }
         FILE_TYPES.iter().find(|(_, t)| *t == self).map_or("?", |(name, _)| *name)
     }
 
@@ -239,7 +133,7 @@ impl FileType {
     pub fn default_type(self) -> GgmlType {
         match self {
             FileType::F32 => GgmlType::F32,
-            FileType::F16 => GgmlType::F16,
+            FileType::F16 | FileType::Stored => GgmlType::F16,
             FileType::BF16 => GgmlType::BF16,
             FileType::Q4_0 => GgmlType::Q4_0,
             FileType::Q4_1 => GgmlType::Q4_1,
@@ -331,7 +225,12 @@ struct Rules {
 ///
 /// Fails for descriptions holding GPTQ/AWQ-packed weights: GGUF files are made from a float
 /// checkpoint.
+///
+/// A model read from a GGUF file ([`FileType::Stored`]) is given as the file holds it.
 pub fn quantize(model: &ModelDescription, file_type: FileType) -> Result<Vec<GgufTensor>, InputError> {
+    if file_type == FileType::Stored {
+        return Ok(stored(model));
+    }
     let mut plain: Vec<(String, Role, Option<u64>, &Tensor, &Module)> = Vec::new();
     let mut packed = None;
     let layer_of = |path: &str| -> Option<u64> {
@@ -452,7 +351,7 @@ fn fit_row(wanted: GgmlType, row_elements: u64) -> GgmlType {
     if row_elements.is_multiple_of(wanted.block_size()) {
         return wanted;
     }
-    let fallback = wanted.fallback();
+    let fallback = fallback(wanted);
     if row_elements.is_multiple_of(fallback.block_size()) { fallback } else { GgmlType::F16 }
 }
 
@@ -515,6 +414,67 @@ fn role_of(model: &ModelDescription, module: &Module, tensor: &Tensor) -> Role {
             }
         }
     }
+}
+
+/// llama.cpp's tensor names (`llm_tensor` in `llama-arch.cpp`) and their roles.
+const GGUF_ROLES: &[(&str, Role)] = &[
+    ("token_embd", Role::TokenEmbedding),
+    ("output", Role::Output),
+    ("attn_q", Role::AttnQ),
+    ("attn_k", Role::AttnK),
+    ("attn_v", Role::AttnV),
+    ("attn_qkv", Role::AttnQkv),
+    ("attn_kv_b", Role::AttnKvB),
+    ("attn_output", Role::AttnOutput),
+    ("ffn_gate", Role::FfnGate),
+    ("ffn_gate_exps", Role::FfnGate),
+    ("ffn_up", Role::FfnUp),
+    ("ffn_up_exps", Role::FfnUp),
+    ("ffn_down", Role::FfnDown),
+    ("ffn_down_exps", Role::FfnDown),
+];
+
+/// Every tensor of a model read from a GGUF file, with the type and bytes it has there.
+fn stored(model: &ModelDescription) -> Vec<GgufTensor> {
+    let mut out = Vec::new();
+    let layers: Vec<&str> = model.facts.layers.iter().map(|l| l.path.as_str()).collect();
+    model.root.visit(&mut |module| {
+        for tensor in &module.tensors {
+            let path = join(&module.path, &tensor.name);
+            let layer = layers
+                .iter()
+                .position(|l| path.strip_prefix(l).is_some_and(|rest| rest.starts_with('.')))
+                .map(|i| i as u64);
+            let role = if tensor.name == "weight" {
+                GGUF_ROLES.iter().find(|(name, _)| *name == module.name()).map_or(Role::Other, |(_, r)| *r)
+            } else {
+                Role::Kept
+            };
+            let role = if role == Role::Other && effective_dims(tensor) < 2 { Role::Kept } else { role };
+            let ggml_type = match tensor.dtype {
+                DType::Ggml(ty) => ty,
+                DType::F32 => GgmlType::F32,
+                DType::BF16 => GgmlType::BF16,
+                DType::F64 => GgmlType::F64,
+                DType::I8 => GgmlType::I8,
+                DType::I16 => GgmlType::I16,
+                DType::I32 => GgmlType::I32,
+                DType::I64 => GgmlType::I64,
+                _ => GgmlType::F16,
+            };
+            let row_elements = tensor.shape.last().copied().unwrap_or(1).max(1);
+            out.push(GgufTensor {
+                path,
+                role,
+                layer,
+                ggml_type,
+                row_elements,
+                rows: tensor.numel() / row_elements,
+                bytes: tensor.bytes(),
+            });
+        }
+    });
+    out
 }
 
 /// `use_more_bits` of llama-quant.cpp: the first and last eighth of the layers and every third

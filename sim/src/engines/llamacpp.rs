@@ -151,6 +151,16 @@ pub(crate) fn settings(model: &ModelDescription, workload: &Workload) -> Result<
 }
 
 fn file_type(model: &ModelDescription, workload: &Workload) -> Result<FileType, InputError> {
+    if vramplan_profiles::model::gguf::is_gguf_model(model) {
+        return match &workload.quant {
+            Quant::None => Ok(FileType::Stored),
+            _ => Err(InputError::new(
+                "--quant",
+                format!("`{}` is a GGUF file: its tensors already have their types", model.name),
+            )
+            .with_fix("drop --quant (vramplan reads each tensor's type from the file)")),
+        };
+    }
     match &workload.quant {
         Quant::Gguf { quant_type } => FileType::parse(quant_type),
         Quant::None => Ok(match workload.weight_dtype.unwrap_or(model.dtype) {

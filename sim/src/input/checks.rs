@@ -78,6 +78,7 @@ pub fn validate_configuration(
     check_quant(workload)?;
     check_mode(workload)?;
     check_engine(workload)?;
+    check_gguf_engine(workload, model)?;
     check_parallelism(workload, model, hardware)?;
     if let Finetune::Lora { rank: 0, .. } = workload.finetune {
         return Err(InputError::new(ORIGIN, "LoRA rank 0 adds no adapter")
@@ -326,6 +327,21 @@ fn check_mode(w: &Workload) -> Result<(), InputError> {
             .with_fix("use `--engine transformers` for training, or `--mode inference`"));
     }
     Ok(())
+}
+
+/// A model read from a GGUF file runs under llama.cpp, which keeps its stored types; the other
+/// engines load a different checkpoint (transformers dequantizes a GGUF into a float model with
+/// transformers' names, `from_pretrained(gguf_file=...)`).
+fn check_gguf_engine(w: &Workload, model: &ModelDescription) -> Result<(), InputError> {
+    if !vramplan_profiles::model::gguf::is_gguf_model(model) || matches!(w.engine, Engine::LlamaCpp { .. }) {
+        return Ok(());
+    }
+    Err(InputError::new(ORIGIN, format!("`{}` is a GGUF file, which llama.cpp runs", model.name))
+        .at_key("engine.kind")
+        .with_fix(
+            "add `--engine llamacpp`; for transformers or vLLM, give the original checkpoint (its \
+             config.json or Hub id)",
+        ))
 }
 
 fn check_engine(w: &Workload) -> Result<(), InputError> {

@@ -448,7 +448,15 @@ fn llamacpp(
             _ => "F16".into(),
         },
     };
-    server.arg("-m", format!("{}-{file_type}.gguf", model.name));
+    match vramplan_profiles::model::gguf::launch_files(&model.name) {
+        Some((file, projector)) if vramplan_profiles::model::gguf::is_gguf_model(model) => {
+            server.arg("-m", file.display());
+            if let Some(projector) = projector {
+                server.arg("--mmproj", projector.display());
+            }
+        }
+        _ => server.arg("-m", format!("{}-{file_type}.gguf", model.name)),
+    }
     server.arg("-c", if n_ctx == 0 { answer.seq } else { n_ctx });
     // Every layer and the output layer on the GPUs, split by llama.cpp's default over all of them.
     server.arg("-ngl", model.facts.layers.len() + 1);

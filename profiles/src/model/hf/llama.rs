@@ -24,6 +24,7 @@
 //! Phi-3, where 4.x applies it everywhere.
 
 mod moe;
+mod positions;
 
 use super::HfConfig;
 use crate::InputError;
@@ -32,6 +33,7 @@ use crate::model::{
     MoeFacts, Naming, NormKind, StackKind, Tensor, tree::join,
 };
 use moe::MoeStyle;
+use positions::{attention_windows, rotary_dim, sliding_layer_types};
 use serde_json::Value;
 
 /// Which of the q/k/v/o projections carry a bias, and which config key decides it.
@@ -77,6 +79,24 @@ enum WindowRule {
     /// `layer_types` when given, else sliding on even layers and full on odd ones, with this
     /// default window (Gemma 2, gpt-oss).
     Alternating(u64),
+    /// Gemma 3: `layer_types` when given, else every `sliding_window_pattern`-th layer (6 when
+    /// absent) full and the others sliding, with this default window.
+    Pattern(u64),
+    /// SmolLM3: a window only when `use_sliding_window` is true and `sliding_window` is given,
+    /// on the layers `layer_types` names, else on the layers without rotary embedding.
+    NoRopeLayers,
+}
+
+/// How `embed_tokens` scales its output by `sqrt(hidden_size)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EmbedScale {
+    /// A plain `nn.Embedding` (the model may scale its output elsewhere).
+    None,
+    /// 5.x: a `…TextScaledWordEmbedding` with an `embed_scale` buffer; 4.x scales in the model's
+    /// forward (Gemma, Gemma 2).
+    V5,
+    /// A `…TextScaledWordEmbedding` in both versions (Gemma 3).
+    Always,
 }
 
 /// How one architecture of the family differs from Llama.
@@ -101,12 +121,20 @@ struct Family {
     kv_heads_default: Option<u64>,
     /// `head_dim` when the key is absent; `None`: `hidden_size / num_attention_heads`.
     head_dim_default: Option<u64>,
-    /// 5.x Gemma: `embed_tokens` is a `…TextScaledWordEmbedding` with an `embed_scale` buffer.
-    scaled_embedding: bool,
+    /// Gemma: `embed_tokens` is a `…TextScaledWordEmbedding` with an `embed_scale` buffer.
+    scaled_embedding: EmbedScale,
+    /// Gemma 3: a rotary embedding per attention type (sliding layers rotate with their own
+    /// base): 5.x keeps one module with `{type}_inv_freq` buffers per type present, 4.x a second
+    /// module `rotary_emb_local`.
+    rotary_per_layer_type: bool,
     /// 5.x applies `partial_rotary_factor` to the default rotary embedding (Phi-3 only).
     partial_rotary_in_default_rope: bool,
     /// The rope type when the config gives none (`yarn` for gpt-oss).
     rope_type_default: &'static str,
+    /// Classes 4.x's `_no_split_modules` lists besides the decoder layer, which this model
+    /// does not hold (4.57's `Gemma3PreTrainedModel` lists the SigLIP vision tower's for every
+    /// Gemma 3 class).
+    no_split_v4_extra: &'static [&'static str],
     tie_default: bool,
     max_positions_default: u64,
     activation_default: &'static str,
@@ -125,9 +153,11 @@ const LLAMA: Family = Family {
     window: WindowRule::None,
     kv_heads_default: None,
     head_dim_default: None,
-    scaled_embedding: false,
+    scaled_embedding: EmbedScale::None,
+    rotary_per_layer_type: false,
     partial_rotary_in_default_rope: false,
     rope_type_default: "default",
+    no_split_v4_extra: &[],
     tie_default: false,
     max_positions_default: 2048,
     activation_default: "silu",
@@ -206,7 +236,7 @@ fn family(arch: &str) -> Option<Family> {
             mlp_bias_key: false,
             kv_heads_default: Some(16),
             head_dim_default: Some(256),
-            scaled_embedding: true,
+            scaled_embedding: EmbedScale::V5,
             tie_default: true,
             max_positions_default: 8192,
             activation_default: "gelu_pytorch_tanh",
@@ -220,10 +250,41 @@ fn family(arch: &str) -> Option<Family> {
             window: WindowRule::Alternating(4096),
             kv_heads_default: Some(4),
             head_dim_default: Some(256),
-            scaled_embedding: true,
+            scaled_embedding: EmbedScale::V5,
             tie_default: true,
             max_positions_default: 8192,
             activation_default: "gelu_pytorch_tanh",
+            ..LLAMA
+        },
+        "Gemma3ForCausalLM" => Family {
+            prefix: "Gemma3",
+            model_type: "gemma3_text",
+            mlp_bias_key: false,
+            qk_norm: QkNorm::PerHead,
+            sandwich_norms: true,
+            window: WindowRule::Pattern(4096),
+            kv_heads_default: Some(4),
+            head_dim_default: Some(256),
+            scaled_embedding: EmbedScale::Always,
+            rotary_per_layer_type: true,
+            no_split_v4_extra: &[
+                "SiglipEncoderLayer",
+                "SiglipMultiheadAttentionPoolingHead",
+                "SiglipVisionEmbeddings",
+            ],
+            tie_default: true,
+            max_positions_default: 131072,
+            activation_default: "gelu_pytorch_tanh",
+            ..LLAMA
+        },
+        "GraniteForCausalLM" => Family { prefix: "Granite", model_type: "granite", ..LLAMA },
+        "SmolLM3ForCausalLM" => Family {
+            prefix: "SmolLM3",
+            model_type: "smollm3",
+            window: WindowRule::NoRopeLayers,
+            kv_heads_default: Some(4),
+            tie_default: true,
+            max_positions_default: 32768,
             ..LLAMA
         },
         "Phi3ForCausalLM" => Family {
@@ -383,12 +444,25 @@ pub(crate) fn build(
         }
         blocks.push(block);
     }
-    let embed_tokens = if family.scaled_embedding && options.naming == Naming::V5 {
+    let scaled = match family.scaled_embedding {
+        EmbedScale::None => false,
+        EmbedScale::V5 => options.naming == Naming::V5,
+        EmbedScale::Always => true,
+    };
+    let embed_tokens = if scaled {
         scaled_embedding(&b, &format!("{prefix}TextScaledWordEmbedding"), vocab, hidden)
     } else {
         b.embedding(MODEL, "embed_tokens", vocab, hidden)
     };
-    let root = causal_lm(&b, arch, prefix, BaseModel { embed_tokens, blocks, hidden, vocab, rotary_dim });
+    let rotary_class = format!("{prefix}RotaryEmbedding");
+    let rotary = if family.rotary_per_layer_type {
+        let sliding = sliding_layer_types(config, layers as usize)?;
+        rotary_per_layer_type(&b, &rotary_class, rotary_dim, &sliding)
+    } else {
+        vec![b.rotary(MODEL, "rotary_emb", &rotary_class, rotary_dim)]
+    };
+    let parts = BaseModel { embed_tokens, blocks, hidden, vocab, rotary_dim };
+    let root = causal_lm_with_rotary(&b, arch, prefix, parts, rotary);
 
     let moe_facts = moe_shape.as_ref().filter(|_| sparse.iter().any(|s| *s)).map(|(_, shape)| MoeFacts {
         experts: shape.experts,
@@ -413,7 +487,15 @@ pub(crate) fn build(
         moe: moe_facts,
         tie_word_embeddings: tie,
         layers: layer_facts(list, &sparse, &windows),
-        no_split_classes: vec![format!("{prefix}DecoderLayer")],
+        no_split_classes: std::iter::once(format!("{prefix}DecoderLayer"))
+            .chain(
+                family
+                    .no_split_v4_extra
+                    .iter()
+                    .filter(|_| options.naming == Naming::V4)
+                    .map(|c| c.to_string()),
+            )
+            .collect(),
     };
     let description = ModelDescription {
         custom: false,
@@ -428,112 +510,6 @@ pub(crate) fn build(
         float_forms: Default::default(),
     };
     finish(description)
-}
-
-/// The sliding window of each layer (`None`: full attention).
-fn attention_windows(
-    config: &HfConfig,
-    rule: WindowRule,
-    naming: Naming,
-    layers: u64,
-) -> Result<Vec<Option<u64>>, InputError> {
-    let count = layers as usize;
-    // `sliding_window` with `default` when the key is absent (null disables the window).
-    let window_or = |default: Option<u64>| -> Result<Option<u64>, InputError> {
-        match config.object().get("sliding_window") {
-            None => Ok(default),
-            Some(_) => config.opt_positive(&["sliding_window"]),
-        }
-    };
-    // Qwen: the window exists only when `use_sliding_window` is true.
-    let qwen_window = || -> Result<Option<u64>, InputError> {
-        let enabled = config.bool_or(&["use_sliding_window"], false)?;
-        Ok(if enabled { window_or(Some(4096))? } else { None })
-    };
-    let from_types = |window: Option<u64>| -> Result<Option<Vec<Option<u64>>>, InputError> {
-        let Some(types) = config.string_list(&["layer_types"])? else { return Ok(None) };
-        if types.len() != count {
-            return Err(InputError::new(
-                config.origin(),
-                format!("expected one entry per layer ({layers}), found {}", types.len()),
-            )
-            .at_key("layer_types")
-            .with_fix("give `layer_types` exactly `num_hidden_layers` entries"));
-        }
-        types
-            .iter()
-            .map(|t| match t.as_str() {
-                "sliding_attention" => Ok(window),
-                "full_attention" => Ok(None),
-                other => Err(InputError::new(
-                    config.origin(),
-                    format!("expected \"sliding_attention\" or \"full_attention\", found \"{other}\""),
-                )
-                .at_key("layer_types")),
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some)
-    };
-    let max_window_layers = || -> Result<usize, InputError> {
-        Ok(usize::try_from(config.uint_or(&["max_window_layers"], 28)?).unwrap_or(usize::MAX))
-    };
-    Ok(match rule {
-        WindowRule::None => vec![None; count],
-        WindowRule::EveryLayer(default) => vec![window_or(default)?; count],
-        WindowRule::QwenEveryLayer => vec![qwen_window()?; count],
-        WindowRule::Qwen2Moe if naming == Naming::V5 => {
-            let window = qwen_window()?;
-            match from_types(window)? {
-                Some(windows) => windows,
-                None => {
-                    let below = max_window_layers()?;
-                    (0..count).map(|i| window.filter(|_| i % 2 == 0 && i < below)).collect()
-                }
-            }
-        }
-        WindowRule::Qwen | WindowRule::Qwen2Moe => {
-            let window = qwen_window()?;
-            let types = if rule == WindowRule::Qwen { from_types(window)? } else { None };
-            match types {
-                Some(windows) => windows,
-                None => {
-                    let first = max_window_layers()?;
-                    (0..count).map(|i| window.filter(|_| i >= first)).collect()
-                }
-            }
-        }
-        WindowRule::Alternating(default) => {
-            let window = window_or(Some(default))?;
-            match from_types(window)? {
-                Some(windows) => windows,
-                None => (0..count).map(|i| window.filter(|_| i % 2 == 0)).collect(),
-            }
-        }
-    })
-}
-
-/// The width the rotary embedding rotates (`inv_freq` holds half as many values, rounded up as
-/// `torch.arange(0, dim, 2)` does): `head_dim`, scaled by `partial_rotary_factor` where the
-/// transformers version applies it.
-fn rotary_dim(config: &HfConfig, family: &Family, naming: Naming, head_dim: u64) -> Result<u64, InputError> {
-    let rope = match config.get(&["rope_parameters", "rope_scaling"]) {
-        Some((_, Value::Object(settings))) => Some(settings),
-        _ => None,
-    };
-    let rope_type = rope
-        .and_then(|settings| settings.get("rope_type").or_else(|| settings.get("type")))
-        .and_then(Value::as_str)
-        .unwrap_or(family.rope_type_default);
-    // 5.x also reads the factor inside `rope_parameters`; 4.x only the top-level key.
-    let nested =
-        rope.filter(|_| naming == Naming::V5).and_then(|settings| settings.get("partial_rotary_factor"));
-    let factor = match config.float_opt(&["partial_rotary_factor"])? {
-        Some(factor) => factor,
-        None => nested.and_then(Value::as_f64).unwrap_or(1.0),
-    };
-    let applied = naming == Naming::V4 || family.partial_rotary_in_default_rope || rope_type != "default";
-    let dim = if applied { (head_dim as f64 * factor) as u64 } else { head_dim };
-    Ok(dim.div_ceil(2) * 2)
 }
 
 /// `self_attn` of one layer.
@@ -640,14 +616,56 @@ pub(super) struct BaseModel {
 
 /// The `…ForCausalLM` root: `model.{embed_tokens, layers, norm, rotary_emb}` and `lm_head`.
 pub(super) fn causal_lm(b: &Builder, arch: &str, prefix: &str, parts: BaseModel) -> Module {
-    let BaseModel { embed_tokens, blocks, hidden, vocab, rotary_dim } = parts;
+    let rotary = b.rotary(MODEL, "rotary_emb", &format!("{prefix}RotaryEmbedding"), parts.rotary_dim);
+    causal_lm_with_rotary(b, arch, prefix, parts, vec![rotary])
+}
+
+/// [`causal_lm`] with the given rotary modules after the final norm (Gemma 3 4.x has two).
+fn causal_lm_with_rotary(
+    b: &Builder,
+    arch: &str,
+    prefix: &str,
+    parts: BaseModel,
+    rotary: Vec<Module>,
+) -> Module {
+    let BaseModel { embed_tokens, blocks, hidden, vocab, .. } = parts;
     let model = b
         .container("", MODEL, &format!("{prefix}Model"))
         .with_child(embed_tokens)
         .with_child(b.module_list(MODEL, "layers", blocks))
         .with_child(b.norm(MODEL, "norm", &format!("{prefix}RMSNorm"), hidden, false))
-        .with_child(b.rotary(MODEL, "rotary_emb", &format!("{prefix}RotaryEmbedding"), rotary_dim));
+        .with_children(rotary);
     b.container("", "", arch).with_child(model).with_child(b.linear("", "lm_head", hidden, vocab, false))
+}
+
+/// Gemma 3's rotary embeddings, one base per attention type. 5.x: one `rotary_emb` holding
+/// `{type}_inv_freq` and `{type}_original_inv_freq` for each type its layers use, in sorted
+/// order (`Gemma3RotaryEmbedding`: `sorted(set(config.layer_types))`); 4.x: `rotary_emb` (the
+/// global base) and `rotary_emb_local`, whatever the layers use.
+fn rotary_per_layer_type(b: &Builder, class: &str, rotary_dim: u64, sliding: &[bool]) -> Vec<Module> {
+    if b.naming == Naming::V4 {
+        return vec![
+            b.rotary(MODEL, "rotary_emb", class, rotary_dim),
+            b.rotary(MODEL, "rotary_emb_local", class, rotary_dim),
+        ];
+    }
+    let mut rotary = Module::new(join(MODEL, "rotary_emb"), class, ModuleKind::Other);
+    // "full_attention" sorts before "sliding_attention".
+    for (kind, present) in
+        [("full_attention", sliding.iter().any(|s| !s)), ("sliding_attention", sliding.iter().any(|s| *s))]
+    {
+        if present {
+            for buffer in ["inv_freq", "original_inv_freq"] {
+                rotary = rotary.with_tensor(Tensor::buffer(
+                    &format!("{kind}_{buffer}"),
+                    &[rotary_dim / 2],
+                    crate::DType::F32,
+                    false,
+                ));
+            }
+        }
+    }
+    vec![rotary]
 }
 
 /// One [`LayerFacts`] per decoder layer.

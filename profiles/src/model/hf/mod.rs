@@ -48,6 +48,9 @@ pub const SUPPORTED: &[&str] = &[
     "GPTBigCodeForCausalLM",
     "GptOssForCausalLM",
     "OlmoeForCausalLM",
+    "Gemma3ForCausalLM",
+    "GraniteForCausalLM",
+    "SmolLM3ForCausalLM",
     "T5ForConditionalGeneration",
     "BertForMaskedLM",
     "BertForSequenceClassification",
@@ -99,7 +102,10 @@ pub(crate) fn from_config_unquantized(
         | "Gemma2ForCausalLM"
         | "Phi3ForCausalLM"
         | "OlmoeForCausalLM"
-        | "GptOssForCausalLM" => llama::build(config, &arch, options),
+        | "GptOssForCausalLM"
+        | "Gemma3ForCausalLM"
+        | "GraniteForCausalLM"
+        | "SmolLM3ForCausalLM" => llama::build(config, &arch, options),
         "DeepseekV2ForCausalLM" | "DeepseekV3ForCausalLM" => deepseek::build(config, &arch, options),
         "GPTNeoXForCausalLM" => gpt_neox::build(config, &arch, options),
         "GPT2LMHeadModel" | "GPTBigCodeForCausalLM" => gpt2::build(config, &arch, options),
