@@ -236,6 +236,21 @@ pub fn describe(
         "read from GGUF (version {}, architecture `{arch}`): llama.cpp's tensor names and stored types",
         first.header.version
     )];
+    let mut types: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
+    root.visit(&mut |m| {
+        for t in &m.tensors {
+            let entry = types.entry(t.dtype.name()).or_default();
+            entry.0 += 1;
+            entry.1 = entry.1.saturating_add(t.bytes());
+        }
+    });
+    let mut by_bytes: Vec<(&str, (usize, u64))> = types.into_iter().collect();
+    by_bytes.sort_by_key(|(name, (_, bytes))| (std::cmp::Reverse(*bytes), *name));
+    let listed: Vec<String> = by_bytes
+        .iter()
+        .map(|(name, (count, bytes))| format!("{name} ×{count} ({})", crate::units::format_bytes(*bytes)))
+        .collect();
+    notes.push(format!("tensor types, by bytes: {}", listed.join(", ")));
     if let Some(projector) = projector {
         notes.push(format!(
             "with the multimodal projector `{}` ({} tensors, under `mmproj.`)",
