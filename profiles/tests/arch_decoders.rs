@@ -1178,3 +1178,34 @@ fn fp8_scales_take_the_shapes_and_types_transformers_allocates() {
     assert_eq!(shape_of(&model, experts), Some(vec![4, 6, 4]));
     assert_eq!(dtype_of(&build(ue8m0, v4()), scale), Some(DType::F32));
 }
+
+/// Phi-4-mini (`microsoft/Phi-4-mini-instruct`) is a `Phi3ForCausalLM` with a partial rotary
+/// embedding (`partial_rotary_factor` 0.75 of a 128-wide head) and tied embeddings. Its sizes,
+/// as third-party tests quote the published `config.json` (the `longrope` factor lists left out:
+/// no shape depends on them, and their values were not at hand), built by the real transformers
+/// on the meta device (5.24 and 4.57, `from_pretrained`'s construction in bf16, ties applied):
+/// 3,836,021,760 parameters, the embedding and head one tensor, and a rotary `inv_freq` of 48
+/// fp32 values (5.x also `original_inv_freq`), no other buffer.
+#[test]
+fn phi_4_mini_builds_as_transformers_builds_it() {
+    let config = r#"{
+        "architectures": ["Phi3ForCausalLM"], "model_type": "phi3",
+        "hidden_size": 3072, "num_attention_heads": 24, "num_key_value_heads": 8,
+        "intermediate_size": 8192, "num_hidden_layers": 32, "rms_norm_eps": 1e-5,
+        "vocab_size": 200064, "max_position_embeddings": 131072,
+        "original_max_position_embeddings": 4096, "tie_word_embeddings": true,
+        "torch_dtype": "bfloat16", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+        "sliding_window": null, "attention_bias": false, "mlp_bias": false, "hidden_act": "silu"
+    }"#;
+    for (options, buffers) in [(ImportOptions::default(), 2), (v4(), 1)] {
+        let model = build(config, options);
+        assert_eq!(model.params(), 3_836_021_760, "{:?}", options.naming);
+        assert_eq!(
+            model.tied_groups(),
+            vec![vec!["model.embed_tokens.weight".to_string(), "lm_head.weight".to_string()]]
+        );
+        let rotary = model.root.find("model.rotary_emb").expect("model-level rotary embedding");
+        assert_eq!(rotary.tensors.len(), buffers, "{:?}", options.naming);
+        assert!(rotary.tensors.iter().all(|t| t.shape == [48] && t.dtype == DType::F32));
+    }
+}
