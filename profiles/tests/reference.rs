@@ -59,6 +59,34 @@ enum Differs {
 
 const DEVIATIONS: &[Deviation] = &[
     Deviation {
+        naming: Naming::V5,
+        class: "XLNetFor*",
+        what: Differs::BlocksWithoutNoSplit { classes: &["XLNetLayer"] },
+        reason: "as for XLNetLMHeadModel: no XLNet class declares `_no_split_modules`; the layers stay \
+                 blocks for the simulator",
+    },
+    Deviation {
+        naming: Naming::V4,
+        class: "XLNetFor*",
+        what: Differs::BlocksWithoutNoSplit { classes: &["XLNetLayer"] },
+        reason: "as for XLNetLMHeadModel: no XLNet class declares `_no_split_modules`; the layers stay \
+                 blocks for the simulator",
+    },
+    Deviation {
+        naming: Naming::V5,
+        class: "XLNetModel",
+        what: Differs::BlocksWithoutNoSplit { classes: &["XLNetLayer"] },
+        reason: "as for XLNetLMHeadModel: no XLNet class declares `_no_split_modules`; the layers stay \
+                 blocks for the simulator",
+    },
+    Deviation {
+        naming: Naming::V4,
+        class: "XLNetModel",
+        what: Differs::BlocksWithoutNoSplit { classes: &["XLNetLayer"] },
+        reason: "as for XLNetLMHeadModel: no XLNet class declares `_no_split_modules`; the layers stay \
+                 blocks for the simulator",
+    },
+    Deviation {
         naming: Naming::V4,
         class: "Gemma3ForCausalLM",
         what: Differs::NoSplitClassesAbsent {
@@ -104,6 +132,18 @@ const DEVIATIONS: &[Deviation] = &[
     },
 ];
 
+/// Built-in `name`'s config built as `class` (a base model or task head of its family).
+fn load_as(
+    name: &str,
+    class: &str,
+    options: ImportOptions,
+) -> Result<ModelDescription, vramplan_profiles::InputError> {
+    let text = catalog::builtin_config(name).unwrap_or_default();
+    let mut config: Value = serde_json::from_str(text).unwrap_or_default();
+    config["architectures"] = serde_json::json!([class]);
+    model::hf::from_config_text(&config.to_string(), &format!("{name} as {class}"), options)
+}
+
 fn tag(naming: Naming) -> &'static str {
     match naming {
         Naming::V5 => "v5",
@@ -118,7 +158,11 @@ fn deviation(
     applied: &RefCell<BTreeSet<usize>>,
     test: impl Fn(&Differs) -> bool,
 ) -> bool {
-    let found = DEVIATIONS.iter().position(|d| d.naming == naming && d.class == class && test(&d.what));
+    // A class ending in `*` stands for every class of that prefix (a family's heads).
+    let names = |d: &Deviation| {
+        d.class == class || d.class.strip_suffix('*').is_some_and(|prefix| class.starts_with(prefix))
+    };
+    let found = DEVIATIONS.iter().position(|d| d.naming == naming && names(d) && test(&d.what));
     if let Some(i) = found {
         applied.borrow_mut().insert(i);
     }
@@ -274,7 +318,14 @@ fn check(fixture: &Value, naming: Naming, applied: &RefCell<BTreeSet<usize>>) ->
     let name = fixture["model"].as_str().unwrap_or_default();
     let class = fixture["class"].as_str().unwrap_or_default();
     let load_dtype = fixture["load_dtype"].as_str().and_then(DType::parse).unwrap_or(DType::BF16);
-    let model = match model::load(name, ImportOptions { naming }) {
+    let options = ImportOptions { naming };
+    // A head fixture (`fixtures/reference/heads/`) is its class built from the built-in's config.
+    let loaded = if fixture["fixture"].as_str() == Some("head") {
+        load_as(name, class, options)
+    } else {
+        model::load(name, options)
+    };
+    let model = match loaded {
         // The fixture is built with `quantization_config` stripped: the same model dequantized.
         Ok(model) => model.dequantized(load_dtype),
         Err(e) => return vec![format!("import failed: {e}")],
@@ -485,4 +536,42 @@ fn every_builtin_matches_transformers() {
         failures.is_empty(),
         "{total} model(s) differ from transformers ({checked} checked):\n{failures}"
     );
+}
+
+/// The base models and task heads of every family (`fixtures/reference/heads/{v5,v4}/<class>.json`,
+/// recorded by `scripts/reference/heads.py`: each class transformers defines, built from one
+/// built-in config of its family as models.py builds a built-in), compared as the built-ins are.
+#[test]
+fn every_head_class_matches_transformers() {
+    let applied = RefCell::new(BTreeSet::new());
+    let mut failures = String::new();
+    let mut checked = 0;
+    for naming in [Naming::V5, Naming::V4] {
+        let dir =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/reference/heads").join(tag(naming));
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "json"))
+            .collect();
+        paths.sort();
+        for path in paths {
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let mut fixture: Value =
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let class = fixture["class"].as_str().unwrap_or("?").to_string();
+            if let Some(error) = fixture["error"].as_str() {
+                failures += &format!("\n{class} ({}): transformers could not build it: {error}", tag(naming));
+                continue;
+            }
+            fixture["fixture"] = "head".into();
+            checked += 1;
+            let mismatches = check(&fixture, naming, &applied);
+            if !mismatches.is_empty() {
+                failures += &format!("\n== {class} ({})\n    - {}", tag(naming), mismatches.join("\n    - "));
+            }
+        }
+    }
+    assert!(checked >= 100, "{checked} head fixtures");
+    assert!(failures.is_empty(), "base models and heads that differ from transformers:{failures}");
 }

@@ -39,8 +39,12 @@ from common import torch
 import accelerate.utils as au
 
 
-def facts(name):
+def facts(name, cls=None):
+    """The facts of built-in `name` built as its own class, or as `cls` from the same config (a
+    base model or task head: heads.py)."""
     raw = common.load_raw_config(name)
+    if cls:
+        raw = {**raw, "architectures": [cls]}
     out = {"model": name, "source": f"profiles/catalog/models/{name}.json",
            "versions": common.versions(), "class": raw["architectures"][0],
            "load_dtype": "bfloat16",

@@ -459,5 +459,6 @@ fn facts(
         tie_word_embeddings: root.find("output").is_none(),
         layers,
         no_split_classes: vec!["GGUFBlock".into()],
+        head: crate::model::OutputHead::LanguageModel,
     })
 }

@@ -276,6 +276,7 @@ fn from_scratch(file: &ModelFile, builder: &mut ModuleBuilder) -> Result<ModelDe
         tie_word_embeddings: file.ties.as_ref().is_some_and(|t| !t.0.is_empty()),
         layers: std::mem::take(&mut builder.blocks),
         no_split_classes: builder.block_classes.clone(),
+        head: crate::model::OutputHead::LanguageModel,
     };
     Ok(ModelDescription {
         custom: true,

@@ -1,18 +1,18 @@
-//! `BertModel`, `BertForMaskedLM` and `BertForSequenceClassification`: learned word, position and
-//! token-type embeddings with a LayerNorm, post-LayerNorm encoder layers, and the class's head.
+//! `BertModel` and `BertForMaskedLM`: learned word, position and token-type embeddings with a
+//! LayerNorm, post-LayerNorm encoder layers, and the masked-LM head. The task heads
+//! (`BertForSequenceClassification`, token classification, question answering) are `heads.rs`'s,
+//! on the `BertModel` built here.
 //!
-//! Module names (transformers 4.4x/5.x, `modeling_bert.py`), with the base model at `bert.` in the
-//! two head classes and at the root in `BertModel`: `embeddings.{word_embeddings,
+//! Module names (transformers 4.4x/5.x, `modeling_bert.py`), with the base model at `bert.` in
+//! `BertForMaskedLM` and at the root in `BertModel`: `embeddings.{word_embeddings,
 //! position_embeddings, token_type_embeddings, LayerNorm}`, `encoder.layer.N.{attention.{self.
 //! {query, key, value}, output.{dense, LayerNorm}}, intermediate.dense, output.{dense,
 //! LayerNorm}}`, `pooler.dense`. Heads:
-//! - `BertModel` and `BertForSequenceClassification` keep the pooler; `BertForMaskedLM` builds its
-//!   base model with `add_pooling_layer=False`.
+//! - `BertModel` keeps the pooler; `BertForMaskedLM` builds its base model with
+//!   `add_pooling_layer=False`.
 //! - `BertForMaskedLM`: `cls.predictions.{transform.{dense, LayerNorm}, decoder, bias}`; the
 //!   decoder's weight is tied to the word embeddings (unless `tie_word_embeddings` is false) and
 //!   its bias to `cls.predictions.bias`.
-//! - `BertForSequenceClassification`: `classifier` with `num_labels` outputs (the length of
-//!   `id2label` when given, else `num_labels`, else 2, as transformers decides).
 //!
 //! Buffers: `embeddings.position_ids` and `embeddings.token_type_ids`, int64 `[1,
 //! max_position_embeddings]`, not saved. 4.x also builds `attention.self.distance_embedding` for
@@ -23,18 +23,16 @@
 
 use super::{CoreSizes, HfConfig, STANDARD_SIZE_KEYS, dense_layers, describe};
 use crate::model::{
-    ArchFacts, AttentionKind, Builder, ImportOptions, ModelDescription, Module, Naming, NormKind, StackKind,
-    Tensor,
+    ArchFacts, AttentionKind, Builder, ImportOptions, ModelDescription, Module, Naming, NormKind, OutputHead,
+    StackKind, Tensor,
 };
 use crate::{DType, InputError};
-use serde_json::Value;
 
 /// Which head sits on the encoder.
 #[derive(Clone, Copy, PartialEq)]
 enum Head {
     None,
     MaskedLm,
-    SequenceClassification,
 }
 
 pub(crate) fn build(
@@ -42,11 +40,7 @@ pub(crate) fn build(
     arch: &str,
     options: ImportOptions,
 ) -> Result<ModelDescription, InputError> {
-    let head = match arch {
-        "BertForMaskedLM" => Head::MaskedLm,
-        "BertForSequenceClassification" => Head::SequenceClassification,
-        _ => Head::None,
-    };
+    let head = if arch == "BertForMaskedLM" { Head::MaskedLm } else { Head::None };
     let CoreSizes { layers, hidden, heads, heads_key } = STANDARD_SIZE_KEYS.read(config)?;
     let head_dim = config.head_dim(&[], hidden, heads, heads_key)?;
     let intermediate = config.positive_or(&["intermediate_size"], 3072)?;
@@ -148,16 +142,6 @@ pub(crate) fn build(
         Head::MaskedLm => {
             b.container("", "", arch).with_child(model).with_child(masked_lm_head(&b, hidden, vocab))
         }
-        Head::SequenceClassification => {
-            let labels = label_count(config, &mut notes)?;
-            b.container("", "", arch).with_child(model).with_child(b.linear(
-                "",
-                "classifier",
-                hidden,
-                labels,
-                true,
-            ))
-        }
     };
 
     let stack = if is_decoder { StackKind::Decoder } else { StackKind::Encoder };
@@ -178,6 +162,7 @@ pub(crate) fn build(
         tie_word_embeddings: tie && head == Head::MaskedLm,
         layers: dense_layers(&list, layers, stack, cross_attention),
         no_split_classes: vec!["BertEmbeddings".into(), "BertLayer".into()],
+        head: if head == Head::MaskedLm { OutputHead::LanguageModel } else { OutputHead::None },
     };
     let mut description = describe(config, arch, options, dtype, facts, root, notes);
     if head == Head::MaskedLm {
@@ -235,35 +220,4 @@ fn masked_lm_head(b: &Builder, hidden: u64, vocab: u64) -> Module {
         .with_child(b.linear(predictions, "decoder", hidden, vocab, true))
         .with_tensor(Tensor::parameter("bias", &[vocab], b.dtype));
     b.container("", "cls", "BertOnlyMLMHead").with_child(head)
-}
-
-/// The classifier's output count: `id2label`'s length when given (transformers lets it win over
-/// `num_labels`), else `num_labels`, else 2.
-fn label_count(config: &HfConfig, notes: &mut Vec<String>) -> Result<u64, InputError> {
-    let from_map = match config.get(&["id2label"]) {
-        None => None,
-        Some((_, Value::Object(map))) => Some(map.len() as u64),
-        Some((key, _)) => {
-            return Err(InputError::new(config.origin(), "expected an object mapping label ids to names")
-                .at_key(key)
-                .with_fix("write it as {\"0\": \"NEGATIVE\", \"1\": \"POSITIVE\"}, or give `num_labels`"));
-        }
-    };
-    let declared = config.opt_positive(&["num_labels"])?;
-    match (from_map, declared) {
-        (Some(0), _) => {
-            Err(InputError::new(config.origin(), "`id2label` is empty: the classifier has no labels")
-                .at_key("id2label")
-                .with_fix("list at least one label"))
-        }
-        (Some(count), Some(declared)) if count != declared => {
-            notes.push(format!(
-                "num_labels {declared} disagrees with the {count} entries of id2label; transformers uses {count}"
-            ));
-            Ok(count)
-        }
-        (Some(count), _) => Ok(count),
-        (None, Some(declared)) => Ok(declared),
-        (None, None) => Ok(2),
-    }
 }

@@ -165,6 +165,7 @@ pub(crate) fn build(
         tie_word_embeddings: tie,
         layers: layer_facts(list, &sparse, &[]),
         no_split_classes: vec![format!("{prefix}DecoderLayer")],
+        head: crate::model::OutputHead::LanguageModel,
     };
     let description = ModelDescription {
         custom: false,

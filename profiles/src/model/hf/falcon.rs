@@ -141,6 +141,7 @@ pub(crate) fn build(
         tie_word_embeddings: tie,
         layers: dense_layers(list, layers, StackKind::Decoder, false),
         no_split_classes: vec!["FalconDecoderLayer".into()],
+        head: crate::model::OutputHead::LanguageModel,
     };
     let mut notes = Vec::new();
     if alibi {

@@ -496,6 +496,7 @@ pub(crate) fn build(
                     .map(|c| c.to_string()),
             )
             .collect(),
+        head: crate::model::OutputHead::LanguageModel,
     };
     let description = ModelDescription {
         custom: false,

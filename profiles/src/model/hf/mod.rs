@@ -12,6 +12,8 @@ pub(crate) use config::describe as describe_value;
 mod deepseek;
 mod falcon;
 mod gpt2;
+mod heads;
+pub use heads::classes as head_classes;
 mod gpt_neox;
 mod llama;
 mod opt;
@@ -114,10 +116,12 @@ pub(crate) fn from_config_unquantized(
         "OPTForCausalLM" => opt::build(config, &arch, options),
         "BloomForCausalLM" => bloom::build(config, &arch, options),
         "T5ForConditionalGeneration" => t5::build(config, &arch, options),
-        "BertForMaskedLM" | "BertForSequenceClassification" | "BertModel" => {
+        "BertForMaskedLM" | "BertModel" => {
             bert::build(config, &arch, options)
         }
         "XLNetLMHeadModel" => xlnet::build(config, &arch, options),
+        // Base models and task heads of every family (`LlamaModel`, `XLNetForQuestionAnswering`).
+        head if heads::builds(head) => heads::build(config, head, options),
         other => {
             return Err(InputError::new(config.origin(), format!("unsupported architecture `{other}`"))
                 .at_key("architectures")
@@ -125,7 +129,7 @@ pub(crate) fn from_config_unquantized(
                     "vramplan builds these from a config.json: {}. For any other model, describe it \
                      in a custom YAML file (see docs/custom-models.md), optionally with `extend:` \
                      pointing at a supported config",
-                    SUPPORTED.join(", ")
+                    SUPPORTED.join(", ") + ", and these base models and task heads: " + &heads::classes().join(", ")
                 )));
         }
     }?;

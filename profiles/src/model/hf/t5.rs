@@ -90,6 +90,7 @@ pub(crate) fn build(
         tie_word_embeddings: tie,
         layers,
         no_split_classes: vec!["T5Block".into()],
+        head: crate::model::OutputHead::LanguageModel,
     };
     let mut notes = Vec::new();
     if tie && !tie_key {

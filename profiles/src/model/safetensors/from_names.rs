@@ -301,6 +301,7 @@ fn describe(
         tie_word_embeddings: false,
         layers,
         no_split_classes: vec!["Block".into()],
+        head: crate::model::OutputHead::LanguageModel,
     };
     let model = ModelDescription {
         custom: false,

@@ -1,0 +1,60 @@
+"""Records the base models and task heads of every family vramplan builds, from the real
+transformers runtime: for one built-in config per family (profiles/catalog/models), every
+`{Family}Model` / `{Family}For{Task}` class transformers defines (transformers 5.24 and 4.57
+define the same ones) is built from that config as models.py builds a built-in (on the meta
+device as `from_pretrained(..., dtype=torch.bfloat16)` makes it, ties as after loading), and
+written to fixtures/reference/heads/<v5|v4>/<class>.json in models.py's format, `model` naming
+the built-in config. profiles/tests/reference.rs compares them as it compares the built-ins.
+
+Usage: python heads.py [class ...]   (no classes: all)
+"""
+
+import importlib
+import sys
+import time
+
+import common
+import models
+
+# One built-in config per family, and the family's module in transformers.models.
+FAMILIES = [
+    ("Llama", "llama", "llama-3.2-1b"), ("Mistral", "mistral", "mistral-7b"),
+    ("Mixtral", "mixtral", "mixtral-8x7b"), ("Qwen2", "qwen2", "qwen2.5-0.5b"),
+    ("Qwen2Moe", "qwen2_moe", "qwen1.5-moe-a2.7b"), ("Qwen3", "qwen3", "qwen3-0.6b"),
+    ("Qwen3Moe", "qwen3_moe", "qwen3-30b-a3b"), ("Gemma", "gemma", "gemma-2b"),
+    ("Gemma2", "gemma2", "gemma-2-2b"), ("Phi3", "phi3", "phi-3-mini"),
+    ("GptOss", "gpt_oss", "gpt-oss-20b"), ("Olmoe", "olmoe", "olmoe-1b-7b"),
+    ("DeepseekV2", "deepseek_v2", "deepseek-v2-lite"), ("DeepseekV3", "deepseek_v3", "deepseek-v3"),
+    ("Phi", "phi", "phi-2"), ("GPT2", "gpt2", "gpt2"), ("GPTBigCode", "gpt_bigcode", "starcoder"),
+    ("GPTNeoX", "gpt_neox", "pythia-410m"), ("Falcon", "falcon", "falcon-7b"),
+    ("Bloom", "bloom", "bloom-560m"), ("OPT", "opt", "opt-1.3b"), ("Bert", "bert", "bert-base-uncased"),
+    ("XLNet", "xlnet", "xlnet-base-cased"), ("T5", "t5", "t5-base"),
+]
+TASKS = ["Model", "ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering",
+         "ForQuestionAnsweringSimple", "EncoderModel"]
+
+
+def classes():
+    """(class, built-in config) for every class transformers defines of each family."""
+    out = []
+    for prefix, module, config in FAMILIES:
+        modeling = importlib.import_module(f"transformers.models.{module}.modeling_{module}")
+        out += [(prefix + t, config) for t in TASKS if hasattr(modeling, prefix + t)]
+    return out
+
+
+def main(argv):
+    outdir = common.FIXTURES / "heads" / common.TAG
+    for cls, name in classes():
+        if argv and cls not in argv:
+            continue
+        t0 = time.time()
+        f = models.facts(name, cls)
+        f["seconds"] = round(time.time() - t0, 1)
+        common.write_json(outdir / f"{cls}.json", f, compact_lists={"parameters", "buffers", "module_sizes"})
+        status = "ERROR " + f["error"][:200] if "error" in f else f"{len(f['parameters'])} params"
+        print(f"[{common.TAG}] {cls} ({name}): {status} ({f['seconds']}s)", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
