@@ -37,6 +37,10 @@ pub const EXIT_NO_ANSWER: i32 = 4;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Print to stderr what was read from the Hugging Face Hub: each request, the bytes read,
+    /// the cache hits.
+    #[arg(short, long, global = true)]
+    verbose: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -51,7 +55,8 @@ enum Command {
     },
     /// Describe a model: parameters, bytes, modules, layer kinds, largest unit, tied groups.
     Inspect {
-        /// A built-in name (`mixtral-8x7b`), a config.json, a model folder, or a custom YAML.
+        /// A built-in name (`mixtral-8x7b`), a config.json, a model folder, a custom YAML, or a
+        /// Hugging Face Hub id (`org/name`, `org/name@revision`).
         model: String,
         /// Report bytes as if floating-point parameters were cast to this dtype.
         #[arg(long)]
@@ -113,6 +118,8 @@ where
         Ok(cli) => cli,
         Err(e) => return parse_failed(&e, out, err),
     };
+    vramplan_hub::take_activity();
+    let verbose = cli.verbose;
     let result = match cli.command {
         Command::Profiles { action: None, json } => list_profiles(json, out),
         Command::Profiles { action: Some(ProfilesAction::Show { name }), json } => {
@@ -129,7 +136,26 @@ where
         Command::Plot(args) => plot::run(&args, out),
         Command::Report(args) => report::run(&args, out),
     };
+    if verbose {
+        print_hub_activity(err);
+    }
     finish(result, err)
+}
+
+/// `--verbose`: what this command read from the Hub, a line each, then the totals.
+fn print_hub_activity(err: &mut dyn Write) {
+    let activity = vramplan_hub::take_activity();
+    for line in &activity.lines {
+        let _ = writeln!(err, "hub: {line}");
+    }
+    let _ = writeln!(
+        err,
+        "hub: {} requests, {} bytes read ({}), {} cache hits",
+        activity.requests,
+        activity.bytes_read,
+        vramplan_profiles::units::format_bytes(activity.bytes_read),
+        activity.cache_hits
+    );
 }
 
 /// A parse failure's text and exit code: `--help` and `--version` arrive here too, with exit

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: running the command line in-process as a user would,
 //! and finding the reference data kept in the repository (`fixtures/published`).
 
+pub mod hub_server;
+
 use std::path::PathBuf;
 
 /// What one run of the command line produced.

@@ -42,9 +42,14 @@ fn crates_depend_only_on_crates_listed_before_them() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
     let order = documented_order(root);
     let names: Vec<&str> = order.iter().map(|(_, name)| name.as_str()).collect();
-    for required in
-        ["vramplan-profiles", "vramplan-sim", "vramplan-solver", "vramplan-validate", "vramplan-reports"]
-    {
+    for required in [
+        "vramplan-hub",
+        "vramplan-profiles",
+        "vramplan-sim",
+        "vramplan-solver",
+        "vramplan-validate",
+        "vramplan-reports",
+    ] {
         assert!(names.contains(&required), "ARCHITECTURE.md has no section for {required}: {names:?}");
     }
     let mut violations = Vec::new();

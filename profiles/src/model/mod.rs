@@ -23,6 +23,7 @@ pub mod catalog;
 pub mod custom;
 pub mod gguf;
 pub mod hf;
+mod hub;
 pub mod quantization;
 pub mod safetensors;
 mod summary;
@@ -180,50 +181,6 @@ pub struct ArchFacts {
     pub layers: Vec<LayerFacts>,
     /// Module classes accelerate must not split across devices (`_no_split_modules`).
     pub no_split_classes: Vec<String>,
-    /// What the output head produces for the loss to read: vocabulary logits, a task head's
-    /// logits, or nothing (a base model). The simulator charges the logits and loss by it.
-    pub head: OutputHead,
-    /// A vision-language model's vision tower (its blocks are the [`StackKind::Vision`]
-    /// layers); `None` for a text model.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub vision: Option<vision::VisionFacts>,
-}
-
-/// What a model's output head produces per step, which sets the logits and loss a training
-/// step holds (docs/memory-model.md, "Logits and loss").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-#[serde(rename_all = "snake_case", tag = "kind")]
-pub enum OutputHead {
-    /// Logits over the vocabulary for every token (`…ForCausalLM`, `GPT2LMHeadModel`,
-    /// `BertForMaskedLM`, `T5ForConditionalGeneration`, `XLNetLMHeadModel`).
-    #[default]
-    LanguageModel,
-    /// `labels` logits per sequence, from one pooled or last token
-    /// (`…ForSequenceClassification`).
-    SequenceClassification {
-        /// Classes (`num_labels`, or the length of `id2label`).
-        labels: u64,
-    },
-    /// `labels` logits per token (`…ForTokenClassification`).
-    TokenClassification {
-        /// Classes per token.
-        labels: u64,
-    },
-    /// Span start and end logits per token from one linear (`qa_outputs`,
-    /// `…ForQuestionAnswering`, `XLNetForQuestionAnsweringSimple`).
-    QuestionAnswering {
-        /// Outputs per token: 2 (start, end), or `num_labels` where the class uses it.
-        outputs: u64,
-    },
-    /// XLNet's beam-search question-answering head (`XLNetForQuestionAnswering`): start logits,
-    /// end logits conditioned on the start (in evaluation, for each of the `start_top` best
-    /// starts), and the answer class.
-    XlnetBeam {
-        /// `start_n_top` from config.json (5): the starts evaluation expands.
-        start_top: u64,
-    },
-    /// No head: the base model's hidden states (`LlamaModel`, `BertModel`, `T5EncoderModel`).
-    None,
 }
 
 /// A model: its module tree and facts.
@@ -386,7 +343,8 @@ impl ModelDescription {
 }
 
 /// Loads a model from what the user typed: a built-in name, a `config.json`, a model folder
-/// (config and/or safetensors), or a custom-model YAML file.
+/// (config and/or safetensors), a custom-model YAML file, or a Hugging Face Hub id
+/// (`org/name`, `org/name@revision`: not a path that exists, see [`hub`]).
 pub fn load(spec: &str, options: ImportOptions) -> Result<ModelDescription, InputError> {
     if let Some(text) = catalog::builtin_config(spec) {
         return hf::from_config_text(text, spec, options);
@@ -405,12 +363,26 @@ pub fn load(spec: &str, options: ImportOptions) -> Result<ModelDescription, Inpu
         }
         return hf::from_config_file(path, options);
     }
-    let mut err = InputError::new(spec, "not a built-in model, a file or a folder");
+    // A Hub id's name part (`meta-llama/Llama-2-7B@main` → `llama-2-7b`) is also compared.
+    let hub_name =
+        spec.split('@').next().and_then(|r| r.rsplit('/').next()).unwrap_or(spec).to_ascii_lowercase();
     let close: Vec<&str> = catalog::builtin_names()
         .iter()
         .copied()
-        .filter(|name| name.contains(spec) || spec.contains(name))
+        .filter(|name| {
+            name.contains(spec) || spec.contains(name) || (spec.contains('/') && hub_name == *name)
+        })
         .collect();
+    let lower = spec.to_ascii_lowercase();
+    let names_a_file = [".json", ".yaml", ".yml", ".safetensors", ".gguf"].iter().any(|e| lower.ends_with(e));
+    if !names_a_file && let Some(id) = vramplan_hub::HubId::parse(spec) {
+        let loaded = id.map_err(|e| hub::input_error(spec, &e)).and_then(|id| hub::load(&id, spec, options));
+        return match loaded {
+            Err(e) if !close.is_empty() => Err(e.with_fix(format!("did you mean {}?", close.join(" or ")))),
+            loaded => loaded,
+        };
+    }
+    let mut err = InputError::new(spec, "not a built-in model, a file or a folder");
     err = if close.is_empty() {
         err.with_fix(format!(
             "give a config.json, a model folder, a custom YAML, or one of: {}",

@@ -11,6 +11,9 @@
 //! - Without a `config.json`, a tree is built from the tensor names alone; the architectural
 //!   facts it cannot know are marked as such in the notes.
 //!
+//! A folder's files come from a directory ([`load_folder`]) or a Hub snapshot
+//! (`model::hub`): [`Folder`] is either, and the same reading follows.
+//!
 //! Submodules: [`header`] reads one file's header, [`index`] the index file, [`names`] handles
 //! dotted tensor names, [`overlay`] lays a checkpoint over a config's tree, [`from_names`]
 //! builds a tree without a config, [`quant`] knows quantized checkpoints' tensors.
@@ -24,7 +27,7 @@ mod quant;
 
 use super::{ImportOptions, ModelDescription};
 use crate::{DType, InputError};
-use header::ShardHeader;
+pub(crate) use header::{ShardHeader, parse_file_start};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -32,71 +35,92 @@ use std::path::{Path, PathBuf};
 /// shards, any of which may be missing as long as there is a config or a checkpoint.
 pub fn load_folder(path: &Path, options: ImportOptions) -> Result<ModelDescription, InputError> {
     let origin = path.display().to_string();
-    let folder = Folder::scan(path)?;
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(path).map_err(|e| InputError::io(path, &e))? {
+        let entry = entry.map_err(|e| InputError::io(path, &e))?;
+        if let Some(name) = entry.file_name().to_str() {
+            names.push(name.to_string());
+        }
+    }
+    let read = |name: &str| header::read_header(&path.join(name));
+    let folder = Folder::new(&origin, &names, |name| Some(path.join(name)), &read)?;
+    load(folder, options, &origin)
+}
+
+/// Builds the description from a folder's files, wherever they are.
+pub(crate) fn load(
+    folder: Folder,
+    options: ImportOptions,
+    origin: &str,
+) -> Result<ModelDescription, InputError> {
     let checkpoint = Checkpoint::read(&folder)?;
     match &folder.config {
-        Some(config) => overlay::build(config, checkpoint, options, &origin),
-        None => from_names::build(checkpoint, &origin),
+        Some(config) => overlay::build(config, checkpoint, options, origin),
+        None => from_names::build(checkpoint, origin),
     }
 }
 
-/// What a folder holds.
-#[derive(Debug)]
-struct Folder {
-    path: PathBuf,
+/// A model folder's files: a directory's, or a Hub snapshot's (small files in the cache,
+/// shard headers read on demand).
+pub(crate) struct Folder<'a> {
     config: Option<PathBuf>,
     index: Option<PathBuf>,
-    /// `*.safetensors` files, sorted by name.
-    shards: Vec<PathBuf>,
+    /// `*.safetensors` file names, sorted.
+    shards: Vec<String>,
     notes: Vec<String>,
+    /// Reads a shard's header by file name.
+    headers: &'a dyn Fn(&str) -> Result<ShardHeader, InputError>,
 }
 
-impl Folder {
-    fn scan(path: &Path) -> Result<Folder, InputError> {
-        let entries = std::fs::read_dir(path).map_err(|e| InputError::io(path, &e))?;
-        let mut names = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| InputError::io(path, &e))?;
-            if let Some(name) = entry.file_name().to_str() {
-                names.push(name.to_string());
-            }
-        }
+impl<'a> Folder<'a> {
+    /// The folder whose files are `names`: `path` gives a small file's path on disk (the config,
+    /// the index; `None` when it cannot), `headers` a shard's header.
+    pub(crate) fn new(
+        origin: &str,
+        names: &[String],
+        path: impl Fn(&str) -> Option<PathBuf>,
+        headers: &'a dyn Fn(&str) -> Result<ShardHeader, InputError>,
+    ) -> Result<Folder<'a>, InputError> {
+        let mut names = names.to_vec();
         names.sort();
-        let mut folder = Folder {
-            path: path.to_path_buf(),
-            config: None,
-            index: None,
-            shards: Vec::new(),
-            notes: Vec::new(),
-        };
+        let mut folder = Folder { config: None, index: None, shards: Vec::new(), notes: Vec::new(), headers };
         if names.iter().any(|n| n == "config.json") {
-            folder.config = Some(path.join("config.json"));
+            folder.config = path("config.json");
         }
-        let indexes: Vec<&String> = names.iter().filter(|n| n.ends_with(".safetensors.index.json")).collect();
-        let chosen = indexes
-            .iter()
-            .find(|n| n.as_str() == "model.safetensors.index.json")
-            .or_else(|| indexes.first())
-            .copied();
-        if let Some(index) = chosen {
-            folder.index = Some(path.join(index));
-            if indexes.len() > 1 {
+        if let Some(index) = Folder::index_name(&names) {
+            folder.index = path(index);
+            let count = names.iter().filter(|n| n.ends_with(".safetensors.index.json")).count();
+            if count > 1 {
                 folder.notes.push(format!(
-                    "{} index files in the folder; read `{index}` and ignored the others",
-                    indexes.len()
+                    "{count} index files in the folder; read `{index}` and ignored the others"
                 ));
             }
         }
-        folder.shards = names.iter().filter(|n| n.ends_with(".safetensors")).map(|n| path.join(n)).collect();
+        folder.shards = names.iter().filter(|n| n.ends_with(".safetensors")).cloned().collect();
         if folder.config.is_none() && folder.index.is_none() && folder.shards.is_empty() {
             return Err(InputError::new(
-                path.display().to_string(),
+                origin,
                 "the folder has no config.json, no model.safetensors.index.json and no *.safetensors files",
             )
             .with_fix("give a folder holding a model's config.json and/or its safetensors checkpoint"));
         }
         Ok(folder)
     }
+
+    /// The index file chosen, the way [`Folder::new`] chooses it among `names`.
+    pub(crate) fn index_name(names: &[String]) -> Option<&str> {
+        let mut indexes: Vec<&str> =
+            names.iter().map(String::as_str).filter(|n| n.ends_with(".safetensors.index.json")).collect();
+        indexes.sort_unstable();
+        indexes.iter().find(|n| **n == "model.safetensors.index.json").or_else(|| indexes.first()).copied()
+    }
+}
+
+/// The shard files an index names, each once, sorted.
+pub(crate) fn index_files(path: &Path) -> Result<Vec<String>, InputError> {
+    let index = index::read_index(path)?;
+    let files: std::collections::BTreeSet<String> = index.weight_map.into_values().collect();
+    Ok(files.into_iter().collect())
 }
 
 /// A tensor as the checkpoint stores it.
@@ -148,7 +172,7 @@ impl Checkpoint {
             Some(index_path) => checkpoint.read_indexed(folder, index_path)?,
             None => {
                 for shard in &folder.shards {
-                    let header = header::read_header(shard)?;
+                    let header = (folder.headers)(shard)?;
                     checkpoint.add_shard(shard, header, None);
                 }
             }
@@ -166,15 +190,14 @@ impl Checkpoint {
         }
         let mut absent = Vec::new();
         for (file, listed) in &by_shard {
-            let shard = folder.path.join(file);
-            if !shard.is_file() {
+            if !folder.shards.iter().any(|s| s == file) {
                 absent.push(*file);
                 for name in listed {
                     self.tensors.entry((*name).to_string()).or_insert(None);
                 }
                 continue;
             }
-            let header = header::read_header(&shard)?;
+            let header = (folder.headers)(file)?;
             let in_header: std::collections::HashSet<&str> =
                 header.tensors.iter().map(|t| t.name.as_str()).collect();
             let lacking: Vec<&str> = listed.iter().copied().filter(|n| !in_header.contains(n)).collect();
@@ -185,13 +208,12 @@ impl Checkpoint {
                     names::summarize(lacking.iter().copied(), 6)
                 ));
             }
-            self.add_shard(&shard, header, Some((&index.weight_map, file)));
+            self.add_shard(file, header, Some((&index.weight_map, file)));
         }
         let unlisted: Vec<String> = folder
             .shards
             .iter()
-            .filter_map(|s| s.file_name().and_then(|n| n.to_str()))
-            .filter(|n| !by_shard.contains_key(n))
+            .filter(|n| !by_shard.contains_key(n.as_str()))
             .map(|n| format!("`{n}`"))
             .collect();
         if !unlisted.is_empty() {
@@ -212,12 +234,11 @@ impl Checkpoint {
     /// Adds a shard's tensors; with an index, tensors it places in another file are noted.
     fn add_shard(
         &mut self,
-        shard: &Path,
+        file: &str,
         header: ShardHeader,
         index: Option<(&BTreeMap<String, String>, &str)>,
     ) {
         self.shards_read += 1;
-        let file = shard.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string();
         let mut misplaced = Vec::new();
         let mut duplicates = Vec::new();
         for tensor in header.tensors {

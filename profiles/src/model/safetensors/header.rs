@@ -34,23 +34,50 @@ pub(crate) fn read_header(path: &Path) -> Result<ShardHeader, InputError> {
     let origin = path.display().to_string();
     let mut file = File::open(path).map_err(|e| InputError::io(path, &e))?;
     let file_len = file.metadata().map_err(|e| InputError::io(path, &e))?.len();
-    if file_len < 8 {
+    let mut start = Vec::with_capacity(8);
+    (&mut file).take(8).read_to_end(&mut start).map_err(|e| InputError::io(path, &e))?;
+    // The length is checked against the file before anything that size is allocated.
+    let header_len = check_prefix(&start, file_len, &origin)?;
+    (&mut file).take(header_len).read_to_end(&mut start).map_err(|e| InputError::io(path, &e))?;
+    parse_file_start(&start, file_len, &origin)
+}
+
+/// Checks and parses the start of a safetensors file of `file_len` bytes: `bytes` holds its
+/// 8-byte length prefix and the JSON header after it (what a range read of the file's first
+/// bytes gives; more bytes are ignored).
+pub(crate) fn parse_file_start(bytes: &[u8], file_len: u64, origin: &str) -> Result<ShardHeader, InputError> {
+    let header_len = check_prefix(bytes, file_len, origin)?;
+    let json = &bytes[8..];
+    if (json.len() as u64) < header_len {
         return Err(InputError::new(
-            &origin,
+            origin,
+            format!("the header says {header_len} bytes but only {} could be read", json.len()),
+        )
+        .with_fix("the file is truncated: download it again"));
+    }
+    parse_header(&json[..header_len as usize], file_len - 8 - header_len, origin)
+}
+
+/// The header length the first 8 bytes give, checked against the file's length and the
+/// format's limit.
+fn check_prefix(bytes: &[u8], file_len: u64, origin: &str) -> Result<u64, InputError> {
+    let Some(prefix) = bytes.get(..8).filter(|_| file_len >= 8) else {
+        return Err(InputError::new(
+            origin,
             format!(
                 "the file is {file_len} bytes, too short for a safetensors file (an 8-byte header \
                  length, then the JSON header)"
             ),
         )
         .with_fix("the file is truncated or not a safetensors file: download it again"));
-    }
+    };
     let mut length_bytes = [0u8; 8];
-    file.read_exact(&mut length_bytes).map_err(|e| InputError::io(path, &e))?;
+    length_bytes.copy_from_slice(prefix);
     let header_len = u64::from_le_bytes(length_bytes);
     let after_prefix = file_len - 8;
     if header_len > after_prefix {
         return Err(InputError::new(
-            &origin,
+            origin,
             format!(
                 "the header says {header_len} bytes but the file has only {after_prefix} after its \
                  8-byte length prefix"
@@ -60,7 +87,7 @@ pub(crate) fn read_header(path: &Path) -> Result<ShardHeader, InputError> {
     }
     if header_len > MAX_HEADER_BYTES {
         return Err(InputError::new(
-            &origin,
+            origin,
             format!(
                 "the header says {header_len} bytes, more than the {MAX_HEADER_BYTES} bytes the \
                  safetensors format allows"
@@ -68,16 +95,7 @@ pub(crate) fn read_header(path: &Path) -> Result<ShardHeader, InputError> {
         )
         .with_fix("the file is corrupt or not a safetensors file"));
     }
-    let mut header = Vec::with_capacity(header_len as usize);
-    (&mut file).take(header_len).read_to_end(&mut header).map_err(|e| InputError::io(path, &e))?;
-    if header.len() as u64 != header_len {
-        return Err(InputError::new(
-            &origin,
-            format!("the header says {header_len} bytes but only {} could be read", header.len()),
-        )
-        .with_fix("the file is truncated: download it again"));
-    }
-    parse_header(&header, after_prefix - header_len, &origin)
+    Ok(header_len)
 }
 
 /// Parses header JSON whose data section is `data_len` bytes long.
@@ -192,5 +210,24 @@ mod tests {
         let overlap = br#"{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}}"#;
         let e = parse_header(overlap, 6, "x").unwrap_err().to_string();
         assert!(e.contains("overlap"), "{e}");
+    }
+
+    #[test]
+    fn a_file_start_is_checked_against_the_whole_files_length() {
+        let json = br#"{"a":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,12]}}"#;
+        let mut start = (json.len() as u64).to_le_bytes().to_vec();
+        start.extend_from_slice(json);
+        let total = start.len() as u64 + 12;
+        assert_eq!(parse_file_start(&start, total, "x").unwrap().tensors[0].shape, [2, 3]);
+        // Extra bytes after the header (a speculative range read) are ignored.
+        let mut longer = start.clone();
+        longer.extend_from_slice(&[0; 12]);
+        assert_eq!(parse_file_start(&longer, total, "x").unwrap().tensors.len(), 1);
+        let e = parse_file_start(&start, total - 1, "x").unwrap_err().to_string();
+        assert!(e.contains("truncated"), "{e}");
+        let e = parse_file_start(&start[..20], total, "x").unwrap_err().to_string();
+        assert!(e.contains("only 12 could be read"), "{e}");
+        let e = parse_file_start(&start[..4], total, "x").unwrap_err().to_string();
+        assert!(e.contains("too short"), "{e}");
     }
 }
