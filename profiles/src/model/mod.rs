@@ -181,6 +181,50 @@ pub struct ArchFacts {
     pub layers: Vec<LayerFacts>,
     /// Module classes accelerate must not split across devices (`_no_split_modules`).
     pub no_split_classes: Vec<String>,
+    /// What the output head produces for the loss to read: vocabulary logits, a task head's
+    /// logits, or nothing (a base model). The simulator charges the logits and loss by it.
+    pub head: OutputHead,
+    /// A vision-language model's vision tower (its blocks are the [`StackKind::Vision`]
+    /// layers); `None` for a text model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vision: Option<vision::VisionFacts>,
+}
+
+/// What a model's output head produces per step, which sets the logits and loss a training
+/// step holds (docs/memory-model.md, "Logits and loss").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum OutputHead {
+    /// Logits over the vocabulary for every token (`…ForCausalLM`, `GPT2LMHeadModel`,
+    /// `BertForMaskedLM`, `T5ForConditionalGeneration`, `XLNetLMHeadModel`).
+    #[default]
+    LanguageModel,
+    /// `labels` logits per sequence, from one pooled or last token
+    /// (`…ForSequenceClassification`).
+    SequenceClassification {
+        /// Classes (`num_labels`, or the length of `id2label`).
+        labels: u64,
+    },
+    /// `labels` logits per token (`…ForTokenClassification`).
+    TokenClassification {
+        /// Classes per token.
+        labels: u64,
+    },
+    /// Span start and end logits per token from one linear (`qa_outputs`,
+    /// `…ForQuestionAnswering`, `XLNetForQuestionAnsweringSimple`).
+    QuestionAnswering {
+        /// Outputs per token: 2 (start, end), or `num_labels` where the class uses it.
+        outputs: u64,
+    },
+    /// XLNet's beam-search question-answering head (`XLNetForQuestionAnswering`): start logits,
+    /// end logits conditioned on the start (in evaluation, for each of the `start_top` best
+    /// starts), and the answer class.
+    XlnetBeam {
+        /// `start_n_top` from config.json (5): the starts evaluation expands.
+        start_top: u64,
+    },
+    /// No head: the base model's hidden states (`LlamaModel`, `BertModel`, `T5EncoderModel`).
+    None,
 }
 
 /// A model: its module tree and facts.
