@@ -14,6 +14,8 @@ mod falcon;
 mod gpt2;
 mod heads;
 pub use heads::classes as head_classes;
+mod heads;
+pub use heads::classes as head_classes;
 mod gpt_neox;
 mod llama;
 mod opt;
@@ -120,6 +122,8 @@ pub(crate) fn from_config_unquantized(
             bert::build(config, &arch, options)
         }
         "XLNetLMHeadModel" => xlnet::build(config, &arch, options),
+        // Base models and task heads of every family (`LlamaModel`, `XLNetForQuestionAnswering`).
+        head if heads::builds(head) => heads::build(config, head, options),
         // Base models and task heads of every family (`LlamaModel`, `XLNetForQuestionAnswering`).
         head if heads::builds(head) => heads::build(config, head, options),
         other => {
