@@ -14,12 +14,11 @@ mod falcon;
 mod gpt2;
 mod heads;
 pub use heads::classes as head_classes;
-mod heads;
-pub use heads::classes as head_classes;
 mod gpt_neox;
 mod llama;
 mod opt;
 mod phi;
+mod qwen_vl;
 mod t5;
 mod xlnet;
 
@@ -60,6 +59,7 @@ pub const SUPPORTED: &[&str] = &[
     "BertForSequenceClassification",
     "BertModel",
     "XLNetLMHeadModel",
+    "Qwen2_5_VLForConditionalGeneration",
 ];
 
 /// Reads and imports a `config.json` file.
@@ -122,8 +122,7 @@ pub(crate) fn from_config_unquantized(
             bert::build(config, &arch, options)
         }
         "XLNetLMHeadModel" => xlnet::build(config, &arch, options),
-        // Base models and task heads of every family (`LlamaModel`, `XLNetForQuestionAnswering`).
-        head if heads::builds(head) => heads::build(config, head, options),
+        "Qwen2_5_VLForConditionalGeneration" => qwen_vl::build(config, &arch, options),
         // Base models and task heads of every family (`LlamaModel`, `XLNetForQuestionAnswering`).
         head if heads::builds(head) => heads::build(config, head, options),
         other => {
@@ -133,7 +132,7 @@ pub(crate) fn from_config_unquantized(
                     "vramplan builds these from a config.json: {}. For any other model, describe it \
                      in a custom YAML file (see docs/custom-models.md), optionally with `extend:` \
                      pointing at a supported config",
-                    SUPPORTED.join(", ") + ", and these base models and task heads: " + &heads::classes().join(", ")
+                    SUPPORTED.join(", ") + ", " + &heads::classes().join(", ")
                 )));
         }
     }?;
