@@ -18,7 +18,6 @@ mod gpt_neox;
 mod llama;
 mod opt;
 mod phi;
-mod qwen_vl;
 mod t5;
 mod xlnet;
 
@@ -59,7 +58,6 @@ pub const SUPPORTED: &[&str] = &[
     "BertForSequenceClassification",
     "BertModel",
     "XLNetLMHeadModel",
-    "Qwen2_5_VLForConditionalGeneration",
 ];
 
 /// Reads and imports a `config.json` file.
@@ -122,7 +120,6 @@ pub(crate) fn from_config_unquantized(
             bert::build(config, &arch, options)
         }
         "XLNetLMHeadModel" => xlnet::build(config, &arch, options),
-        "Qwen2_5_VLForConditionalGeneration" => qwen_vl::build(config, &arch, options),
         // Base models and task heads of every family (`LlamaModel`, `XLNetForQuestionAnswering`).
         head if heads::builds(head) => heads::build(config, head, options),
         other => {
