@@ -202,6 +202,13 @@ fn hub_ids_read_as_the_same_files_in_a_folder() {
         same_for_hub_and_folder(&home, repo, files, &["estimate", "{}", "--hardware", "t4", "--json"]);
         same_for_hub_and_folder(&home, repo, files, &["plan", "{}", "--hardware", "2xt4", "--json"]);
     }
+    // The other commands that read a model take it the same way.
+    let map = tempfile::tempdir().unwrap();
+    let map = vramplan_tests::write(map.path(), "map.json", r#"{"": 0}"#);
+    let files = &repos["test-org/llama-sharded"].commits[COMMIT];
+    let repo = "test-org/llama-sharded";
+    same_for_hub_and_folder(&home, repo, files, &["check", &map, "{}", "--hardware", "t4", "--json"]);
+    same_for_hub_and_folder(&home, repo, files, &["whatif", "max-batch", "{}", "--hardware", "t4", "--json"]);
     let out = home.run(&[], &["inspect", "test-org/llama-sharded", "--json"]);
     assert_eq!(out.json()["name"], "test-org/llama-sharded", "the model's name is the Hub id");
 }
