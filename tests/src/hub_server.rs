@@ -81,6 +81,9 @@ pub struct Repo {
     pub commits: BTreeMap<String, BTreeMap<String, Content>>,
     /// A gated repository: files are served only with `Authorization: Bearer {token}`.
     pub gated_token: Option<String>,
+    /// Requests to this repository still to be answered 503 with `Retry-After: 0` (a Hub under
+    /// load), shared by the clones of the repository.
+    pub unavailable: Arc<AtomicU64>,
 }
 
 impl Repo {
@@ -247,6 +250,12 @@ fn route(request: &Request, repos: &BTreeMap<String, Repo>) -> Answer {
         let status = if token.is_some() { 404 } else { 401 };
         Answer::error(status, "RepoNotFound", "Repository not found")
     };
+    let named = if seg(0) == "api" { find(seg(2), seg(3)) } else { find(seg(0), seg(1)) };
+    if let Some(repo) = named
+        && repo.unavailable.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok()
+    {
+        return Answer::empty(503).header("Retry-After", "0");
+    }
     if seg(0) == "api" && seg(1) == "models" && seg(4) == "revision" && segments.len() == 6 {
         let Some(repo) = find(seg(2), seg(3)) else { return repo_missing() };
         let Some((commit, files)) = revision(repo, seg(5)) else {

@@ -89,6 +89,7 @@ fn repos() -> BTreeMap<String, Repo> {
     let mut revisions = Repo::new(COMMIT, checkpoint_files("qwen2.5-0.5b", 1));
     revisions.add_revision("v2", OTHER_COMMIT, checkpoint_files("qwen2.5-1.5b", 2));
     repos.insert("test-org/revisions".into(), revisions);
+    repos.insert("test-org/busy".into(), Repo::new(COMMIT, checkpoint_files("qwen2.5-0.5b", 1)));
     repos
 }
 
@@ -226,7 +227,9 @@ fn a_70b_checkpoint_in_30_shards_is_read_in_under_a_mebibyte() {
     let lines = |needle: &str| out.stderr.lines().filter(|l| l.contains(needle)).count();
     assert_eq!(lines("/resolve/"), 33, "config, generation config, index, 30 shards:\n{}", out.stderr);
     assert_eq!(lines(" -> 302"), 30, "each shard's resolve URL redirects:\n{}", out.stderr);
-    assert_eq!(lines("?signature=x bytes=0-16383 -> 206"), 30, "one range read per shard:\n{}", out.stderr);
+    assert_eq!(lines("/cdn/"), 30, "each redirect followed:\n{}", out.stderr);
+    assert_eq!(lines(" bytes=0-16383 -> 206"), 30, "one range read per shard:\n{}", out.stderr);
+    assert!(!out.stderr.contains("signature"), "signed URLs are not printed");
     // The same parameters as the published config gives (70.55 B, the model card's 70B).
     let builtin = run(&[], &["inspect", "llama-3.1-70b", "--json"]);
     assert_eq!(out.json()["params"], builtin.json()["params"]);
@@ -371,6 +374,24 @@ fn a_revision_picks_its_commit() {
     assert_eq!(std::fs::read_to_string(refs.join("v2")).unwrap(), OTHER_COMMIT);
     let out = home.run(&[], &["inspect", "test-org/revisions@v9"]);
     vramplan_tests::assert_refused(&out, &["test-org/revisions", "no revision `v9`"]);
+}
+
+#[test]
+fn a_busy_hub_is_retried_then_given_up_on() {
+    let repos = repos();
+    let busy = std::sync::Arc::clone(&repos["test-org/busy"].unavailable);
+    let server = HubServer::start(repos);
+    let home = Home::new(&server.endpoint());
+    busy.store(2, std::sync::atomic::Ordering::Relaxed);
+    let out = home.run(&[], &["inspect", "test-org/busy", "-v"]);
+    assert_ok(&out);
+    assert_eq!(out.stderr.matches("-> 503").count(), 2, "{}", out.stderr);
+    assert_eq!(out.stderr.matches("hub: retry in").count(), 2, "{}", out.stderr);
+    busy.store(100, std::sync::atomic::Ordering::Relaxed);
+    let cold = Home::new(&server.endpoint());
+    let out = cold.run(&[], &["inspect", "test-org/busy", "-v"]);
+    vramplan_tests::assert_bad_input(&out, &["HTTP 503", "4 attempts"]);
+    assert_eq!(out.stderr.matches("-> 503").count(), 4, "{}", out.stderr);
 }
 
 #[test]
