@@ -184,10 +184,6 @@ pub struct ArchFacts {
     /// What the output head produces for the loss to read: vocabulary logits, a task head's
     /// logits, or nothing (a base model). The simulator charges the logits and loss by it.
     pub head: OutputHead,
-    /// A vision-language model's vision tower (its blocks are the [`StackKind::Vision`]
-    /// layers); `None` for a text model.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub vision: Option<vision::VisionFacts>,
 }
 
 /// What a model's output head produces per step, which sets the logits and loss a training
