@@ -261,6 +261,14 @@ impl Hub {
             }
             Err(e) => return Err(e),
         };
+        if let Some(commit) = answer.header("X-Repo-Commit")
+            && commit != snapshot.commit
+        {
+            return Err(HubError::Protocol {
+                url,
+                problem: format!("answered from commit {commit}, not the {} asked for", snapshot.commit),
+            });
+        }
         if answer.body.len() as u64 > MAX_FILE {
             return Err(HubError::Protocol {
                 url,
