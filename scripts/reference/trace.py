@@ -41,6 +41,7 @@ Usage (from the repository root, with the venv `scripts/reference/run` builds):
 """
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -78,19 +79,22 @@ torch.nn.functional.scaled_dot_product_attention = _sdpa_as_cuda
 
 
 # CUDA's dropout kernel (`native_dropout`) keeps a 1-byte boolean mask; the CPU's keeps a mask
-# in the input's dtype. The tracer's dropout keeps a boolean mask, as CUDA's does.
+# in the input's dtype. The tracer's dropout keeps a boolean mask, as CUDA's does, and makes one
+# output tensor, as CUDA's fused kernel does.
 class _DropoutAsCuda(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, p):
         mask = torch.empty_like(x, dtype=torch.bool).bernoulli_(1.0 - p)
         ctx.save_for_backward(mask)
         ctx.scale = 1.0 / (1.0 - p)
-        return x * mask * ctx.scale
+        # One output, as CUDA's kernel writes it: `x * mask * scale` would hold a temporary of
+        # the input's size beside it.
+        return (x * mask).mul_(ctx.scale)
 
     @staticmethod
     def backward(ctx, grad):
         (mask,) = ctx.saved_tensors
-        return grad * mask * ctx.scale, None
+        return (grad * mask).mul_(ctx.scale), None
 
 
 _dropout = torch.nn.functional.dropout
@@ -190,6 +194,17 @@ def configurations():
         ("qwen3-1.7b", "bf16", "lora", 16, "all-linear", None, True, 4, 1024),
     ]:
         out.append({**_held_out(model, dtype, finetune, rank, targets, attn, ckpt, batch, seq), "set": 3})
+    # XLNet with its task head, as the project's first incident fine-tuned it: xlnet-base-cased's
+    # config as `XLNetForQuestionAnswering`, SQuAD features of 384 tokens, the HF Trainer with
+    # `fp16=True` (fp32 weights, `torch.autocast("cuda", float16)` around the forward), batch 8,
+    # the batch an earlier vramplan said fits a 16 GB T4 (33) and the largest it says fits now
+    # (`whatif max-batch --hardware t4`: 34 in training, 307 in evaluation); training and the
+    # evaluation forward (beam heads, `use_mems_eval`).
+    for mode, batch in [("train", 8), ("train", 16), ("train", 33), ("train", 34), ("inference", 8),
+                        ("inference", 64), ("inference", 307)]:
+        out.append({"model": "xlnet-base-cased", "cls": "XLNetForQuestionAnswering", "mode": mode,
+                    "finetune": "full" if mode == "train" else "none", "ckpt": False, "batch": batch,
+                    "seq": 384, "dtype": "fp32", "autocast": "fp16", "task": "question_answering"})
     # Today's text decoders (issue 29): per family its smallest built-in, one LoRA training step
     # and one prefill, short enough to trace in a minute; sequences past Gemma 3's 512-token
     # window, so its sliding layers mask.
@@ -364,9 +379,100 @@ def _by_kind(snapshot):
     return out
 
 
+_FAKE_CUDA = []
+
+
+def _fake_cuda():
+    """Fake CUDA tensors with no GPU, so that `torch.autocast("cuda")` runs CUDA's own autocast
+    rules (which cast `layer_norm` and `softmax` to fp32, unlike the CPU's) and its cache of the
+    fp16 copies of fp32 weights: `torch.cuda` answers as available without touching a driver,
+    and the fake mode never initialises a device (as the script validator's harness does)."""
+    if _FAKE_CUDA:
+        return
+    torch.cuda.is_available = lambda: True
+    torch.cuda._lazy_init = lambda: None
+    torch._C._ensureCUDADeviceGuardSet()
+    torch._C._set_only_lift_cpu_tensors(True)
+    FakeTensorMode.avoid_device_init = property(lambda self: True)
+    _FAKE_CUDA.append(True)
+
+
+def _engine_free_backward():
+    """`loss.backward()` for fake CUDA tensors: PyTorch's autograd engine asks the CUDA runtime for
+    each device's context, which a machine without a GPU lacks, so the graph is run node by node
+    in the engine's order by the script validator's walker (validate/harness/script_backward.py,
+    checked there against the engine), saved tensors released as each node runs. Its harness
+    state is stood in for by the few fields the walker reads. Returns the saved-tensor hooks to
+    run the forward under and the backward."""
+    import types
+
+    harness = str(common.REPO / "validate" / "harness")
+    if harness not in sys.path:
+        sys.path.insert(0, harness)
+
+    class Run:
+        in_backward, graph_tasks, graph_task, mismatch = False, 0, -1, None
+
+        def enter_phase(self, phase):
+            pass
+
+        def note(self, text):
+            pass
+
+    sys.modules.setdefault("script_state", types.SimpleNamespace(
+        RUN=Run(), MODULES=types.SimpleNamespace(current=lambda: ""), user_frame=lambda: None))
+    import script_backward
+
+    def backward(loss):
+        script_backward.backward_graph([loss], [torch.ones_like(loss)])
+
+    return torch.autograd.graph.saved_tensors_hooks(script_backward.pack, script_backward.unpack), backward
+
+
+def _to_fake_cuda(model):
+    """`model.to("cuda")` for a fake model: the parameters and buffers made on the CPU in spite of
+    the default device (`torch.FloatTensor`, XLNet's raw projections) become fake CUDA tensors,
+    each tied group one object as before."""
+    made = {}
+    for module in model.modules():
+        for table in (module._parameters, module._buffers):
+            for name, value in list(table.items()):
+                if value is None or value.device.type == "cuda":
+                    continue
+                if id(value) not in made:
+                    moved = torch.empty_like(value, device="cuda")
+                    if isinstance(value, torch.nn.Parameter):
+                        moved = torch.nn.Parameter(moved, requires_grad=value.requires_grad)
+                    made[id(value)] = moved
+                table[name] = made[id(value)]
+
+
+def _inputs(config, vocab, device):
+    """The batch the configuration feeds: token ids (the labels too for a causal LM); for
+    question answering the Trainer's SQuAD features (attention mask, token types, start and end
+    positions)."""
+    batch, seq = config["batch"], config["seq"]
+    ids = torch.randint(0, vocab, (batch, seq), device=device)
+    if config.get("task") != "question_answering":
+        return {"input_ids": ids, "labels": ids} if config["mode"] == "train" else {"input_ids": ids}
+    out = {"input_ids": ids, "attention_mask": torch.ones(batch, seq, dtype=torch.long, device=device),
+           "token_type_ids": torch.zeros(batch, seq, dtype=torch.long, device=device)}
+    if config["mode"] == "train":
+        out["start_positions"] = torch.randint(0, seq, (batch,), device=device)
+        out["end_positions"] = torch.randint(0, seq, (batch,), device=device)
+    return out
+
+
 def trace(config):
     """Runs one configuration and returns what it recorded."""
     raw = common.load_raw_config(config["model"])
+    if config.get("cls"):
+        raw = {**raw, "architectures": [config["cls"]]}
+    autocast = DTYPES[config["autocast"]] if config.get("autocast") else None
+    if autocast is not None:
+        _fake_cuda()
+    device = "cuda" if autocast is not None else "cpu"
+    amp = (lambda: torch.autocast("cuda", dtype=autocast)) if autocast is not None else contextlib.nullcontext
     hf_config, _ = common.make_config(raw)
     hf_config.use_cache = config["mode"] == "inference"
     if config.get("attn"):
@@ -378,7 +484,10 @@ def trace(config):
     torch.set_default_dtype(dtype)
     try:
         with FakeTensorMode(allow_non_fake_inputs=True):
-            model = cls(hf_config)
+            with torch.device(device):
+                model = cls(hf_config)
+            if device == "cuda":
+                _to_fake_cuda(model)
             if config["finetune"] == "qlora":
                 import peft
                 _quantize_linears(model, dtype)
@@ -396,19 +505,28 @@ def trace(config):
             tracker = PeakTracker()
             tracker.track_external(*[x for x in (model, optimizer) if x is not None])
             vocab = hf_config.get_text_config().vocab_size
+            qa = config.get("task") == "question_answering"
+            if device == "cuda":
+                saved_hooks, backward = _engine_free_backward()
+            else:
+                saved_hooks, backward = contextlib.nullcontext(), lambda loss: loss.backward()
             with tracker:
                 if train:
                     for step in range(2):
-                        ids = torch.randint(0, vocab, (config["batch"], config["seq"]))
-                        model(input_ids=ids, labels=ids).loss.backward()
+                        with amp(), saved_hooks:
+                            loss = model(**_inputs(config, vocab, device)).loss
+                        backward(loss)
+                        del loss
                         optimizer.step()
                         optimizer.zero_grad(set_to_none=True)
                         if step == 0:
                             tracker.reset_mod_stats()
                 else:
-                    ids = torch.randint(0, vocab, (config["batch"], config["seq"]))
-                    with torch.no_grad():
-                        out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+                    # A task head's evaluation is one forward; a causal LM's is generate()'s
+                    # prefill.
+                    kwargs = {} if qa else {"use_cache": True, "logits_to_keep": 1}
+                    with torch.no_grad(), amp():
+                        out = model(**_inputs(config, vocab, device), **kwargs)
                     del out
                 steady = _by_kind(tracker.get_tracker_snapshot("current"))
             peak = _by_kind(tracker.get_tracker_snapshot("peak"))
@@ -421,7 +539,8 @@ def trace(config):
 
 def _config_key(record):
     """What identifies a configuration in a record."""
-    keys = ("model", "mode", "finetune", "ckpt", "batch", "seq", "dtype", "lora_rank", "lora_targets", "attn", "set")
+    keys = ("model", "cls", "mode", "finetune", "ckpt", "batch", "seq", "dtype", "autocast", "lora_rank",
+            "lora_targets", "attn", "set")
     return json.dumps({k: record[k] for k in keys if k in record}, sort_keys=True)
 
 

@@ -683,6 +683,13 @@ impl<'r, 'a> Builder<'r, 'a> {
         let w = self.workload;
         let kv_dtype = w.kv_dtype.unwrap_or(self.r.precision.compute);
         let f = &self.r.model.facts;
+        if f.model_type == "xlnet" {
+            // XLNet keeps each layer's input as its `mems` (`model/xlnet.rs`), not keys and values.
+            let mems = crate::model::xlnet::mems_per_token(self.r.model, &self.r.precision);
+            let per_layer = mems.saturating_mul(w.seq).saturating_mul(w.batch);
+            let block = |u: &Unit| matches!(u.kind, UnitKind::Block(_));
+            return self.r.units.iter().map(|u| if block(u) { per_layer } else { 0 }).collect();
+        }
         let per_token_layer = match &f.attention {
             AttentionKind::MultiLatent { qk_nope_head_dim, qk_rope_head_dim, v_head_dim, .. } => {
                 // transformers caches the decompressed keys and values of every head.
@@ -928,10 +935,26 @@ impl<'r, 'a> Builder<'r, 'a> {
             kept_by_unit.push(first_kept..kept.len());
             self.activations[i] = acts;
         }
-        // Loss, on the head's device, as part of the head's run.
-        let head = self.r.units.iter().position(|u| u.kind == UnitKind::Head);
+        // Loss, on the head's device, as part of the head's run: a task head's (`model/head.rs`)
+        // on the last unit, which runs last and backward first; vocabulary logits otherwise.
+        let task = crate::model::head::task_head(self.r.model, w, &self.r.precision);
+        let head = match &task {
+            Some(_) => (0..self.r.units.len()).rev().find(|&i| self.r.devices[i].is_some()),
+            None => self.r.units.iter().position(|u| u.kind == UnitKind::Head),
+        };
         let mut logits_ids = Vec::new();
-        if let Some(h) = head
+        if let (Some(task), Some(h)) = (&task, head)
+            && let Some(device) = self.r.devices[h]
+        {
+            let unit = Some(h);
+            self.compute(unit, Some(device), Event::Loss(step));
+            for bytes in &task.kept {
+                logits_ids.push(self.alloc(device, unit, Component::Logits, *bytes));
+            }
+            self.compute(unit, Some(device), Event::LossBackward(step));
+            let transient = self.alloc(device, unit, Component::Logits, task.loss_transient);
+            self.free(transient);
+        } else if let Some(h) = head
             && let Some(device) = self.r.devices[h]
         {
             let tokens = w.batch * w.seq;
@@ -1121,6 +1144,7 @@ impl<'r, 'a> Builder<'r, 'a> {
         let mut model_held: Vec<Option<AllocId>> = Vec::new();
         // The GPU of the input embeddings, while they are the hidden states the loop names.
         let mut embeddings_on: Option<u32> = None;
+        let mut autocast_cache: Vec<Option<AllocId>> = Vec::new();
         for i in 0..self.r.units.len() {
             let Some(device) = self.r.devices[i] else { continue };
             let kind = self.r.units[i].kind;
@@ -1131,6 +1155,11 @@ impl<'r, 'a> Builder<'r, 'a> {
                 std::mem::take(&mut model_held).into_iter().for_each(|id| self.free(id));
             }
             self.compute(unit, Some(device), event);
+            // Autocast's cache keeps each weight's half copy (a leaf that requires grad, even
+            // under no_grad) until the autocast region ends, after the forward
+            // (`at::autocast::cached_cast`, cleared on leaving the outermost region).
+            let autocast_copies = c * self.r.units[i].autocast_params;
+            autocast_cache.push(self.alloc(device, unit, Component::Weights, autocast_copies));
             if kind == UnitKind::Embedding && follows && model_held.is_empty() {
                 let held = self.r.blocks.prefill_held(w.batch, prompt);
                 model_held =
@@ -1181,5 +1210,6 @@ impl<'r, 'a> Builder<'r, 'a> {
             copies.into_iter().for_each(|id| self.free(id));
             self.free(input);
         }
+        autocast_cache.into_iter().for_each(|id| self.free(id));
     }
 }

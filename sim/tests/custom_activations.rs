@@ -190,7 +190,8 @@ fn inference_holds_a_declaration_only_while_its_module_runs() {
 /// XLNet-base extended with a memory mixture declaring 26 KiB per token: its twelve XLNet layers
 /// keep what the memory model gives XLNet-base's, and the mixture exactly b·s·26 KiB; at the
 /// peak, the loss (the model keeps XLNet's LM head, so it has logits), that is what it adds,
-/// give or take the caching allocator's unsplit remainders (≤ 1 MiB per large allocation).
+/// give or take the caching allocator's unsplit remainders (≤ 1 MiB per large allocation, in
+/// either model: a few MiB either way).
 #[test]
 fn xlnet_memory_mixture_adds_exactly_its_declaration() {
     let hw = profile("t4");
@@ -211,7 +212,7 @@ fn xlnet_memory_mixture_adds_exactly_its_declaration() {
     assert_eq!(b.peak_at, "loss (step 2)");
     assert_eq!(m.peak_at, b.peak_at);
     let added = m.components.activations - b.components.activations;
-    assert!((declared..=declared + MIB).contains(&added), "{added} added for {declared}");
+    assert!((declared - 2 * MIB..=declared + 2 * MIB).contains(&added), "{added} added for {declared}");
     assert_eq!(m.components.logits, b.components.logits);
     assert!(m.components.logits > 0);
 }

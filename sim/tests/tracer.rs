@@ -9,7 +9,7 @@
 //! else is adjusted.
 
 use serde::Deserialize;
-use vramplan_profiles::model::{self, ImportOptions};
+use vramplan_profiles::model::{self, ImportOptions, ModelDescription, catalog};
 use vramplan_profiles::{DType, hardware};
 use vramplan_sim::program::cublas_workspace;
 use vramplan_sim::workload::{AttentionImpl, Finetune, GradCheckpointing, Mode, Optimizer, Quant, Workload};
@@ -52,6 +52,13 @@ struct Record {
     /// looked at when prefill's working set was modelled; the third was traced after that.
     #[serde(default)]
     set: Option<u32>,
+    /// The class built from the built-in's config, where it is not the built-in's own (a task
+    /// head: `XLNetForQuestionAnswering`).
+    #[serde(default)]
+    cls: Option<String>,
+    /// `fp16`/`bf16`: fp32 weights under `torch.autocast` (the HF Trainer's `fp16=True`).
+    #[serde(default)]
+    autocast: Option<String>,
 }
 
 impl Record {
@@ -60,9 +67,11 @@ impl Record {
         let attn = self.attn.as_deref().map(|a| format!(" {a}")).unwrap_or_default();
         let lora = self.lora_rank.map(|r| format!(" r{r}")).unwrap_or_default();
         let dtype = if self.dtype == "bf16" { String::new() } else { format!(" {}", self.dtype) };
+        let autocast = self.autocast.as_deref().map(|a| format!(" autocast {a}")).unwrap_or_default();
+        let model = self.cls.as_deref().unwrap_or(&self.model);
         format!(
-            "{} {} {}{lora}{ckpt}{attn}{dtype} {}x{}",
-            self.model, self.mode, self.finetune, self.batch, self.seq
+            "{model} {} {}{lora}{ckpt}{attn}{dtype}{autocast} {}x{}",
+            self.mode, self.finetune, self.batch, self.seq
         )
     }
 
@@ -96,7 +105,21 @@ impl Record {
         if self.finetune == "qlora" {
             w.quant = Quant::Nf4 { double_quant: true };
         }
+        w.autocast = self.autocast.as_deref().map(|a| DType::parse(a).expect("an autocast dtype"));
         w
+    }
+
+    /// The model the tracer built: the built-in, or its config as the record's class.
+    fn model(&self) -> ModelDescription {
+        let Some(class) = &self.cls else {
+            return model::load(&self.model, ImportOptions::default()).expect("built-in model");
+        };
+        let text = catalog::builtin_config(&self.model).expect("built-in config");
+        let mut config: serde_json::Value = serde_json::from_str(text).expect("JSON");
+        config["architectures"] = serde_json::json!([class]);
+        let origin = format!("{} as {class}", self.model);
+        model::hf::from_config_text(&config.to_string(), &origin, ImportOptions::default())
+            .expect("the class")
     }
 }
 
@@ -120,6 +143,7 @@ fn estimates_follow_the_traced_runtime() {
         (3, "third set", Vec::new()),
     ];
     let mut skipped = Vec::new();
+    let mut task_heads: Vec<(String, f64)> = Vec::new();
     println!("tracer: {}", fixture.versions);
     println!("{:<48} {:>10} {:>10} {:>8}  tracer's peak at", "configuration", "tracer", "estimate", "error");
     for r in &fixture.records {
@@ -127,7 +151,7 @@ fn estimates_follow_the_traced_runtime() {
             skipped.push(format!("{}: {}", r.label(), r.error.as_deref().unwrap_or("no peak")));
             continue;
         };
-        let model = model::load(&r.model, ImportOptions::default()).expect("built-in model");
+        let model = r.model();
         let placement = Placement::even_layers(&model, 1);
         let e = estimate(&model, &hardware, &r.workload(), &placement).expect("an estimate");
         let ours = e.devices[0].peak_allocated_bytes - workspace;
@@ -143,6 +167,11 @@ fn estimates_follow_the_traced_runtime() {
             at,
             e.devices[0].peak_at
         );
+        if r.cls.is_some() {
+            // A task head's rows (the first incident's XLNet): each held within 3 %.
+            task_heads.push((r.label(), error));
+            continue;
+        }
         if r.held_out {
             let set = r.set.unwrap_or(1);
             match held_out.iter_mut().find(|h| h.0 == set) {
@@ -191,6 +220,13 @@ fn estimates_follow_the_traced_runtime() {
             100.0 * w
         );
     }
+    let off: Vec<String> = task_heads
+        .iter()
+        .filter(|(_, e)| e.abs() > 0.03)
+        .map(|(label, e)| format!("{label}: {:+.1}%", 100.0 * e))
+        .collect();
+    assert!(task_heads.len() >= 5, "{} task-head rows", task_heads.len());
+    assert!(off.is_empty(), "task heads off by more than 3%: {off:?}");
     assert!(errors.len() >= 60, "the matrix has {} traced configurations", errors.len());
     assert!(skipped.is_empty(), "configurations the tracer could not run: {skipped:?}");
     assert!(median <= 0.03, "median |error| {:.1}% > 3%", 100.0 * median);

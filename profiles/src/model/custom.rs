@@ -8,9 +8,10 @@
 //! `docs/examples/`. Errors name the file and the line and column of the offending value.
 //!
 //! Submodules: [`schema`] is the YAML as serde types, [`assemble`] turns it into a
-//! [`ModelDescription`].
+//! [`ModelDescription`], [`head`] builds an extended model with another head (`head:`).
 
 mod assemble;
+mod head;
 mod schema;
 
 use super::{ImportOptions, ModelDescription};

@@ -326,6 +326,9 @@ impl ActivationModel<'_> {
     /// it builds (`batch × 1 × q × kv` in the model's dtype; one more for sliding-window
     /// layers).
     pub(crate) fn prefill_held(&self, batch: u64, prompt: u64) -> Vec<u64> {
+        if self.model.facts.model_type == "xlnet" {
+            return super::xlnet::held_in_prefill(&self.precision, batch, prompt);
+        }
         let c = self.precision.compute_bytes();
         let tokens = batch.saturating_mul(prompt);
         let mut held = vec![c.saturating_mul(self.model.facts.hidden_size).saturating_mul(tokens)];
@@ -378,6 +381,10 @@ fn lora_saved(
 /// with `lora` (bytes per token its LoRA adapters keep, [`lora_saved`]) kept as well.
 fn formula(m: &ActivationModel, layer: usize, batch: u64, seq: u64, lora: &[u64]) -> BlockActivations {
     let (model, workload, precision, attention) = (m.model, m.workload, &m.precision, m.attention);
+    if model.facts.model_type == "xlnet" && workload.trainer == Trainer::Transformers {
+        // XLNet's relative attention is einsums, not SDPA or eager attention (`xlnet.rs`).
+        return super::xlnet::block(model, workload, precision, layer, batch, seq);
+    }
     let training = workload.mode == Mode::Train;
     let computed;
     let (sh, kept) = match m.blocks.get(layer) {

@@ -5,6 +5,8 @@
 
 pub(crate) mod activations;
 pub(crate) mod declared;
+pub(crate) mod head;
 pub(crate) mod precision;
 pub(crate) mod units;
 mod working_set;
+pub(crate) mod xlnet;

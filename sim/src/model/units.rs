@@ -362,7 +362,13 @@ fn describe(
             unit.weight_tensors.push(bytes);
             unit.placed_by.push(join(&m.path, &tensor.name));
             let weight = unit.weight_tensors.len() - 1;
-            if is_float_param && m.kind == ModuleKind::Linear && precision.autocast && tensor.name == "weight"
+            // Autocast casts what its fp16 list's ops take: linears' weights, and XLNet's raw
+            // projections, which `torch.einsum` takes (`XLNetRelativeAttention`).
+            let xlnet_projection =
+                m.class == "XLNetRelativeAttention" && ["q", "k", "v", "o", "r"].contains(&tensor.name.as_str());
+            if is_float_param
+                && precision.autocast
+                && ((m.kind == ModuleKind::Linear && tensor.name == "weight") || xlnet_projection)
             {
                 unit.autocast_params += numel;
             }

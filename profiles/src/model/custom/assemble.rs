@@ -29,7 +29,7 @@ const MAX_REPEAT: u64 = 1 << 12;
 const MAX_DIM: u64 = 1 << 24;
 const MAX_ELEMENTS: u64 = 1 << 40;
 
-fn at(origin: &str, location: &Location, problem: impl Into<String>) -> InputError {
+pub(super) fn at(origin: &str, location: &Location, problem: impl Into<String>) -> InputError {
     let err = InputError::new(origin, problem);
     if location.line() > 0 { err.at_line(location.line(), location.column()) } else { err }
 }
@@ -169,16 +169,22 @@ pub(super) fn assemble(
         activations: Vec::new(),
         modules_built: 0,
     };
-    if file.modules.value.is_empty() {
+    // An extended model may only change its head (`head:`), with no modules of its own.
+    if file.modules.value.is_empty() && !(file.extend.is_some() && file.head.is_some()) {
         return Err(at(origin, &file.modules.referenced, "`modules` is empty")
             .with_fix("list the model's modules in execution order"));
+    }
+    if let (None, Some(head)) = (&file.extend, &file.head) {
+        return Err(at(origin, &head.referenced, "`head` replaces the head of the model `extend` names")
+            .with_fix("add `extend:` with a config or built-in model, or describe the head among `modules`"));
     }
     let mut model = match &file.extend {
         None => from_scratch(&file, &mut builder)?,
         Some(base) => extended(&file, base, folder, options, &mut builder)?,
     };
-    // Extended or not, its own modules make it a model no transformers class loads.
-    model.custom = true;
+    // Extended or not, its own modules make it a model no transformers class loads (a new head
+    // alone is a transformers class).
+    model.custom = !file.modules.value.is_empty();
     if let Some(ties) = &file.ties {
         for (tensor, canonical) in &ties.0 {
             model.tie(&tensor.value, &canonical.value).map_err(|e| {
@@ -331,7 +337,7 @@ fn extended(
         return Err((if location.line() == 0 { err.at_key(*key) } else { err })
             .with_fix(format!("remove `{key}` here, or change it in the config that `extend` names")));
     }
-    let mut model = load_base(origin, base_name, folder, options)?;
+    let mut model = load_base(origin, base_name, folder, options, file.head.as_ref())?;
     let (base_params, base_bytes) = (model.params(), model.bytes());
     if let Some(dtype) = file.dtype {
         model = model.cast(dtype);
@@ -407,12 +413,20 @@ fn load_base(
     base: &Spanned<String>,
     folder: &Path,
     options: ImportOptions,
+    head: Option<&Spanned<serde_json::Value>>,
 ) -> Result<ModelDescription, InputError> {
     if let Some(text) = catalog::builtin_config(&base.value) {
-        return hf::from_config_text(text, &base.value, options);
+        return match head {
+            Some(head) => super::head::build(origin, head, text, &base.value, options),
+            None => hf::from_config_text(text, &base.value, options),
+        };
     }
     let path = folder.join(&base.value);
     if path.is_dir() {
+        if let Some(head) = head {
+            return Err(at(origin, &head.referenced, "`head` with a model folder")
+                .with_fix("extend the folder's config.json to change its head"));
+        }
         return safetensors::load_folder(&path, options);
     }
     if path.is_file() {
@@ -420,6 +434,10 @@ fn load_base(
         if lower.ends_with(".yaml") || lower.ends_with(".yml") {
             return Err(at(origin, &base.referenced, "`extend` names another custom YAML file")
                 .with_fix("extend a HF config.json, a model folder or a built-in model"));
+        }
+        if let Some(head) = head {
+            let text = std::fs::read_to_string(&path).map_err(|e| InputError::io(&path, &e))?;
+            return super::head::build(origin, head, &text, &path.display().to_string(), options);
         }
         return hf::from_config_file(&path, options);
     }

@@ -36,6 +36,9 @@ pub(super) struct ModelFile {
     pub activations: Option<ActivationsSpec>,
     /// Tensor path → the tensor path it shares storage with.
     pub ties: Option<Ordered<Spanned<String>>>,
+    /// With `extend`: the extended model's head dropped (`none`) or replaced by a task head
+    /// (`{task: sequence_classification, labels: 3}`); read by `head.rs`.
+    pub head: Option<Spanned<serde_json::Value>>,
     /// The modules, in execution order.
     pub modules: Spanned<Vec<ModuleSpec>>,
 }

@@ -528,3 +528,31 @@ pub(crate) fn label_count(config: &HfConfig, notes: &mut Vec<String>) -> Result<
         (None, None) => Ok(2),
     }
 }
+
+/// The tasks a custom model's `head:` may name, with the class-name suffix each builds.
+pub(crate) const TASKS: &[(&str, &str)] = &[
+    ("none", "Model"),
+    ("sequence_classification", "ForSequenceClassification"),
+    ("token_classification", "ForTokenClassification"),
+    ("question_answering", "ForQuestionAnswering"),
+    ("question_answering_simple", "ForQuestionAnsweringSimple"),
+];
+
+/// The class of `arch`'s family for `task` (a [`TASKS`] name), or the tasks the family has.
+pub(crate) fn class_for(arch: &str, task: &str) -> Result<String, Vec<&'static str>> {
+    let family = FAMILIES.iter().find(|f| {
+        f.built_from == arch
+            || (arch == "BertForMaskedLM" && f.name == "Bert")
+            || parse(arch).is_some_and(|(p, _)| std::ptr::eq(p, *f))
+    });
+    let Some(family) = family else { return Err(Vec::new()) };
+    let offered: Vec<&'static str> = TASKS
+        .iter()
+        .filter(|(_, suffix)| *suffix == "Model" || family.tasks.iter().any(|t| t.suffix == *suffix))
+        .map(|(name, _)| *name)
+        .collect();
+    match TASKS.iter().find(|(name, _)| *name == task) {
+        Some((name, suffix)) if offered.contains(name) => Ok(format!("{}{suffix}", family.name)),
+        _ => Err(offered),
+    }
+}

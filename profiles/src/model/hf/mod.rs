@@ -14,6 +14,7 @@ mod falcon;
 mod gpt2;
 mod heads;
 pub use heads::classes as head_classes;
+pub(crate) use heads::{TASKS as HEAD_TASKS, class_for as head_class_for};
 mod gpt_neox;
 mod llama;
 mod opt;
