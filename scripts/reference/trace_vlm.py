@@ -1,0 +1,223 @@
+"""The reference tracer (trace.py) for vision-language models: Qwen2.5-VL's training step and
+prefill with images, under PyTorch's FakeTensorMode, recorded as trace.py records them (its
+`trace()`), with an `images` key per record, in fixtures/reference/trace/vlm-v5.json.
+
+FakeTensorMode has no values, and the model reads a few of its index tensors' values (the image
+grids, the windows' and images' cumulative lengths, the placeholder mask, the 3-D rotary
+positions). The tracer computes those from the real grids before the step, exactly as
+transformers 5.x does (its own functions, called on real tensors), and hands them in:
+- `get_vision_position_ids`, `get_vision_attention_seqlens`, `get_vision_window_index`: called on
+  the real grid outside the fake mode and returned as they are;
+- the vision attention's non-flash branch splits q, k and v at the chunks' lengths
+  (`lengths.tolist()`); the tracer runs that same branch with the lengths taken from the real
+  `cu_seqlens` (full-attention blocks: per image; windowed: per window);
+- `get_image_features` splits the merger's output per image with the real sizes;
+- `get_placeholder_mask` and `get_rope_index` (the 3-D positions) from the real token ids.
+Nothing the step allocates is changed: every tensor it makes is made by transformers' code.
+The batch (`pixel_values` above all, float32) stays referenced through the whole step and the
+optimizer's, as the HF Trainer's loop holds `inputs` until the next batch replaces it
+(trace.py's text-only steps drop theirs after the forward; their ids are a few KiB).
+
+The prompt is what Qwen2.5-VL's chat template and processor make: per image `<|vision_start|>`,
+the image's `<|image_pad|>` tokens, `<|vision_end|>`, then text; `seq` counts every token but
+the image pads (vramplan's `--seq`: the image's tokens come on top, its two markers are text). Images are resized by the
+processor's `smart_resize` with the published preprocessor_config.json bounds (min_pixels 3136,
+max_pixels 12845056).
+
+Usage: scripts/reference/.venv5/bin/python scripts/reference/trace_vlm.py [--print]
+"""
+
+import argparse
+import json
+import math
+import sys
+import time
+import traceback
+
+import common
+import torch
+import trace as tracer
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as qwen
+
+MIN_PIXELS, MAX_PIXELS = 3136, 12845056
+
+CONFIGS = [
+    {"model": "qwen2.5-vl-7b-instruct", "mode": "train", "finetune": "lora", "ckpt": False, "batch": 1,
+     "seq": 256, "images": {"per_sample": 2, "width": 448, "height": 448}},
+    {"model": "qwen2.5-vl-7b-instruct", "mode": "train", "finetune": "lora", "ckpt": True, "batch": 2,
+     "seq": 256, "images": {"per_sample": 1, "width": 1024, "height": 768}},
+    {"model": "qwen2.5-vl-7b-instruct", "mode": "train", "finetune": "full", "ckpt": False, "batch": 1,
+     "seq": 128, "images": {"per_sample": 1, "width": 896, "height": 896}},
+    {"model": "qwen2.5-vl-7b-instruct", "mode": "inference", "finetune": "none", "ckpt": False, "batch": 1,
+     "seq": 128, "images": {"per_sample": 2, "width": 1024, "height": 1024}},
+    {"model": "qwen2.5-vl-7b-instruct", "mode": "inference", "finetune": "none", "ckpt": False, "batch": 1,
+     "seq": 64, "images": {"per_sample": 4, "width": 1344, "height": 1344}},
+]
+for c in CONFIGS:
+    c.update({"dtype": "bf16"})
+    if c["finetune"] == "lora":
+        c.update({"lora_rank": 16, "lora_targets": ["q_proj", "v_proj"]})
+
+
+def smart_resize(height, width, factor, min_pixels, max_pixels):
+    """transformers' `smart_resize` (models/qwen2_vl/image_processing_qwen2_vl.py, 5.24), whose
+    module needs torchvision to import."""
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+class Prepared:
+    """The real index tensors of one configuration's batch."""
+
+    def __init__(self, config, hf_config):
+        v = hf_config.vision_config
+        images = config["images"]
+        factor = v.patch_size * v.spatial_merge_size
+        h, w = smart_resize(images["height"], images["width"], factor, MIN_PIXELS, MAX_PIXELS)
+        gh, gw = h // v.patch_size, w // v.patch_size
+        self.tokens_per_image = gh * gw // v.spatial_merge_size**2
+        count = config["batch"] * images["per_sample"]
+        self.grid = torch.tensor([[1, gh, gw]] * count)
+        self.patches = count * gh * gw
+        self.channels = v.in_channels * v.temporal_patch_size * v.patch_size**2
+        row = []
+        for _ in range(images["per_sample"]):
+            row += [hf_config.vision_start_token_id] + [hf_config.image_token_id] * self.tokens_per_image
+            row += [hf_config.vision_end_token_id]
+        row += [100] * (config["seq"] - 2 * images["per_sample"])
+        self.ids = torch.tensor([row] * config["batch"])
+        self.image_mask = self.ids == hf_config.image_token_id
+        self.mm_types = self.image_mask.int()
+        self.vision_position_ids = qwen.get_vision_position_ids(self.grid, v.spatial_merge_size)
+        self.cu_seqlens, self.max_seqlen = qwen.get_vision_attention_seqlens(self.grid, v)
+        self.window_index, self.cu_window_seqlens = qwen.get_vision_window_index(
+            self.grid, spatial_merge_size=v.spatial_merge_size, window_size=v.window_size,
+            patch_size=v.patch_size)
+        self.lengths = {}
+        for cu in (self.cu_seqlens, self.cu_window_seqlens):
+            self.lengths[len(cu)] = (cu[1:] - cu[:-1]).tolist()
+        self.split_sizes = (self.grid.prod(-1) // v.spatial_merge_size**2).tolist()
+        model = qwen.Qwen2_5_VLModel.__new__(qwen.Qwen2_5_VLModel)
+        torch.nn.Module.__init__(model)
+        model.config = hf_config
+        model.rope_deltas = None
+        self.position_ids, _ = qwen.Qwen2_5_VLModel.get_rope_index(model, self.ids, self.mm_types, self.grid)
+
+
+PREPARED = None
+
+
+def _attention_forward(self, hidden_states, cu_seqlens, position_embeddings=None, max_seqlen=None, **kwargs):
+    """`Qwen2_5_VLVisionAttention.forward` of transformers 5.24, its non-flash branch, with the
+    chunks' lengths read from the real `cu_seqlens` of the same length."""
+    seq_length = hidden_states.shape[0]
+    query_states, key_states, value_states = (
+        self.qkv(hidden_states).reshape(seq_length, 3, self.num_heads, -1).permute(1, 0, 2, 3).unbind(0)
+    )
+    cos, sin = position_embeddings
+    query_states, key_states = qwen.apply_rotary_pos_emb_vision(query_states, key_states, cos, sin)
+    query_states = query_states.transpose(0, 1).unsqueeze(0)
+    key_states = key_states.transpose(0, 1).unsqueeze(0)
+    value_states = value_states.transpose(0, 1).unsqueeze(0)
+    attention_interface = qwen.ALL_ATTENTION_FUNCTIONS.get_interface(
+        self.config._attn_implementation, qwen.eager_attention_forward)
+    lengths = PREPARED.lengths[cu_seqlens.shape[0]]
+    splits = [torch.split(t, lengths, dim=2) for t in (query_states, key_states, value_states)]
+    attn_outputs = [
+        attention_interface(self, q, k, v, attention_mask=None, scaling=self.scaling,
+                            dropout=0.0 if not self.training else self.attention_dropout, is_causal=False,
+                            **kwargs)[0]
+        for q, k, v in zip(*splits)
+    ]
+    attn_output = torch.cat(attn_outputs, dim=1)
+    attn_output = attn_output.reshape(seq_length, -1).contiguous()
+    return self.proj(attn_output)
+
+
+def _image_features(self, pixel_values, image_grid_thw=None, **kwargs):
+    pixel_values = pixel_values.type(self.visual.dtype)
+    vision_outputs = self.visual(pixel_values, grid_thw=image_grid_thw, **kwargs)
+    vision_outputs.pooler_output = torch.split(vision_outputs.pooler_output, PREPARED.split_sizes)
+    return vision_outputs
+
+
+def _placeholder_mask(self, input_ids, inputs_embeds, image_features=None, video_features=None):
+    mask = PREPARED.image_mask.to(inputs_embeds.device).unsqueeze(-1).expand_as(inputs_embeds)
+    return mask, torch.zeros_like(mask)
+
+
+def _with_real(value):
+    def patched(*args, **kwargs):
+        return value()
+    return patched
+
+
+def _install():
+    qwen.get_vision_position_ids = _with_real(lambda: PREPARED.vision_position_ids)
+    qwen.get_vision_attention_seqlens = _with_real(lambda: (PREPARED.cu_seqlens, PREPARED.max_seqlen))
+    qwen.get_vision_window_index = _with_real(lambda: (PREPARED.window_index, PREPARED.cu_window_seqlens))
+    qwen.Qwen2_5_VLVisionAttention.forward = _attention_forward
+    qwen.Qwen2_5_VLModel.get_image_features = _image_features
+    qwen.Qwen2_5_VLModel.get_placeholder_mask = _placeholder_mask
+
+
+HELD = []
+
+
+def _inputs(config, vocab, device):
+    HELD.clear()
+    ids = torch.randint(0, vocab, PREPARED.ids.shape, device=device)
+    out = {"input_ids": ids, "pixel_values": torch.randn(PREPARED.patches, PREPARED.channels, device=device),
+           "image_grid_thw": PREPARED.grid.to(device), "position_ids": PREPARED.position_ids.to(device)}
+    if config["mode"] == "train":
+        out["labels"] = ids
+    HELD.append(out)
+    return out
+
+
+def main():
+    global PREPARED
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--print", action="store_true", help="print records, write nothing")
+    args = parser.parse_args()
+    prepared = {}
+    for config in CONFIGS:
+        raw = common.load_raw_config(config["model"])
+        hf_config, _ = common.make_config(raw)
+        with unset_fake_temporarily():
+            prepared[json.dumps(config, sort_keys=True)] = Prepared(config, hf_config)
+    # The real functions were needed for the preparation; the step gets their results.
+    _install()
+    tracer._inputs = _inputs
+    records = []
+    for config in CONFIGS:
+        PREPARED = prepared[json.dumps(config, sort_keys=True)]
+        start = time.time()
+        try:
+            record = {**config, **tracer.trace(config)}
+        except Exception as e:  # noqa: BLE001
+            traceback.print_exc(limit=4)
+            record = {**config, "error": common.err_str(e)}
+        record["image_tokens"] = PREPARED.tokens_per_image
+        record["seconds"] = round(time.time() - start, 1)
+        print(json.dumps(record), file=sys.stderr, flush=True)
+        records.append(record)
+    if args.print:
+        return
+    out = common.FIXTURES / "trace" / f"vlm-{common.TAG}.json"
+    common.write_json(out, {"versions": common.versions(), "records": records}, compact_lists=["records"])
+    print(f"wrote {out} ({len(records)} records)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
