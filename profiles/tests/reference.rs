@@ -59,6 +59,15 @@ enum Differs {
 
 const DEVIATIONS: &[Deviation] = &[
     Deviation {
+        naming: Naming::V4,
+        class: "Gemma3Text*",
+        what: Differs::NoSplitClassesAbsent {
+            classes: &["SiglipEncoderLayer", "SiglipMultiheadAttentionPoolingHead", "SiglipVisionEmbeddings"],
+        },
+        reason: "as for Gemma3ForCausalLM: 4.57's `Gemma3PreTrainedModel._no_split_modules` names the SigLIP \
+                 vision tower's classes for the text-only classes too, which hold no SigLIP module",
+    },
+    Deviation {
         naming: Naming::V5,
         class: "XLNetFor*",
         what: Differs::BlocksWithoutNoSplit { classes: &["XLNetLayer"] },

@@ -25,6 +25,8 @@ FAMILIES = [
     ("Qwen3Moe", "qwen3_moe", "qwen3-30b-a3b"), ("Gemma", "gemma", "gemma-2b"),
     ("Gemma2", "gemma2", "gemma-2-2b"), ("Phi3", "phi3", "phi-3-mini"),
     ("GptOss", "gpt_oss", "gpt-oss-20b"), ("Olmoe", "olmoe", "olmoe-1b-7b"),
+    ("Gemma3Text", "gemma3", "gemma-3-1b-it"), ("Granite", "granite", "granite-3.3-8b-instruct"),
+    ("SmolLM3", "smollm3", "smollm3-3b"),
     ("DeepseekV2", "deepseek_v2", "deepseek-v2-lite"), ("DeepseekV3", "deepseek_v3", "deepseek-v3"),
     ("Phi", "phi", "phi-2"), ("GPT2", "gpt2", "gpt2"), ("GPTBigCode", "gpt_bigcode", "starcoder"),
     ("GPTNeoX", "gpt_neox", "pythia-410m"), ("Falcon", "falcon", "falcon-7b"),

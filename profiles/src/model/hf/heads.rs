@@ -180,6 +180,19 @@ const FAMILIES: &[Family] = &[
     Family { name: "GptOss", built_from: "GptOssForCausalLM", projected: false, tasks: &GENERIC_NO_SPAN },
     Family { name: "Olmoe", built_from: "OlmoeForCausalLM", projected: false, tasks: &[] },
     Family {
+        name: "Gemma3Text",
+        built_from: "Gemma3ForCausalLM",
+        projected: false,
+        tasks: &[sequence("model", SCORE)],
+    },
+    Family { name: "Granite", built_from: "GraniteForCausalLM", projected: false, tasks: &[] },
+    Family {
+        name: "SmolLM3",
+        built_from: "SmolLM3ForCausalLM",
+        projected: false,
+        tasks: &LLAMA_QA_AT_TRANSFORMER,
+    },
+    Family {
         name: "DeepseekV2",
         built_from: "DeepseekV2ForCausalLM",
         projected: false,
