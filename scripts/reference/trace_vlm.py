@@ -38,7 +38,9 @@ import common
 import torch
 import trace as tracer
 from torch._subclasses.fake_tensor import unset_fake_temporarily
+from transformers.models.gemma3 import modeling_gemma3 as gemma3
 from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as qwen
+from transformers.models.siglip import modeling_siglip as siglip
 
 MIN_PIXELS, MAX_PIXELS = 3136, 12845056
 
@@ -53,6 +55,17 @@ CONFIGS = [
      "seq": 128, "images": {"per_sample": 2, "width": 1024, "height": 1024}},
     {"model": "qwen2.5-vl-7b-instruct", "mode": "inference", "finetune": "none", "ckpt": False, "batch": 1,
      "seq": 64, "images": {"per_sample": 4, "width": 1344, "height": 1344}},
+]
+# Gemma 3 4B: every image is resized to 896 × 896 whatever its size, and gives 256 tokens.
+CONFIGS += [
+    {"model": "gemma-3-4b-it", "mode": "train", "finetune": "lora", "ckpt": False, "batch": 1,
+     "seq": 256, "images": {"per_sample": 2, "width": 896, "height": 896}},
+    {"model": "gemma-3-4b-it", "mode": "train", "finetune": "lora", "ckpt": True, "batch": 2,
+     "seq": 512, "images": {"per_sample": 1, "width": 1024, "height": 768}},
+    {"model": "gemma-3-4b-it", "mode": "inference", "finetune": "none", "ckpt": False, "batch": 1,
+     "seq": 128, "images": {"per_sample": 2, "width": 896, "height": 896}},
+    {"model": "gemma-3-4b-it", "mode": "inference", "finetune": "none", "ckpt": False, "batch": 2,
+     "seq": 64, "images": {"per_sample": 4, "width": 640, "height": 480}},
 ]
 for c in CONFIGS:
     c.update({"dtype": "bf16"})
@@ -114,6 +127,34 @@ class Prepared:
         self.position_ids, _ = qwen.Qwen2_5_VLModel.get_rope_index(model, self.ids, self.mm_types, self.grid)
 
 
+class GemmaPrepared:
+    """Gemma 3's batch: each image resized to the processor's fixed size (`Gemma3ImageProcessor`,
+    `size` 896 × 896, pan-and-scan off as published), `mm_tokens_per_image` tokens an image; the
+    prompt per image is `<start_of_image>`, the image's tokens, `<end_of_image>` (what
+    `Gemma3Processor` writes, the newlines around them being text), and `token_type_ids` 1 on
+    the image tokens, as the processor returns them (the model's bidirectional image mask)."""
+
+    def __init__(self, config, hf_config):
+        v = hf_config.vision_config
+        images = config["images"]
+        self.tokens_per_image = hf_config.mm_tokens_per_image
+        count = config["batch"] * images["per_sample"]
+        self.pixel_shape = (count, v.num_channels, v.image_size, v.image_size)
+        image_id = hf_config.image_token_id
+        row = []
+        for _ in range(images["per_sample"]):
+            row += [hf_config.boi_token_index] + [image_id] * self.tokens_per_image + [hf_config.eoi_token_index]
+        row += [100] * (config["seq"] - 2 * images["per_sample"])
+        self.ids = torch.tensor([row] * config["batch"])
+        self.image_mask = self.ids == image_id
+        self.token_type_ids = self.image_mask.long()
+
+
+def _gemma_placeholder_mask(self, input_ids, inputs_embeds, image_features):
+    """`Gemma3Model.get_placeholder_mask` with the real mask (it counts the image tokens)."""
+    return PREPARED.image_mask.to(inputs_embeds.device).unsqueeze(-1)
+
+
 PREPARED = None
 
 
@@ -169,6 +210,10 @@ def _install():
     qwen.Qwen2_5_VLVisionAttention.forward = _attention_forward
     qwen.Qwen2_5_VLModel.get_image_features = _image_features
     qwen.Qwen2_5_VLModel.get_placeholder_mask = _placeholder_mask
+    gemma3.Gemma3Model.get_placeholder_mask = _gemma_placeholder_mask
+    # SigLIP's weight initialisation (`variance_scaling_`) reads a scalar, which a fake tensor
+    # has not; the values do not matter, and initialising in place allocates nothing.
+    siglip.SiglipPreTrainedModel._init_weights = lambda self, module: None
 
 
 HELD = []
@@ -176,6 +221,14 @@ HELD = []
 
 def _inputs(config, vocab, device):
     HELD.clear()
+    if isinstance(PREPARED, GemmaPrepared):
+        ids = torch.randint(0, vocab, PREPARED.ids.shape, device=device)
+        out = {"input_ids": ids, "pixel_values": torch.randn(*PREPARED.pixel_shape, device=device),
+               "token_type_ids": PREPARED.token_type_ids.to(device)}
+        if config["mode"] == "train":
+            out["labels"] = ids
+        HELD.append(out)
+        return out
     ids = torch.randint(0, vocab, PREPARED.ids.shape, device=device)
     out = {"input_ids": ids, "pixel_values": torch.randn(PREPARED.patches, PREPARED.channels, device=device),
            "image_grid_thw": PREPARED.grid.to(device), "position_ids": PREPARED.position_ids.to(device)}
@@ -189,18 +242,25 @@ def main():
     global PREPARED
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--print", action="store_true", help="print records, write nothing")
+    parser.add_argument("--only", help="trace only this model's configurations; the others' records are kept")
     args = parser.parse_args()
+    configs = [c for c in CONFIGS if not args.only or c["model"] == args.only]
+    out = common.FIXTURES / "trace" / f"vlm-{common.TAG}.json"
+    kept = []
+    if args.only and out.exists():
+        kept = [r for r in json.loads(out.read_text())["records"] if r["model"] != args.only]
     prepared = {}
-    for config in CONFIGS:
+    for config in configs:
         raw = common.load_raw_config(config["model"])
         hf_config, _ = common.make_config(raw)
         with unset_fake_temporarily():
-            prepared[json.dumps(config, sort_keys=True)] = Prepared(config, hf_config)
+            family = GemmaPrepared if config["model"].startswith("gemma-3") else Prepared
+            prepared[json.dumps(config, sort_keys=True)] = family(config, hf_config)
     # The real functions were needed for the preparation; the step gets their results.
     _install()
     tracer._inputs = _inputs
     records = []
-    for config in CONFIGS:
+    for config in configs:
         PREPARED = prepared[json.dumps(config, sort_keys=True)]
         start = time.time()
         try:
@@ -214,7 +274,12 @@ def main():
         records.append(record)
     if args.print:
         return
-    out = common.FIXTURES / "trace" / f"vlm-{common.TAG}.json"
+    # Records in the order of CONFIGS, those not traced now kept from the file.
+    order = [json.dumps(c, sort_keys=True) for c in CONFIGS]
+    def key(record):
+        return json.dumps({k: record[k] for k in CONFIGS[0].keys() | {"lora_rank", "lora_targets"} if k in record},
+                          sort_keys=True)
+    records = sorted(kept + records, key=lambda r: order.index(key(r)) if key(r) in order else len(order))
     common.write_json(out, {"versions": common.versions(), "records": records}, compact_lists=["records"])
     print(f"wrote {out} ({len(records)} records)", file=sys.stderr)
 
