@@ -243,13 +243,27 @@ pub(crate) struct Simulated {
 pub(crate) fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<i32, InputError> {
     let Simulated { loaded, estimate, .. } = simulate(&args.inputs, &args.map)?;
     let text = if args.json {
-        crate::json_text(&estimate)
+        json_labelled(&estimate, &loaded.model)
     } else {
-        data_parallel_heading(&loaded.workload, &loaded.hardware)
+        model::generic::line(&loaded.model)
+            + &data_parallel_heading(&loaded.workload, &loaded.hardware)
             + &vramplan_reports::estimate_table(&estimate)
     };
     crate::print(out, &text)?;
     Ok(if estimate.fits { 0 } else { crate::EXIT_NEGATIVE })
+}
+
+/// `value` as JSON; for a generic model (`model::generic`), an object with its label as the
+/// `generic` field.
+fn json_labelled<T: serde::Serialize>(value: &T, model: &model::ModelDescription) -> String {
+    let Some(label) = model::generic::of(model) else { return crate::json_text(value) };
+    match (serde_json::to_value(value), serde_json::to_value(label)) {
+        (Ok(serde_json::Value::Object(mut object)), Ok(label)) => {
+            object.insert("generic".into(), label);
+            crate::json_text(&object)
+        }
+        _ => crate::json_text(value),
+    }
 }
 
 /// Reads the inputs, places the model as `map` says and simulates the step.

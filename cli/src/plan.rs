@@ -148,6 +148,9 @@ struct PlanOutput<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     explanation: Option<&'a Explanation>,
     warnings: &'a [String],
+    /// A generic model's label (`model::generic`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    generic: Option<vramplan_profiles::model::generic::Generic>,
 }
 
 /// A plan, with what it was solved from, accelerate's map beside it and why nothing fits.
@@ -190,10 +193,11 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
             baseline: baseline.as_ref(),
             explanation: explanation.as_ref(),
             warnings: &warnings,
+            generic: vramplan_profiles::model::generic::of(&model),
         })
     } else {
-        let mut text =
-            vramplan_reports::plan_table(&result, baseline.as_ref(), explanation.as_ref(), &warnings);
+        let mut text = vramplan_profiles::model::generic::line(&model)
+            + &vramplan_reports::plan_table(&result, baseline.as_ref(), explanation.as_ref(), &warnings);
         if let Some(file) = &written_map {
             text += &vramplan_reports::accelerate_loading(file, &model, &result.device_map, &workload);
         }

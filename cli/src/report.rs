@@ -133,7 +133,8 @@ pub(crate) fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<i32, InputEr
     sections.push(Section {
         heading: "Memory at the peak".into(),
         lead: format!(
-            "Each GPU's bytes by component at its peak{placed}, against what PyTorch may use (`vramplan estimate`){}.",
+            "{}Each GPU's bytes by component at its peak{placed}, against what PyTorch may use (`vramplan estimate`){}.",
+            vramplan_profiles::model::generic::line(&loaded.model).replace('\n', " "),
             if given.is_some() { ", and what `vramplan check` finds in the map" } else { "" }
         ),
         table: crate::estimate::data_parallel_heading(&loaded.workload, &loaded.hardware) + &memory,
