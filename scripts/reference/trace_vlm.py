@@ -1,6 +1,10 @@
-"""The reference tracer (trace.py) for vision-language models: Qwen2.5-VL's training step and
-prefill with images, under PyTorch's FakeTensorMode, recorded as trace.py records them (its
-`trace()`), with an `images` key per record, in fixtures/reference/trace/vlm-v5.json.
+"""The reference tracer (trace.py) for vision-language models: Qwen2.5-VL's, Gemma 3's and
+Qwen3-VL's training steps and prefills with images, under PyTorch's FakeTensorMode, recorded as
+trace.py records them (its `trace()`), with an `images` key per record, in
+fixtures/reference/trace/vlm-v5.json. What each family needs besides the Qwen2.5-VL notes below
+is with its `…Prepared` class (Gemma 3: the fixed-size processor, `token_type_ids`, the
+placeholder mask; Qwen3-VL: `vision_utils`' index tensors, the DeepStack positions); SigLIP's
+weight initialisation is skipped (it reads a scalar; initialising in place allocates nothing).
 
 FakeTensorMode has no values, and the model reads a few of its index tensors' values (the image
 grids, the windows' and images' cumulative lengths, the placeholder mask, the 3-D rotary
@@ -24,7 +28,7 @@ the image pads (vramplan's `--seq`: the image's tokens come on top, its two mark
 processor's `smart_resize` with the published preprocessor_config.json bounds (min_pixels 3136,
 max_pixels 12845056).
 
-Usage: scripts/reference/.venv5/bin/python scripts/reference/trace_vlm.py [--print]
+Usage: scripts/reference/.venv5/bin/python scripts/reference/trace_vlm.py [--print] [--only MODEL]
 """
 
 import argparse
@@ -40,9 +44,12 @@ import trace as tracer
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from transformers.models.gemma3 import modeling_gemma3 as gemma3
 from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as qwen
+from transformers.models.qwen3_vl import modeling_qwen3_vl as qwen3
 from transformers.models.siglip import modeling_siglip as siglip
 
 MIN_PIXELS, MAX_PIXELS = 3136, 12845056
+# Qwen3-VL-8B-Instruct's preprocessor_config.json (`size.shortest_edge`, `size.longest_edge`).
+QWEN3_MIN_PIXELS, QWEN3_MAX_PIXELS = 65536, 16777216
 
 CONFIGS = [
     {"model": "qwen2.5-vl-7b-instruct", "mode": "train", "finetune": "lora", "ckpt": False, "batch": 1,
@@ -66,6 +73,17 @@ CONFIGS += [
      "seq": 128, "images": {"per_sample": 2, "width": 896, "height": 896}},
     {"model": "gemma-3-4b-it", "mode": "inference", "finetune": "none", "ckpt": False, "batch": 2,
      "seq": 64, "images": {"per_sample": 4, "width": 640, "height": 480}},
+]
+# Qwen3-VL 8B: 16-pixel patches, smart_resize into the published [65536, 16777216] pixels.
+CONFIGS += [
+    {"model": "qwen3-vl-8b-instruct", "mode": "train", "finetune": "lora", "ckpt": False, "batch": 1,
+     "seq": 256, "images": {"per_sample": 2, "width": 640, "height": 480}},
+    {"model": "qwen3-vl-8b-instruct", "mode": "train", "finetune": "lora", "ckpt": True, "batch": 2,
+     "seq": 256, "images": {"per_sample": 1, "width": 1024, "height": 768}},
+    {"model": "qwen3-vl-8b-instruct", "mode": "inference", "finetune": "none", "ckpt": False, "batch": 1,
+     "seq": 128, "images": {"per_sample": 2, "width": 1024, "height": 1024}},
+    {"model": "qwen3-vl-8b-instruct", "mode": "inference", "finetune": "none", "ckpt": False, "batch": 1,
+     "seq": 64, "images": {"per_sample": 1, "width": 1920, "height": 1080}},
 ]
 for c in CONFIGS:
     c.update({"dtype": "bf16"})
@@ -155,6 +173,107 @@ def _gemma_placeholder_mask(self, input_ids, inputs_embeds, image_features):
     return PREPARED.image_mask.to(inputs_embeds.device).unsqueeze(-1)
 
 
+class Qwen3Prepared:
+    """Qwen3-VL's batch, as Qwen2.5-VL's (`<|vision_start|>`, the image's `<|image_pad|>` tokens,
+    `<|vision_end|>`), its grids from `smart_resize` with 16-pixel patches and the published
+    bounds, and the real index tensors of transformers 5.24's `vision_utils` (the position
+    embeddings' bilinear gather, the rotary positions, the images' cumulative lengths), the 3-D
+    rotary positions (`get_rope_index`) and the image tokens' positions (DeepStack adds its
+    features there)."""
+
+    def __init__(self, config, hf_config):
+        from transformers import vision_utils
+        v = hf_config.vision_config
+        images = config["images"]
+        factor = v.patch_size * v.spatial_merge_size
+        h, w = smart_resize(images["height"], images["width"], factor, QWEN3_MIN_PIXELS, QWEN3_MAX_PIXELS)
+        gh, gw = h // v.patch_size, w // v.patch_size
+        self.tokens_per_image = gh * gw // v.spatial_merge_size**2
+        count = config["batch"] * images["per_sample"]
+        self.grid = torch.tensor([[1, gh, gw]] * count)
+        self.patches = count * gh * gw
+        self.channels = v.in_channels * v.temporal_patch_size * v.patch_size**2
+        row = []
+        for _ in range(images["per_sample"]):
+            row += [hf_config.vision_start_token_id] + [hf_config.image_token_id] * self.tokens_per_image
+            row += [hf_config.vision_end_token_id]
+        row += [100] * (config["seq"] - 2 * images["per_sample"])
+        self.ids = torch.tensor([row] * config["batch"])
+        self.image_mask = self.ids == hf_config.image_token_id
+        self.video_mask = torch.zeros_like(self.image_mask)
+        self.visual_index = self.image_mask.nonzero(as_tuple=True)
+        self.mm_types = self.image_mask.int()
+        side = int(v.num_position_embeddings**0.5)
+        self.interp = vision_utils.get_vision_interpolation_indices_and_weights(
+            self.grid, num_grid_per_side=side, mode="bilinear", align_corners=True,
+            spatial_merge_size=v.spatial_merge_size)
+        self.vision_position_ids = vision_utils.get_vision_position_ids(self.grid, v.spatial_merge_size)
+        self.cu_seqlens, self.max_seqlen = vision_utils.get_vision_attention_seqlens(self.grid, v)
+        self.lengths = {len(self.cu_seqlens): (self.cu_seqlens[1:] - self.cu_seqlens[:-1]).tolist()}
+        self.split_sizes = (self.grid.prod(-1) // v.spatial_merge_size**2).tolist()
+        model = qwen3.Qwen3VLModel.__new__(qwen3.Qwen3VLModel)
+        torch.nn.Module.__init__(model)
+        model.config = hf_config
+        model.rope_deltas = None
+        self.position_ids, _ = qwen3.Qwen3VLModel.get_rope_index(model, self.ids, self.mm_types, self.grid)
+
+
+def _qwen3_attention_forward(self, hidden_states, cu_seqlens, position_embeddings=None, max_seqlen=None,
+                             **kwargs):
+    """`Qwen3VLVisionAttention.forward` of transformers 5.24, its non-flash branch, with the
+    chunks' lengths read from the real `cu_seqlens` of the same length."""
+    seq_length = hidden_states.shape[0]
+    query_states, key_states, value_states = (
+        self.qkv(hidden_states).reshape(seq_length, 3, self.num_heads, -1).permute(1, 0, 2, 3).unbind(0)
+    )
+    cos, sin = position_embeddings
+    query_states, key_states = qwen3.apply_rotary_pos_emb_vision(query_states, key_states, cos, sin)
+    query_states = query_states.transpose(0, 1).unsqueeze(0)
+    key_states = key_states.transpose(0, 1).unsqueeze(0)
+    value_states = value_states.transpose(0, 1).unsqueeze(0)
+    attention_interface = qwen3.ALL_ATTENTION_FUNCTIONS.get_interface(
+        self.config._attn_implementation, qwen3.eager_attention_forward)
+    lengths = PREPARED.lengths[cu_seqlens.shape[0]]
+    splits = [torch.split(t, lengths, dim=2) for t in (query_states, key_states, value_states)]
+    attn_outputs = [
+        attention_interface(self, q, k, v, attention_mask=None, scaling=self.scaling,
+                            dropout=0.0 if not self.training else self.attention_dropout, is_causal=False,
+                            **kwargs)[0]
+        for q, k, v in zip(*splits)
+    ]
+    attn_output = torch.cat(attn_outputs, dim=1)
+    attn_output = attn_output.reshape(seq_length, -1).contiguous()
+    return self.proj(attn_output)
+
+
+def _qwen3_image_features(self, pixel_values, image_grid_thw=None, **kwargs):
+    """`Qwen3VLModel.get_image_features` with the real split sizes."""
+    pixel_values = pixel_values.type(self.visual.dtype)
+    vision_output = self.visual(pixel_values, grid_thw=image_grid_thw, **{"return_dict": True, **kwargs})
+    vision_output.pooler_output = torch.split(vision_output.pooler_output, PREPARED.split_sizes)
+    vision_output.deepstack_features = [
+        torch.split(feat, PREPARED.split_sizes) for feat in vision_output.deepstack_features
+    ]
+    return vision_output
+
+
+def _qwen3_placeholder_mask(self, input_ids, inputs_embeds, image_features=None, video_features=None):
+    image = PREPARED.image_mask.to(inputs_embeds.device).unsqueeze(-1).expand_as(inputs_embeds)
+    video = PREPARED.video_mask.to(inputs_embeds.device).unsqueeze(-1).expand_as(inputs_embeds)
+    return image, video
+
+
+def _qwen3_deepstack_process(self, hidden_states, visual_pos_masks, visual_embeds):
+    """`Qwen3VLTextModel._deepstack_process`, the boolean mask's positions (what indexing by it
+    computes first) taken from the real mask."""
+    index = tuple(i.to(hidden_states.device) for i in PREPARED.visual_index)
+    visual_embeds = visual_embeds.to(hidden_states.device, hidden_states.dtype)
+    hidden_states = hidden_states.clone()
+    local_this = hidden_states[index + (slice(None),)] + visual_embeds
+    hidden_states[index + (slice(None),)] = local_this
+    return hidden_states
+
+
 PREPARED = None
 
 
@@ -211,6 +330,13 @@ def _install():
     qwen.Qwen2_5_VLModel.get_image_features = _image_features
     qwen.Qwen2_5_VLModel.get_placeholder_mask = _placeholder_mask
     gemma3.Gemma3Model.get_placeholder_mask = _gemma_placeholder_mask
+    qwen3.get_vision_interpolation_indices_and_weights = _with_real(lambda: PREPARED.interp)
+    qwen3.get_vision_position_ids = _with_real(lambda: PREPARED.vision_position_ids)
+    qwen3.get_vision_attention_seqlens = _with_real(lambda: (PREPARED.cu_seqlens, PREPARED.max_seqlen))
+    qwen3.Qwen3VLVisionAttention.forward = _qwen3_attention_forward
+    qwen3.Qwen3VLModel.get_image_features = _qwen3_image_features
+    qwen3.Qwen3VLModel.get_placeholder_mask = _qwen3_placeholder_mask
+    qwen3.Qwen3VLTextModel._deepstack_process = _qwen3_deepstack_process
     # SigLIP's weight initialisation (`variance_scaling_`) reads a scalar, which a fake tensor
     # has not; the values do not matter, and initialising in place allocates nothing.
     siglip.SiglipPreTrainedModel._init_weights = lambda self, module: None
@@ -254,7 +380,8 @@ def main():
         raw = common.load_raw_config(config["model"])
         hf_config, _ = common.make_config(raw)
         with unset_fake_temporarily():
-            family = GemmaPrepared if config["model"].startswith("gemma-3") else Prepared
+            family = next((f for prefix, f in (("gemma-3", GemmaPrepared), ("qwen3-vl", Qwen3Prepared))
+                           if config["model"].startswith(prefix)), Prepared)
             prepared[json.dumps(config, sort_keys=True)] = family(config, hf_config)
     # The real functions were needed for the preparation; the step gets their results.
     _install()

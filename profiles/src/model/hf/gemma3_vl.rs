@@ -13,14 +13,13 @@
 //! embeddings, text embeddings and pooling head besides the two layer classes.
 
 use super::HfConfig;
-use super::heads::{moved_path, reroot};
+use super::nested_text::{self, NestedText, sub_config};
 use crate::DType;
 use crate::InputError;
 use crate::model::vision::{ImageProcessor, VisionFacts};
 use crate::model::{
     Builder, ImportOptions, LayerFacts, ModelDescription, Module, ModuleKind, Naming, StackKind, Tensor,
 };
-use serde_json::Value;
 
 /// `Gemma3Config.mm_tokens_per_image` when the config does not give it.
 const DEFAULT_TOKENS_PER_IMAGE: u64 = 256;
@@ -61,16 +60,6 @@ const NO_SPLIT: &[&str] = &[
     "SiglipVisionEmbeddings",
 ];
 
-/// The nested config at `key`, named after its parent in errors.
-fn sub_config(config: &HfConfig, key: &str) -> Result<HfConfig, InputError> {
-    let object = config.object().get(key).and_then(Value::as_object).cloned().ok_or_else(|| {
-        InputError::new(config.origin(), format!("a Gemma 3 vision-language config without `{key}`"))
-            .at_key(key)
-            .with_fix("give the model's published config.json, which nests `text_config` and `vision_config`")
-    })?;
-    Ok(HfConfig::from_object(object, &format!("{} ({key})", config.origin())))
-}
-
 pub(crate) fn build(
     config: &HfConfig,
     arch: &str,
@@ -82,38 +71,9 @@ pub(crate) fn build(
     let tie = config.bool_or(&["tie_word_embeddings"], true)?;
 
     // The language model: Gemma3ForCausalLM from `text_config`, in the top level's dtype.
-    let mut object = text.object().clone();
-    object.insert("architectures".into(), Value::from(vec!["Gemma3ForCausalLM"]));
-    object.insert("tie_word_embeddings".into(), Value::from(tie));
-    for (key, value) in TEXT_DEFAULTS {
-        object.entry(*key).or_insert_with(|| Value::from(*value));
-    }
-    for key in ["torch_dtype", "dtype"] {
-        if let Some(value) = config.object().get(key) {
-            object.entry(key).or_insert_with(|| value.clone());
-        }
-    }
-    let mut model =
-        super::llama::build(&HfConfig::from_object(object, text.origin()), "Gemma3ForCausalLM", options)?;
-    let lm = "model.language_model";
-    let mut text_root = std::mem::replace(&mut model.root, Module::new("", arch, ModuleKind::Container));
-    reroot(&mut text_root, "model", lm);
-    for layer in &mut model.facts.layers {
-        layer.path = moved_path(&layer.path, "model", lm);
-    }
-    let mut language_model = None;
-    let mut lm_head = None;
-    for mut child in text_root.children {
-        if child.path == lm {
-            child.class = "Gemma3TextModel".into();
-            language_model = Some(child);
-        } else if child.path == "lm_head" {
-            lm_head = Some(child);
-        }
-    }
-    let (Some(language_model), Some(lm_head)) = (language_model, lm_head) else {
-        return Err(InputError::new(config.origin(), "the Gemma 3 decoder has no `model` or `lm_head`"));
-    };
+    let classes = [("Gemma3Model", "Gemma3TextModel")];
+    let text = nested_text::build(config, &text, "Gemma3ForCausalLM", TEXT_DEFAULTS, tie, &classes, options)?;
+    let NestedText { mut model, language_model, lm_head } = text;
 
     // The SigLIP tower.
     let read = |key: &str| vision.positive_or(&[key], default_of(VISION_DEFAULTS, key));
@@ -211,7 +171,6 @@ pub(crate) fn build(
                 .with_child(language_model),
         )
         .with_child(lm_head);
-    model.name = config.origin().to_string();
     model.architecture = arch.to_string();
     model.facts.model_type = config.string_opt(&["model_type"])?.unwrap_or_else(|| "gemma3".into());
     model.facts.no_split_classes = NO_SPLIT.iter().map(|c| c.to_string()).collect();
@@ -243,6 +202,8 @@ pub(crate) fn build(
         patch_values: channels * patch * patch,
         window_pixels: None,
         full_attention_blocks: Vec::new(),
+        deepstack_blocks: Vec::new(),
+        hooked_input_embeddings: true,
         min_pixels: image_size * image_size,
         max_pixels: image_size * image_size,
     });
