@@ -319,3 +319,38 @@ fn real_layouts_without_an_importer_build_as_transformers_builds_them() {
     assert!(model.facts.gated_mlp, "GLM-4's fused gate_up_proj is a gated MLP");
     assert_eq!(model.facts.intermediate_size, 160);
 }
+
+/// A GPTQ checkpoint (`qweight` int32 words of eight 4-bit values `[in / 8, out]`, `qzeros`,
+/// `scales`, `g_idx`) under an unknown class: the packed projections have no float matrix to
+/// measure, so config.json's heads and widths stand and the notes say so; the bytes are the
+/// headers'.
+#[test]
+fn a_quantized_checkpoint_builds_with_its_widths_unchecked() {
+    let mut tensors = Vec::new();
+    for (name, dtype, shape) in llama_tensors(2) {
+        let Some(module) = name.strip_suffix(".weight").filter(|m| m.contains("_proj")) else {
+            tensors.push((name, dtype, shape));
+            continue;
+        };
+        let (out, input) = (shape[0], shape[1]);
+        tensors.extend([
+            (format!("{module}.qweight"), "I32", vec![input / 8, out]),
+            (format!("{module}.qzeros"), "I32", vec![input / 32, out / 8]),
+            (format!("{module}.scales"), "F16", vec![input / 32, out]),
+            (format!("{module}.g_idx"), "I32", vec![input]),
+        ]);
+    }
+    let stored = {
+        let dir = tempfile::tempdir().unwrap();
+        write_safetensors(&dir.path().join("x.safetensors"), &tensors)
+    };
+    let dir = folder(&llama_config("MyLlamaForCausalLM", 2), &tensors);
+    let model = load(dir.path()).unwrap();
+    assert!(generic::of(&model).is_some());
+    assert_eq!(model.bytes(), stored);
+    assert_eq!((model.facts.num_kv_heads, model.facts.intermediate_size), (2, 128));
+    assert!(model.facts.gated_mlp, "gate, up and down");
+    for said in ["stored quantized: their widths are not checked", "intermediate size 128 is not checked"] {
+        assert!(model.notes.iter().any(|n| n.contains(said)), "no note `{said}`: {:?}", model.notes);
+    }
+}

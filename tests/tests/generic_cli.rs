@@ -1,6 +1,6 @@
 //! A generic model (`model::generic`: a config.json whose class has no importer, over its
-//! safetensors checkpoint) through the command line: `inspect` notes it, and `estimate` and
-//! `plan` carry its label, a line in the text and a `generic` field in `--json`.
+//! safetensors checkpoint) through the command line: `inspect` notes it, `estimate` and `plan`
+//! carry its label (a line in the text, a `generic` field in `--json`) and so does `report`.
 
 use serde_json::json;
 use std::io::Write;
@@ -88,6 +88,12 @@ fn inspect_estimate_and_plan_say_the_model_is_generic() {
     assert!(plan.stdout.starts_with("generic model:"), "{}", plan.stdout);
     let json = vramplan(&["plan", &model, "--hardware", "h100-80gb", "--json"]).json();
     assert_eq!(json["generic"]["architecture"], "SomeNewModelForCausalLM");
+
+    let report = dir.path().join("report.md");
+    let out = vramplan(&["report", &model, "--hardware", "h100-80gb", "-o", report.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let text = std::fs::read_to_string(&report).unwrap();
+    assert!(text.contains("generic model: vramplan has no importer for `SomeNewModelForCausalLM`"), "{text}");
 
     // An importer's model carries no label.
     let json = vramplan(&["estimate", "gpt2", "--hardware", "h100-80gb", "--json"]).json();

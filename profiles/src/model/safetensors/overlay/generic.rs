@@ -76,7 +76,8 @@ pub(crate) fn build(
         |path: &str| blocks.iter().any(|b| path.strip_prefix(b.as_str()).is_some_and(|r| r.starts_with('.')));
     let output_head = layout::output_head(&root, &in_block);
     let (embedding, vocab) = r.embedding(&root, &in_block, output_head.as_deref(), hidden)?;
-    let (kv_heads, conv1d) = r.attention(&root, &blocks, hidden, heads, head_dim)?;
+    let mut notes = Vec::new();
+    let (kv_heads, conv1d) = r.attention(&root, &blocks, hidden, heads, head_dim, &mut notes)?;
     layout::uniform_blocks(&root, &blocks).map_err(|problem| {
         r.refuse(
             "architectures",
@@ -85,7 +86,6 @@ pub(crate) fn build(
         )
     })?;
     layout::mark_fused_experts(&mut root);
-    let mut notes = Vec::new();
     let mlp = r.mlp(&root, &blocks, hidden, &mut notes)?;
     let windows = attention_windows(&r, blocks.len() as u64, &mut notes)?;
     let layers: Vec<LayerFacts> = blocks
@@ -308,10 +308,11 @@ impl<'a> Reading<'a> {
         hidden: u64,
         heads: u64,
         head_dim: u64,
+        notes: &mut Vec<String>,
     ) -> Result<(u64, bool), InputError> {
         let kv_given = self.sizes.opt_positive(KV_HEADS)?;
         let mut kv_heads = None;
-        let mut transposed = false;
+        let (mut transposed, mut unchecked) = (false, false);
         for block in blocks {
             let module = root.find(block).expect("a block found in the tree");
             let found = layout::attention(module).ok_or_else(|| {
@@ -335,6 +336,7 @@ impl<'a> Reading<'a> {
                 self.refuse(&key, problem, MISMATCH)
             })?;
             transposed |= check.transposed;
+            unchecked |= check.unchecked;
             match kv_heads {
                 Some(k) if k != check.kv_heads => {
                     return Err(self.refuse(
@@ -348,6 +350,13 @@ impl<'a> Reading<'a> {
                 }
                 _ => kv_heads = Some(check.kv_heads),
             }
+        }
+        if unchecked {
+            notes.push(
+                "the attention projections are stored quantized: their widths are not checked against the \
+                 heads, whose counts are config.json's"
+                    .into(),
+            );
         }
         Ok((kv_heads.unwrap_or(heads), transposed))
     }
@@ -369,6 +378,13 @@ impl<'a> Reading<'a> {
             let widths = layout::mlp_widths(module, hidden);
             intermediate = match self.sizes.opt_positive(INTERMEDIATE)? {
                 Some(i) if widths.contains(&i) || widths.contains(&(2 * i)) => i,
+                Some(i) if widths.is_empty() => {
+                    notes.push(format!(
+                        "the MLP of `{first}` is stored quantized: config.json's intermediate size {i} is \
+                         not checked against it"
+                    ));
+                    i
+                }
                 Some(i) => {
                     return Err(self.refuse(
                         &self.key(INTERMEDIATE),
@@ -409,6 +425,18 @@ impl<'a> Reading<'a> {
 
     /// The MoE facts: `count` experts of `width` in the checkpoint, config.json's routing.
     fn moe(&self, count: u32, width: u64) -> Result<MoeFacts, InputError> {
+        // Quantized experts have no float matrix to measure; config.json's width stands.
+        let width = match (width, self.sizes.opt_positive(EXPERT_WIDTH)?) {
+            (0, Some(w)) => w,
+            (0, None) => {
+                return Err(self.refuse(
+                    &self.key(EXPERT_WIDTH),
+                    "its experts are stored quantized and config.json does not give their width".into(),
+                    "add `moe_intermediate_size` to config.json",
+                ));
+            }
+            (w, _) => w,
+        };
         if let Some(e) = self.sizes.opt_positive(EXPERTS)?
             && e != u64::from(count)
         {

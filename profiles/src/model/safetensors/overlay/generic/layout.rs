@@ -51,6 +51,8 @@ pub(super) struct AttentionCheck {
     pub kv_heads: u64,
     /// The weights are stored `[in, out]` (GPT-2's `Conv1D`).
     pub transposed: bool,
+    /// The projections are stored quantized: their widths were not checked.
+    pub unchecked: bool,
 }
 
 pub(super) fn attention(block: &Module) -> Option<Attention> {
@@ -84,6 +86,14 @@ impl Attention {
         d: u64,
         kv_given: Option<u64>,
     ) -> Result<AttentionCheck, (&'static str, String)> {
+        if self.projections.iter().any(|(_, shape)| *shape == (0, 0)) {
+            // Stored quantized (packed words, no float weight): nothing to read widths from.
+            return Ok(AttentionCheck {
+                kv_heads: kv_given.unwrap_or(heads),
+                transposed: false,
+                unchecked: true,
+            });
+        }
         // `[out, in]` (nn.Linear) or `[in, out]` (Conv1D): the side that is not the hidden size.
         let out = |(rows, columns): (u64, u64)| -> Option<(u64, bool)> {
             if columns == hidden {
@@ -127,7 +137,7 @@ impl Attention {
                     ),
                 ));
             }
-            return Ok(AttentionCheck { kv_heads: kv, transposed });
+            return Ok(AttentionCheck { kv_heads: kv, transposed, unchecked: false });
         }
         let (q_path, q_shape) = &self.projections[0];
         let (q_out, transposed) = out(*q_shape).ok_or_else(|| unreadable(q_path, *q_shape))?;
@@ -167,7 +177,7 @@ impl Attention {
             }
             kv_heads = Some(found);
         }
-        Ok(AttentionCheck { kv_heads: kv_heads.unwrap_or(heads), transposed })
+        Ok(AttentionCheck { kv_heads: kv_heads.unwrap_or(heads), transposed, unchecked: false })
     }
 }
 
@@ -291,7 +301,7 @@ pub(super) fn mlp_widths(block: &Module, hidden: u64) -> Vec<u64> {
 /// Whether a dense block's MLP (its matrices outside the attention) is gated.
 pub(super) fn mlp_gated(block: &Module, hidden: u64, intermediate: u64) -> bool {
     let attention = attention(block).map(|a| a.parents).unwrap_or_default();
-    let mut elements = 0;
+    let (mut elements, mut linears) = (0, 0);
     block.visit(&mut |m| {
         if attention.iter().any(|p| m.path == *p || m.path.starts_with(&format!("{p}."))) {
             return;
@@ -299,8 +309,10 @@ pub(super) fn mlp_gated(block: &Module, hidden: u64, intermediate: u64) -> bool 
         if let Some((r, c)) = matrix(m) {
             elements += r * c;
         }
+        linears += usize::from(m.kind == ModuleKind::Linear);
     });
-    gated_by_size(elements, hidden, intermediate)
+    // Quantized weights have no float matrix to measure: gate, up and down are three linears.
+    if elements == 0 { linears >= 3 } else { gated_by_size(elements, hidden, intermediate) }
 }
 
 /// RMSNorm unless the blocks' norms have biases (LayerNorm).
