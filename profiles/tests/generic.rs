@@ -354,3 +354,45 @@ fn a_quantized_checkpoint_builds_with_its_widths_unchecked() {
         assert!(model.notes.iter().any(|n| n.contains(said)), "no note `{said}`: {:?}", model.notes);
     }
 }
+
+/// Experts stored one module each (4.x names): described so, with the note that transformers
+/// 5.x fuses them (and bitsandbytes then leaves them unquantized); the routing from config.json,
+/// the width from the expert tensors.
+#[test]
+fn per_expert_checkpoints_build_with_a_note_on_fusing() {
+    let mut tensors: Vec<(String, &str, Vec<u64>)> =
+        llama_tensors(2).into_iter().filter(|(n, _, _)| !n.contains(".mlp.")).collect();
+    for layer in 0..2 {
+        tensors.push((format!("model.layers.{layer}.mlp.gate.weight"), "BF16", vec![4, 64]));
+        for expert in 0..4 {
+            let p = format!("model.layers.{layer}.mlp.experts.{expert}");
+            tensors.extend([
+                (format!("{p}.gate_proj.weight"), "BF16", vec![32, 64]),
+                (format!("{p}.up_proj.weight"), "BF16", vec![32, 64]),
+                (format!("{p}.down_proj.weight"), "BF16", vec![64, 32]),
+            ]);
+        }
+    }
+    let mut config = llama_config("MyMoeForCausalLM", 2);
+    config["num_experts"] = json!(4);
+    config["num_experts_per_tok"] = json!(2);
+    let dir = folder(&config, &tensors);
+    let model = load(dir.path()).unwrap();
+    let moe = model.facts.moe.as_ref().expect("MoE facts");
+    assert_eq!((moe.experts, moe.top_k, moe.expert_intermediate_size), (4, 2, 32));
+    assert!(model.facts.layers.iter().all(|l| l.moe));
+    assert!(model.facts.gated_mlp);
+    assert!(model.notes.iter().any(|n| n.contains("transformers 5.x fuses them")), "{:?}", model.notes);
+    // The routing is config.json's to give.
+    config.as_object_mut().unwrap().remove("num_experts_per_tok");
+    refused(&config, &tensors, "num_experts_per_tok", "does not say how many each token is routed to", "add");
+    config["num_experts_per_tok"] = json!(2);
+    config["num_experts"] = json!(8);
+    refused(
+        &config,
+        &tensors,
+        "num_experts",
+        "8 experts where the checkpoint's MoE layers have 4",
+        "belongs",
+    );
+}

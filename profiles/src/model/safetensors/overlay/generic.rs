@@ -15,7 +15,7 @@ use super::super::{Checkpoint, names};
 use crate::InputError;
 use crate::model::hf::HfConfig;
 use crate::model::{
-    ArchFacts, AttentionKind, LayerFacts, ModelDescription, Module, ModuleKind, MoeFacts, OutputHead,
+    ArchFacts, AttentionKind, LayerFacts, ModelDescription, Module, ModuleKind, MoeFacts, Naming, OutputHead,
     StackKind, Tensor, generic, join, summary,
 };
 use serde_json::Value;
@@ -87,6 +87,16 @@ pub(crate) fn build(
     })?;
     layout::mark_fused_experts(&mut root);
     let mlp = r.mlp(&root, &blocks, hidden, &mut notes)?;
+    let naming = super::detect_naming(checkpoint.tensors.keys().map(String::as_str)).unwrap_or_default();
+    if mlp.moe.is_some() && naming == Naming::V4 {
+        notes.push(
+            "the experts are stored one module each (transformers 4.x names) and described so; \
+             transformers 5.x fuses them into 3-D parameters, which bitsandbytes leaves unquantized, \
+             so a QLoRA estimate of this description quantizes experts that 5.x keeps in 16 bits \
+             (docs/memory-model.md, \"Generic models\")"
+                .into(),
+        );
+    }
     let windows = attention_windows(&r, blocks.len() as u64, &mut notes)?;
     let layers: Vec<LayerFacts> = blocks
         .iter()
@@ -148,7 +158,7 @@ pub(crate) fn build(
         custom: false,
         name: origin.to_string(),
         architecture: arch.to_string(),
-        naming: super::detect_naming(checkpoint.tensors.keys().map(String::as_str)).unwrap_or_default(),
+        naming,
         dtype: from_names::dominant_dtype(checkpoint),
         facts,
         root,
