@@ -43,6 +43,7 @@ import torch
 import trace as tracer
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from transformers.models.gemma3 import modeling_gemma3 as gemma3
+from transformers.models.mistral3 import modeling_mistral3 as mistral3
 from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as qwen
 from transformers.models.qwen3_vl import modeling_qwen3_vl as qwen3
 from transformers.models.siglip import modeling_siglip as siglip
@@ -84,6 +85,21 @@ CONFIGS += [
      "seq": 128, "images": {"per_sample": 2, "width": 1024, "height": 1024}},
     {"model": "qwen3-vl-8b-instruct", "mode": "inference", "finetune": "none", "ckpt": False, "batch": 1,
      "seq": 64, "images": {"per_sample": 1, "width": 1920, "height": 1080}},
+]
+# Mistral Small 3.1 24B: Pixtral's longest-edge resize (1540), a break token per row of
+# tokens, and every image of the batch in one tower sequence under a block-diagonal mask.
+CONFIGS += [
+    {"model": "mistral-small-3.1-24b-instruct", "mode": "train", "finetune": "lora", "ckpt": False, "batch": 1,
+     "seq": 256, "images": {"per_sample": 1, "width": 1024, "height": 768}},
+    {"model": "mistral-small-3.1-24b-instruct", "mode": "train", "finetune": "lora", "ckpt": True, "batch": 1,
+     "seq": 512, "images": {"per_sample": 2, "width": 1540, "height": 1540}},
+    {"model": "mistral-small-3.1-24b-instruct", "mode": "inference", "finetune": "none", "ckpt": False,
+     "batch": 1, "seq": 128, "images": {"per_sample": 2, "width": 1540, "height": 1540}},
+    {"model": "mistral-small-3.1-24b-instruct", "mode": "inference", "finetune": "none", "ckpt": False,
+     "batch": 2, "seq": 64, "images": {"per_sample": 1, "width": 800, "height": 600}},
+    # Four large images: the tower's block mask (48,400² values) makes the step's peak.
+    {"model": "mistral-small-3.1-24b-instruct", "mode": "inference", "finetune": "none", "ckpt": False,
+     "batch": 1, "seq": 32, "images": {"per_sample": 4, "width": 1540, "height": 1540}},
 ]
 for c in CONFIGS:
     c.update({"dtype": "bf16"})
@@ -274,6 +290,55 @@ def _qwen3_deepstack_process(self, hidden_states, visual_pos_masks, visual_embed
     return hidden_states
 
 
+class PixtralPrepared:
+    """Mistral 3's batch: `PixtralImageProcessor`'s resize (the longer side to at most
+    `size.longest_edge` 1540, as published, each side then rounded up to 28 pixels), pixel values
+    `[images, 3, H, W]` with `image_sizes` as plain numbers (the tower slices each image's patches
+    by them), and the prompt `PixtralProcessor` writes: per row of tokens `[IMG]` × columns and
+    `[IMG_BREAK]`, the last one `[IMG_END]`; `seq` counts the text tokens only."""
+
+    LONGEST_EDGE = 1540
+
+    def __init__(self, config, hf_config):
+        v = hf_config.vision_config
+        images = config["images"]
+        h, w = images["height"], images["width"]
+        ratio = max(h / self.LONGEST_EDGE, w / self.LONGEST_EDGE)
+        if ratio > 1:
+            h, w = int(math.floor(h / ratio)), int(math.floor(w / ratio))
+        step = v.patch_size * hf_config.spatial_merge_size
+        rows, cols = (h - 1) // step + 1, (w - 1) // step + 1
+        self.tokens_per_image = rows * cols
+        count = config["batch"] * images["per_sample"]
+        self.pixel_shape = (count, v.num_channels, rows * step, cols * step)
+        self.image_sizes = [[rows * step, cols * step]] * count
+        self.split_sizes = [rows * cols] * count
+        image_id, break_id, end_id = hf_config.image_token_id, 12, 13
+        row = []
+        for _ in range(images["per_sample"]):
+            one = ([image_id] * cols + [break_id]) * rows
+            one[-1] = end_id
+            row += one
+        row += [100] * config["seq"]
+        self.ids = torch.tensor([row] * config["batch"])
+        self.image_mask = self.ids == image_id
+
+
+def _mistral3_image_features(self, pixel_values, image_sizes, vision_feature_layer=None, **kwargs):
+    """`Mistral3Model.get_image_features` of transformers 5.24 (under its decorators, which ask
+    the tower for the hidden state of `vision_feature_layer`), with the real split sizes."""
+    kwargs.setdefault("output_hidden_states", vision_feature_layer)
+    image_outputs = self.vision_tower(pixel_values, image_sizes=image_sizes, **{"return_dict": True, **kwargs})
+    selected = image_outputs.hidden_states[vision_feature_layer]
+    image_features = self.multi_modal_projector(selected.squeeze(0), image_sizes)
+    image_outputs.pooler_output = torch.split(image_features.squeeze(0), PREPARED.split_sizes)
+    return image_outputs
+
+
+def _mistral3_placeholder_mask(self, input_ids, inputs_embeds, image_features):
+    return PREPARED.image_mask.to(inputs_embeds.device).unsqueeze(-1).expand_as(inputs_embeds)
+
+
 PREPARED = None
 
 
@@ -337,6 +402,8 @@ def _install():
     qwen3.Qwen3VLModel.get_image_features = _qwen3_image_features
     qwen3.Qwen3VLModel.get_placeholder_mask = _qwen3_placeholder_mask
     qwen3.Qwen3VLTextModel._deepstack_process = _qwen3_deepstack_process
+    mistral3.Mistral3Model.get_image_features = _mistral3_image_features
+    mistral3.Mistral3Model.get_placeholder_mask = _mistral3_placeholder_mask
     # SigLIP's weight initialisation (`variance_scaling_`) reads a scalar, which a fake tensor
     # has not; the values do not matter, and initialising in place allocates nothing.
     siglip.SiglipPreTrainedModel._init_weights = lambda self, module: None
@@ -347,6 +414,14 @@ HELD = []
 
 def _inputs(config, vocab, device):
     HELD.clear()
+    if isinstance(PREPARED, PixtralPrepared):
+        ids = torch.randint(0, vocab, PREPARED.ids.shape, device=device)
+        out = {"input_ids": ids, "pixel_values": torch.randn(*PREPARED.pixel_shape, device=device),
+               "image_sizes": PREPARED.image_sizes}
+        if config["mode"] == "train":
+            out["labels"] = ids
+        HELD.append(out)
+        return out
     if isinstance(PREPARED, GemmaPrepared):
         ids = torch.randint(0, vocab, PREPARED.ids.shape, device=device)
         out = {"input_ids": ids, "pixel_values": torch.randn(*PREPARED.pixel_shape, device=device),
@@ -380,7 +455,8 @@ def main():
         raw = common.load_raw_config(config["model"])
         hf_config, _ = common.make_config(raw)
         with unset_fake_temporarily():
-            family = next((f for prefix, f in (("gemma-3", GemmaPrepared), ("qwen3-vl", Qwen3Prepared))
+            family = next((f for prefix, f in (("gemma-3", GemmaPrepared), ("qwen3-vl", Qwen3Prepared),
+                                                    ("mistral-small-3", PixtralPrepared))
                            if config["model"].startswith(prefix)), Prepared)
             prepared[json.dumps(config, sort_keys=True)] = family(config, hf_config)
     # The real functions were needed for the preparation; the step gets their results.
