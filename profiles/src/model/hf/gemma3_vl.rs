@@ -204,6 +204,7 @@ pub(crate) fn build(
         full_attention_blocks: Vec::new(),
         deepstack_blocks: Vec::new(),
         hooked_input_embeddings: true,
+        packed_images: false,
         min_pixels: image_size * image_size,
         max_pixels: image_size * image_size,
     });

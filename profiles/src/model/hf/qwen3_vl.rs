@@ -200,6 +200,7 @@ pub(crate) fn build(
         full_attention_blocks: Vec::new(),
         deepstack_blocks: deepstack,
         hooked_input_embeddings: false,
+        packed_images: false,
         min_pixels: DEFAULT_MIN_PIXELS,
         max_pixels: DEFAULT_MAX_PIXELS,
     });
