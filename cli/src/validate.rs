@@ -171,26 +171,15 @@ fn torch_request(
         InputError::new(format!("{origin}: workload"), format!("the torch backend does not run {what} yet"))
             .with_fix(cuda_or("use a plan without it"))
     };
-    let text = match model::catalog::builtin_config(&plan.model) {
-        Some(text) => text.to_string(),
-        None => {
-            let path = std::path::Path::new(&plan.model);
-            let file = if path.is_dir() { path.join("config.json") } else { path.to_path_buf() };
-            if file.extension().and_then(|e| e.to_str()) != Some("json") {
-                return Err(InputError::new(
-                    origin,
-                    format!(
-                        "the torch backend builds transformers models from a config.json; `{}` is not one",
-                        plan.model
-                    ),
-                )
-                .with_fix(cuda_or(
-                    "check its map with `vramplan check`, or the cpu backend (`--backend cpu`)",
-                )));
-            }
-            std::fs::read_to_string(&file)
-                .map_err(|e| InputError::new(file.display().to_string(), format!("cannot read it: {e}")))?
-        }
+    let Some(text) = model::config_text(&plan.model)? else {
+        return Err(InputError::new(
+            origin,
+            format!(
+                "the torch backend builds transformers models from a config.json; `{}` has none",
+                plan.model
+            ),
+        )
+        .with_fix(cuda_or("check its map with `vramplan check`, or the cpu backend (`--backend cpu`)")));
     };
     let config: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| InputError::new(plan.model.clone(), format!("not a JSON config: {e}")))?;

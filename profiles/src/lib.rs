@@ -22,5 +22,5 @@ pub mod suggest;
 pub mod units;
 
 pub use dtype::DType;
-pub use ggml::GgmlType;
 pub use error::{InputError, Location};
+pub use ggml::GgmlType;

@@ -249,6 +249,29 @@ const PUBLISHED_ROUNDED: &[PublishedRounded] = &[
         "Granite-3.3-8B-Instruct model card: 8 billion",
     ),
     rounded("smollm3-3b", Some((3 * B, B / 2)), None, false, "SmolLM3 model card: 3B"),
+    rounded(
+        "falcon-h1-0.5b-instruct",
+        Some((500 * M, 50 * M)),
+        None,
+        false,
+        "Falcon-H1 technical report (arXiv 2507.22448) and model card: 0.5B",
+    ),
+    rounded(
+        "qwen2.5-vl-7b-instruct",
+        Some((8_290 * M, 5 * M)),
+        None,
+        false,
+        "8.29B: the published checkpoint as loaded by transformers 4.57.1, counted by verl in a \
+         training log",
+    ),
+    rounded(
+        "gemma-3-4b-it",
+        Some((4_301 * M, 2 * M)),
+        None,
+        false,
+        "Gemma 3 technical report, table 1: 417M vision encoder, 675M embedding and 3,209M \
+         non-embedding parameters",
+    ),
     rounded("phi-2", Some((2_700 * M, 100 * M)), None, false, "Phi-2 model card: 2.7B"),
     rounded("tinyllama-1.1b", Some((1_100 * M, 100 * M)), None, false, "TinyLlama model card: 1.1B"),
     rounded("codellama-7b", Some((6_700 * M, 100 * M)), None, false, "Code Llama paper: 7B (6.7B)"),
@@ -322,6 +345,101 @@ type Counts = Vec<(u64, Option<u64>)>;
 
 /// Llama-style decoders with a gated MLP: Llama, Mistral, Mixtral, Qwen2/2-MoE/3/3-MoE, Gemma,
 /// Gemma 2, OLMoE, gpt-oss.
+/// Qwen2.5-VL's vision tower (`modeling_qwen2_5_vl.py`): the 3-D patch embedding
+/// (`hidden × channels × temporal × patch²`, no bias); per block two RMSNorms, `qkv` and `proj`
+/// with biases and a gated MLP with biases; the merger's RMSNorm and two linears over
+/// `hidden × merge²`.
+fn qwen25_vision(c: &Value) -> u64 {
+    let v = &c["vision_config"];
+    let (h, i, depth) =
+        (required(v, &["hidden_size"]), required(v, &["intermediate_size"]), required(v, &["depth"]));
+    let (p, t, ch) =
+        (required(v, &["patch_size"]), required(v, &["temporal_patch_size"]), required(v, &["in_chans"]));
+    let (merge, out) = (required(v, &["spatial_merge_size"]), required(v, &["out_hidden_size"]));
+    let block = 2 * h + (3 * h * h + 3 * h) + (h * h + h) + (3 * h * i + 2 * i + h);
+    let m = h * merge * merge;
+    h * ch * t * p * p + depth * block + h + (m * m + m) + (m * out + out)
+}
+
+/// `text_config` of a vision-language config with its config class's defaults for the keys it
+/// leaves out (`Gemma3TextConfig`: transformers 5.24 and 4.57), and `tie_word_embeddings` from
+/// the top level.
+fn nested_text(c: &Value, defaults: &[(&str, u64)]) -> Value {
+    let mut text = c["text_config"].clone();
+    for (key, value) in defaults {
+        if text.get(*key).is_none() {
+            text[*key] = Value::from(*value);
+        }
+    }
+    if let Some(tie) = c.get("tie_word_embeddings") {
+        text["tie_word_embeddings"] = tie.clone();
+    }
+    text
+}
+
+/// Gemma 3's SigLIP tower and projector (`modeling_siglip.py`, `modeling_gemma3.py`): the patch
+/// convolution with its bias, one learned position per patch, per layer two LayerNorms,
+/// q/k/v/out with biases and `fc1`/`fc2` with biases, the final LayerNorm; the projector's
+/// `vision × text` matrix and its RMSNorm.
+fn gemma3_vision(c: &Value) -> u64 {
+    let v = &c["vision_config"];
+    let (h, i, depth) = (
+        required(v, &["hidden_size"]),
+        required(v, &["intermediate_size"]),
+        required(v, &["num_hidden_layers"]),
+    );
+    let (p, side) =
+        (required(v, &["patch_size"]), required(v, &["image_size"]) / required(v, &["patch_size"]));
+    let channels = int(v, &["num_channels"]).unwrap_or(3);
+    let text_h = required(&c["text_config"], &["hidden_size"]);
+    let layer = 4 * h + 4 * (h * h + h) + (h * i + i) + (i * h + h);
+    (h * channels * p * p + h) + side * side * h + depth * layer + 2 * h + (h * text_h + h)
+}
+
+/// Qwen3-VL's tower (`modeling_qwen3_vl.py`): the 3-D patch convolution with its bias, the
+/// learned position table, per block two LayerNorms, `qkv` and `proj` with biases and
+/// `linear_fc1`/`linear_fc2` with biases; the merger (a LayerNorm over one patch, two linears
+/// over `hidden × merge²`) and one DeepStack merger per listed block (its LayerNorm over the
+/// merged width).
+fn qwen3_vision(c: &Value) -> u64 {
+    let v = &c["vision_config"];
+    let (h, i, depth) =
+        (required(v, &["hidden_size"]), required(v, &["intermediate_size"]), required(v, &["depth"]));
+    let (p, t, ch) =
+        (required(v, &["patch_size"]), required(v, &["temporal_patch_size"]), required(v, &["in_channels"]));
+    let (merge, out) = (required(v, &["spatial_merge_size"]), required(v, &["out_hidden_size"]));
+    let positions = required(v, &["num_position_embeddings"]);
+    let deepstack = v["deepstack_visual_indexes"].as_array().map_or(0, Vec::len) as u64;
+    let block = 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (h * i + i) + (i * h + h);
+    let m = h * merge * merge;
+    let linears = (m * m + m) + (m * out + out);
+    (h * ch * t * p * p + h)
+        + positions * h
+        + depth * block
+        + (2 * h + linears)
+        + deepstack * (2 * m + linears)
+}
+
+/// Mistral 3's Pixtral tower and projector (`modeling_pixtral.py`, `modeling_mistral3.py`): the
+/// patch convolution (no bias), `ln_pre`, per layer two RMSNorms, q/k/v/o over `heads ×
+/// head_dim` and a gated MLP, none with biases; the projector's RMSNorm, the patch merger's
+/// `hidden × merge² → hidden` and the two linears to and within the text width.
+fn pixtral_vision(c: &Value) -> u64 {
+    let v = &c["vision_config"];
+    let (h, i, depth) = (
+        required(v, &["hidden_size"]),
+        required(v, &["intermediate_size"]),
+        required(v, &["num_hidden_layers"]),
+    );
+    let (p, ch) = (required(v, &["patch_size"]), required(v, &["num_channels"]));
+    let q = required(v, &["num_attention_heads"]) * required(v, &["head_dim"]);
+    let merge = required(c, &["spatial_merge_size"]);
+    let text_h = required(&c["text_config"], &["hidden_size"]);
+    assert!(!flag(c, "multimodal_projector_bias", false), "closed form assumes no projector bias");
+    let layer = 2 * h + 4 * h * q + 3 * h * i;
+    h * ch * p * p + h + depth * layer + h + h * merge * merge * h + h * text_h + text_h * text_h
+}
+
 fn gated_decoder(c: &Value, arch: &str) -> Counts {
     let h = required(c, &["hidden_size"]);
     let layers = required(c, &["num_hidden_layers"]);
@@ -533,6 +651,32 @@ fn falcon(c: &Value) -> u64 {
     required(c, &["vocab_size"]) * h + required(c, &["num_hidden_layers"]) * layer + 2 * h
 }
 
+/// Falcon-H1: grouped-query attention and a Mamba-2 mixer in every block (`in_proj` to the
+/// gate, the convolution's channels and one `dt` per head; a depthwise `conv1d` with its bias;
+/// `dt_bias`, `A_log`, `D` per head; `out_proj`; the gated RMSNorm where `mamba_rms_norm`), a
+/// SwiGLU MLP, two RMSNorms per block, no biases.
+fn falcon_h1(c: &Value) -> u64 {
+    let h = required(c, &["hidden_size"]);
+    let heads = required(c, &["num_attention_heads"]);
+    let kv = required(c, &["num_key_value_heads"]);
+    let head_dim = required(c, &["head_dim"]);
+    let attention = 2 * h * heads * head_dim + 2 * h * kv * head_dim;
+    let mlp = 3 * h * required(c, &["intermediate_size"]);
+    let inner = required(c, &["mamba_d_ssm"]);
+    let ssm_heads = required(c, &["mamba_n_heads"]);
+    let conv_dim = inner + 2 * required(c, &["mamba_n_groups"]) * required(c, &["mamba_d_state"]);
+    let norm = if flag(c, "mamba_rms_norm", false) { inner } else { 0 };
+    let mixer = h * (inner + conv_dim + ssm_heads)
+        + conv_dim * required(c, &["mamba_d_conv"])
+        + conv_dim
+        + 3 * ssm_heads
+        + norm
+        + inner * h;
+    let vocab = required(c, &["vocab_size"]);
+    let head = if flag(c, "tie_word_embeddings", false) { 0 } else { vocab * h };
+    vocab * h + head + required(c, &["num_hidden_layers"]) * (attention + mlp + mixer + 2 * h) + h
+}
+
 fn opt(c: &Value) -> u64 {
     let h = required(c, &["hidden_size"]);
     assert_eq!(int(c, &["word_embed_proj_dim"]), Some(h), "closed form assumes no projection");
@@ -557,7 +701,45 @@ fn closed_form(name: &str) -> Counts {
         "Phi3ForCausalLM" => vec![(phi3(&c), None)],
         "BloomForCausalLM" => vec![(bloom(&c), None)],
         "FalconForCausalLM" => vec![(falcon(&c), None)],
+        "FalconH1ForCausalLM" => vec![(falcon_h1(&c), None)],
         "OPTForCausalLM" => vec![(opt(&c), None)],
+        "Qwen2_5_VLForConditionalGeneration" => {
+            // A Qwen2 decoder (q/k/v biases) behind the vision tower.
+            gated_decoder(&c, "Qwen2ForCausalLM")
+                .into_iter()
+                .map(|(t, a)| (t + qwen25_vision(&c), a))
+                .collect()
+        }
+        "Gemma3ForConditionalGeneration" => {
+            // The Gemma 3 decoder of `text_config` (tied by default) behind the SigLIP tower.
+            let defaults = [
+                ("vocab_size", 262_208),
+                ("num_attention_heads", 8),
+                ("num_key_value_heads", 4),
+                ("head_dim", 256),
+            ];
+            gated_decoder(&nested_text(&c, &defaults), "Gemma3ForCausalLM")
+                .into_iter()
+                .map(|(t, a)| (t + gemma3_vision(&c), a))
+                .collect()
+        }
+        "Qwen3VLForConditionalGeneration" => {
+            // The Qwen3 decoder of `text_config` (per-head q/k norms) behind the tower.
+            gated_decoder(&nested_text(&c, &[]), "Qwen3ForCausalLM")
+                .into_iter()
+                .map(|(t, a)| (t + qwen3_vision(&c), a))
+                .collect()
+        }
+        "Mistral3ForConditionalGeneration" => {
+            // The Mistral decoder of `text_config` behind the Pixtral tower; without its own
+            // `tie_word_embeddings` 5.x ties `lm_head` by the top level's default (true).
+            let mut text = nested_text(&c, &[]);
+            text["tie_word_embeddings"] = Value::from(flag(&c, "tie_word_embeddings", true));
+            gated_decoder(&text, "MistralForCausalLM")
+                .into_iter()
+                .map(|(t, a)| (t + pixtral_vision(&c), a))
+                .collect()
+        }
         other => gated_decoder(&c, other),
     }
 }
@@ -617,9 +799,14 @@ fn published_figures_match_the_closed_forms() {
     }
     for p in PUBLISHED_ROUNDED {
         let c = config(p.name);
-        let embedding = required(&c, &["vocab_size"]) * required(&c, &["hidden_size", "n_embd", "d_model"]);
         // A head of its own (4.x) is one more `vocab × hidden` matrix than 5.x builds.
         let own_head = PUBLISHED_WITH_OWN_HEAD.iter().any(|(name, _)| *name == p.name);
+        // Read only where used: a vision-language config nests these in `text_config`.
+        let embedding = if own_head || p.active_without_input_embedding {
+            required(&c, &["vocab_size"]) * required(&c, &["hidden_size", "n_embd", "d_model"])
+        } else {
+            0
+        };
         let counts: Counts = closed_form(p.name)
             .into_iter()
             .map(|(total, active)| if own_head { (total + embedding, active) } else { (total, active) })
@@ -839,6 +1026,62 @@ const NOTES: &[(&str, &str)] = &[
          test suites (no Hub access when it was embedded; they agree with each other and with the \
          defaults transformers' `SmolLM3Config` documents as HuggingFaceTB/SmolLM3-3B); \
          `transformers_version` is left out, which no shape depends on.",
+    ),
+    (
+        "falcon-h1-0.5b-instruct",
+        "written from the 0.5B `config.json` as NVIDIA's Megatron-Bridge quotes it in its Falcon-H1 \
+         bridge test (`tests/unit_tests/models/falcon_h1/test_falcon_h1_bridge.py`, \
+         `FALCON_H1_500M_CONFIG`; its Falcon-H1 examples target tiiuae/Falcon-H1-0.5B-Instruct), \
+         which leaves out `mamba_d_ssm`: 1536 here, the 24 Mamba heads of 64 that transformers' \
+         Falcon-H1 documentation lists for H1 0.5B (the bridge writes it back as heads × head \
+         width); no Hub access when it was embedded. 521,411,104 parameters, as transformers \
+         5.24 and 4.57 build it (fixtures/reference/models).",
+    ),
+    (
+        "gemma-3-4b-it",
+        "the repository's `config.json` (written by transformers 4.50.0.dev0; few keys, \
+         `Gemma3TextConfig` and `SiglipVisionConfig` defaults fill the rest) as a third-party test \
+         quotes \"the original gemma-3-4b-it's config.json\", with the values that the 12B's embedded \
+         copy in another project and an MLC test pinning google/gemma-3-4b-it share (no Hub access \
+         when it was embedded; that quote also lists `final_logit_softcapping` 30.0 in \
+         `text_config`, which no other source has, no shape depends on and \
+         `Gemma3ForConditionalGeneration.forward` does not apply in 5.24: left out); with the \
+         repository's `preprocessor_config.json` (`Gemma3ImageProcessor`, `size` 896 × 896, \
+         `image_seq_length` 256, pan-and-scan off) as NeMo-RL's Gemma 3 example writes it. \
+         4,300,079,472 parameters, as transformers 5.24 and 4.57 build it.",
+    ),
+    (
+        "qwen3-vl-8b-instruct",
+        "the repository's `config.json` as quoted by TensorRT-LLM's Qwen3-VL test \
+         (`QWEN3_VL_8B_CONFIG`, loaded from `Qwen3/Qwen3-VL-8B-Instruct`; it lowers \
+         `text_config.num_hidden_layers` to 4 for testing and notes 36 for the full model, the \
+         count two other third-party copies of the 8B config give), its test-only \
+         `_attn_implementation` and `_name_or_path` left out; with the `preprocessor_config.json` \
+         Qwen3-VL publishes (`size.shortest_edge` 65536, `size.longest_edge` 16777216, patch 16, \
+         merge 2, `Qwen2VLImageProcessorFast`) as third-party projects quote it for the Qwen3-VL \
+         and Qwen3.5 checkpoints (no Hub access when it was embedded). 8,767,123,696 parameters, \
+         as transformers 5.24 and 4.57 build it.",
+    ),
+    (
+        "mistral-small-3.1-24b-instruct",
+        "the repository's `config.json` (written by transformers 4.50.0.dev0) as quoted by \
+         TensorRT-LLM's Mistral 3 test (`mistral_small_3_1_24b_config`; it lowers \
+         `text_config.num_hidden_layers` to 4 for CI and notes the original 40), the same values \
+         as another project's copy written by 4.57.1; with a `preprocessor_config.json` for \
+         Mistral 3 (`PixtralImageProcessor`, `size.longest_edge` 1540, patch 14) as a \
+         third-party test quotes one from a model bundle (no Hub access when it was embedded). \
+         Neither file sets `tie_word_embeddings` at the top level, where transformers 5.24's \
+         `Mistral3Config` defaults it to true: 5.24 builds `lm_head` tied to the embedding \
+         (23,340,272,640 parameters, as here), 4.57 reads the text config's false and builds \
+         24,011,361,280 (`--naming v4`); the published checkpoint stores its own `lm_head`.",
+    ),
+    (
+        "qwen2.5-vl-7b-instruct",
+        "the repository's `config.json` as quoted by TensorRT-LLM's Qwen2.5-VL test (which lowers \
+         the layer counts for testing; the full ones, and every other value, as a transformers \
+         4.57.1 load of the checkpoint prints its config in a verl training log); with the \
+         repository's `preprocessor_config.json` (`min_pixels` 3136, `max_pixels` 12845056, patch \
+         14, merge 2), as several third-party projects quote it (no Hub access when it was embedded).",
     ),
 ];
 

@@ -59,6 +59,36 @@ enum Differs {
 
 const DEVIATIONS: &[Deviation] = &[
     Deviation {
+        naming: Naming::V5,
+        class: "Gemma3ForConditionalGeneration",
+        what: Differs::NoSplitClassesAbsent {
+            classes: &[
+                "SiglipMultiheadAttentionPoolingHead",
+                "SiglipTextEmbeddings",
+                "SiglipVisionEmbeddings",
+            ],
+        },
+        reason: "5.24's `Gemma3PreTrainedModel._no_split_modules` names SigLIP's pooling head and text \
+                 embeddings, which Gemma 3 does not hold (`vision_use_head` false, no text tower), and its \
+                 vision embeddings, a module of two leaf tensors and a buffer outside the layers, not a \
+                 block of the simulator; our `no_split_classes` keep transformers' list",
+    },
+    Deviation {
+        naming: Naming::V4,
+        class: "Gemma3ForConditionalGeneration",
+        what: Differs::NoSplitClassesAbsent {
+            classes: &[
+                "SiglipMultiheadAttentionPoolingHead",
+                "SiglipTextEmbeddings",
+                "SiglipVisionEmbeddings",
+            ],
+        },
+        reason: "4.57's `Gemma3PreTrainedModel._no_split_modules` names SigLIP's pooling head and text \
+                 embeddings, which Gemma 3 does not hold (`vision_use_head` false, no text tower), and its \
+                 vision embeddings, a module of two leaf tensors and a buffer outside the layers, not a \
+                 block of the simulator; our `no_split_classes` keep transformers' list",
+    },
+    Deviation {
         naming: Naming::V4,
         class: "Gemma3Text*",
         what: Differs::NoSplitClassesAbsent {

@@ -45,7 +45,8 @@ def versions():
 
 
 def model_names():
-    return sorted(p.stem for p in MODELS_DIR.glob("*.json"))
+    # A vision-language model's `NAME.preprocessor_config.json` sits beside its config.json.
+    return sorted(p.stem for p in MODELS_DIR.glob("*.json") if not p.stem.endswith(".preprocessor_config"))
 
 
 def load_raw_config(name):

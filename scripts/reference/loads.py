@@ -53,6 +53,15 @@ TRAIN = ["--mode", "train"]
 
 # (naming, vramplan plan arguments). Readable on purpose: add cases here.
 CASES = [
+    # a vision-language model with its images (issue 29): tower and language model placed apart
+    ("v5", ["plan", "qwen2.5-vl-7b-instruct", "--hardware", "t4x2", *INF, "--dtype", "fp16", "--seq", "1024",
+            "--images", "2", "--image-size", "1024x1024"]),
+    ("v5", ["plan", "gemma-3-4b-it", "--hardware", "t4x2", *INF, "--dtype", "fp16", "--seq", "1024",
+            "--images", "2", "--image-size", "896x896", "--batch", "8"]),
+    ("v5", ["plan", "qwen3-vl-8b-instruct", "--hardware", "t4x2", *INF, "--dtype", "fp16", "--seq", "1024",
+            "--images", "2", "--image-size", "1024x1024"]),
+    ("v5", ["plan", "mistral-small-3.1-24b-instruct", "--hardware", "l40s-x4", *INF, "--dtype", "bf16", "--seq", "1024",
+            "--images", "2", "--image-size", "1540x1540"]),
     # llama
     ("v5", ["plan", "llama-3-8b", "--hardware", "t4x2", *INF, "--dtype", "fp16", "--seq", "2048"]),
     ("v5", ["plan", "llama-3-8b", "--hardware", "t4", *INF, "--dtype", "fp16", "--seq", "2048"]),
@@ -193,6 +202,21 @@ def tiny_overrides(raw):
         o["word_embed_proj_dim"] = H if raw["word_embed_proj_dim"] == raw.get("hidden_size") else 32
     if "vocab_size" in raw:
         o["vocab_size"] = VOCAB
+    # A vision-language model's tower: its widths shrunk the same way, its depth kept; the
+    # multimodal rotary sections sized to the tiny head (half of HD in all).
+    vision = raw.get("vision_config")
+    if isinstance(vision, dict):
+        v = dict(vision)
+        for k, value in (("hidden_size", H), ("embed_dim", H), ("num_heads", HEADS),
+                         ("num_attention_heads", HEADS), ("intermediate_size", FF), ("out_hidden_size", H)):
+            if k in v:
+                v[k] = value
+        o["vision_config"] = v
+    # A language model nested in `text_config` (Gemma 3) with no sizes at the top: shrunk alike.
+    if isinstance(raw.get("text_config"), dict) and "hidden_size" not in raw:
+        o["text_config"] = {**raw["text_config"], **tiny_overrides(raw["text_config"])}
+    if isinstance(raw.get("rope_scaling"), dict) and raw["rope_scaling"].get("mrope_section"):
+        o["rope_scaling"] = {**raw["rope_scaling"], "mrope_section": [2, 3, 3]}
     for k, v in raw.items():
         if k.endswith("_token_id") and isinstance(v, int) and v >= VOCAB:
             o[k] = 1

@@ -225,6 +225,14 @@ TODAY_FAMILIES = [
     ("granite-3.3-8b-instruct", "none", None, 1, 1024),
     ("smollm3-3b", "lora", ["q_proj", "v_proj"], 1, 512),
     ("smollm3-3b", "none", None, 1, 1024),
+    # Falcon-H1: attention and a Mamba-2 mixer side by side in every layer; the mixer runs
+    # transformers' torch path (no mamba_ssm / causal_conv1d kernels), chunks of 128 tokens.
+    ("falcon-h1-0.5b-instruct", "lora", ["q_proj", "v_proj"], 1, 1024),
+    ("falcon-h1-0.5b-instruct", "none", None, 2, 1024),
+    # Traced after the mixer's model was set beside the two rows above: a full fine-tune and a
+    # prefill whose lengths are not multiples of the chunk (padded chunks).
+    ("falcon-h1-0.5b-instruct", "full", None, 2, 500),
+    ("falcon-h1-0.5b-instruct", "none", None, 1, 3000),
 ]
 
 

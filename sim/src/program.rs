@@ -398,7 +398,10 @@ impl<'a> Resolved<'a> {
         let holds_norm = units
             .iter()
             .map(|u| {
+                // A vision tower's norms run on its patches, not the language model's tokens
+                // (`model/vision.rs`).
                 !matches!(u.kind, UnitKind::Block(_))
+                    && !crate::model::vision::in_tower(model, &u.path)
                     && model.root.find(&u.path).is_some_and(|m| {
                         let mut found = false;
                         m.visit(&mut |x| found |= x.kind == ModuleKind::Norm);
@@ -430,6 +433,7 @@ impl<'a> Resolved<'a> {
     /// The program of `workload`, which differs from the one this was resolved for at most in
     /// its batch, sequence and prompt lengths.
     pub(crate) fn program(&self, workload: &Workload) -> StepProgram {
+        let workload = &*workload.with_image_tokens(self.model);
         let mut builder = Builder::new(self, workload);
         builder.load();
         let load_ops = builder.ops.len();
@@ -451,6 +455,7 @@ impl<'a> Resolved<'a> {
 
     /// The operations of [`Resolved::program`] after the load, from the load written once.
     pub(crate) fn step(&self, workload: &Workload) -> StepOps {
+        let workload = &*workload.with_image_tokens(self.model);
         let loaded = self.loaded.get_or_init(|| self.write_load(workload));
         // The load reads no shape; the tests hold a sweep to whole programs.
         debug_assert!(self.write_load(workload) == *loaded, "the load differs between shapes");
@@ -557,6 +562,22 @@ impl<'r, 'a> Builder<'r, 'a> {
 
     fn prompt(&self) -> u64 {
         self.workload.prompt.unwrap_or(self.workload.seq).min(self.workload.seq)
+    }
+
+    /// A vision-language step's `pixel_values`, on the GPU of the vision tower's first unit,
+    /// held by the caller for the whole step (`model/vision.rs`).
+    fn pixel_values(&mut self) -> Option<AllocId> {
+        let model = self.r.model;
+        let vision = model.facts.vision.as_ref()?;
+        let bytes = crate::model::vision::pixel_values_bytes(
+            model,
+            self.workload.batch,
+            self.workload.images.as_ref(),
+        );
+        let prefix = format!("{}.", vision.path);
+        let unit = self.r.units.iter().position(|u| u.path.starts_with(&prefix) || u.path == vision.path)?;
+        let device = self.r.devices[unit]?;
+        self.alloc(device, Some(unit), Component::Activations, bytes)
     }
 
     /// Weights of every unit on a GPU (sharded under ZeRO-3), DDP's gradient buckets, and the
@@ -706,7 +727,12 @@ impl<'r, 'a> Builder<'r, 'a> {
                     if f.layers.get(layer).is_some_and(|l| l.stack == StackKind::Decoder) =>
                 {
                     let window = f.layers.get(layer).and_then(|l| l.attention_window).unwrap_or(u64::MAX);
-                    kv_dtype.bytes_for(per_token_layer * w.seq.min(window) * w.batch)
+                    let kv = kv_dtype.bytes_for(per_token_layer * w.seq.min(window) * w.batch);
+                    // A state-space mixer's fixed state per sequence (`model/ssm.rs`).
+                    let ssm = f.layers[layer].ssm.as_ref().map_or(0, |ssm| {
+                        crate::model::ssm::state_bytes(ssm, w.batch, self.r.precision.compute_bytes())
+                    });
+                    kv + ssm
                 }
                 _ => 0,
             })
@@ -874,6 +900,7 @@ impl<'r, 'a> Builder<'r, 'a> {
     fn train_step(&mut self, step: u8) {
         let w = self.workload;
         let first = step == 1;
+        let pixel_values = self.pixel_values();
         let checkpoint = w.grad_checkpointing == GradCheckpointing::Full;
         let offload = w.switches.activation_offload;
         // What each unit keeps from its forward to its backward: unit `i`'s are
@@ -1126,16 +1153,31 @@ impl<'r, 'a> Builder<'r, 'a> {
                 .collect();
             grads.into_iter().for_each(|id| self.free(Some(id)));
         }
+        // The Trainer's loop holds the batch until the next one replaces it.
+        self.free(pixel_values);
+    }
+
+    /// The KV cache for the whole context, on the GPU of each unit that keeps one.
+    fn alloc_kv_cache(&mut self) {
+        for (i, bytes) in self.kv_cache_bytes().into_iter().enumerate() {
+            if let Some(device) = self.r.devices[i] {
+                self.alloc(device, Some(i), Component::KvCache, bytes);
+            }
+        }
     }
 
     /// Inference: the KV cache for the whole context, then prefill one unit at a time.
     fn inference(&mut self) {
         let w = self.workload;
         let prompt = self.prompt();
-        for (i, bytes) in self.kv_cache_bytes().into_iter().enumerate() {
-            if let Some(device) = self.r.devices[i] {
-                self.alloc(device, Some(i), Component::KvCache, bytes);
-            }
+        let pixel_values = self.pixel_values();
+        // transformers' cache starts empty and grows as each language layer runs; a vision
+        // tower runs before any of them, so a vision-language model's cache is made after it
+        // (docs/memory-model.md, "Vision-language models"). Others make it up front.
+        let model = self.r.model;
+        let mut kv_pending = model.facts.vision.is_some();
+        if !kv_pending {
+            self.alloc_kv_cache();
         }
         let vocab = self.r.model.facts.vocab_size;
         let c = self.r.precision.compute_bytes();
@@ -1150,6 +1192,14 @@ impl<'r, 'a> Builder<'r, 'a> {
             let kind = self.r.units[i].kind;
             let unit = Some(i);
             let event = if kind == UnitKind::Head { Event::LastLogits } else { Event::Prefill(i) };
+            let language = match kind {
+                UnitKind::Block(layer) => model.facts.layers[layer].stack != StackKind::Vision,
+                _ => kind == UnitKind::Head,
+            };
+            if kv_pending && language {
+                kv_pending = false;
+                self.alloc_kv_cache();
+            }
             if kind == UnitKind::Head {
                 // The inner model's forward has returned: its locals are freed.
                 std::mem::take(&mut model_held).into_iter().for_each(|id| self.free(id));
@@ -1211,5 +1261,6 @@ impl<'r, 'a> Builder<'r, 'a> {
             self.free(input);
         }
         autocast_cache.into_iter().for_each(|id| self.free(id));
+        self.free(pixel_values);
     }
 }

@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 use vramplan_profiles::DType;
+use vramplan_profiles::model::ModelDescription;
 
 /// Inference or training.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -235,6 +236,20 @@ pub enum Trainer {
     Unsloth,
 }
 
+/// The images each sample of a vision-language workload carries (`images`, `--images`,
+/// `--image-size`): every image of one size, which the model's processor resizes
+/// (`profiles::model::vision::VisionFacts::image_tokens`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Images {
+    /// Images per sample (per sequence).
+    pub per_sample: u64,
+    /// Width of each image in pixels, before the processor's resize.
+    pub width: u64,
+    /// Height of each image in pixels, before the processor's resize.
+    pub height: u64,
+}
+
 /// Memory-saving switches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -261,7 +276,11 @@ pub struct Workload {
     /// Micro-batch (training) or concurrent sequences (inference).
     pub batch: u64,
     /// Tokens per sequence: the training length, or the inference context (prompt + generated).
+    /// A vision-language model's image tokens come on top ([`Workload::images`]).
     pub seq: u64,
+    /// Images per sample, for a vision-language model: their patches run through the vision
+    /// tower, and their tokens join each sequence's `seq` text tokens.
+    pub images: Option<Images>,
     /// Inference: tokens of the prompt processed at once in prefill (default: `seq`).
     pub prompt: Option<u64>,
     /// Gradient-accumulation steps per optimizer step (`grad_accum`, `--grad-accum`); checked but
@@ -300,6 +319,7 @@ impl Default for Workload {
             mode: Mode::Inference,
             batch: 1,
             seq: 2048,
+            images: None,
             prompt: None,
             grad_accum: 1,
             weight_dtype: None,
@@ -319,6 +339,30 @@ impl Default for Workload {
 }
 
 impl Workload {
+    /// The image tokens each sequence of a vision-language model carries: every image's tokens
+    /// as the model's processor counts them (0 without images or a vision tower, or for an
+    /// image the processor refuses, which the input checks report).
+    pub fn image_tokens(&self, model: &ModelDescription) -> u64 {
+        let (Some(images), Some(vision)) = (&self.images, &model.facts.vision) else { return 0 };
+        vision
+            .image_tokens(images.width, images.height)
+            .map_or(0, |image| image.tokens.saturating_mul(images.per_sample))
+    }
+
+    /// This workload as the language model sees it: each sequence (and prompt) longer by its
+    /// image tokens, which the processor puts in the prompt (`<|image_pad|>` repeated).
+    pub fn with_image_tokens(&self, model: &ModelDescription) -> std::borrow::Cow<'_, Workload> {
+        let tokens = self.image_tokens(model);
+        if tokens == 0 {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        std::borrow::Cow::Owned(Workload {
+            seq: self.seq.saturating_add(tokens),
+            prompt: self.prompt.map(|p| p.saturating_add(tokens)),
+            ..self.clone()
+        })
+    }
+
     /// Whether `other` is this workload at another shape: it differs at most in `batch`, `seq`
     /// and `prompt`. What the step takes from the model and the placement is then the same
     /// (a sweep over shapes resolves it once, `sweep.rs`).

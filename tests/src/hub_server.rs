@@ -419,6 +419,17 @@ type Stored = (String, String, Vec<u64>, u64);
 /// tensor once) in transformers 4.x names, split into `shards` files of about equal size in tree
 /// order, with an index (`weight_map`, `metadata.total_size`) when there is more than one.
 pub fn checkpoint_files(name: &str, shards: usize) -> BTreeMap<String, Content> {
+    checkpoint_files_named(name, shards, |path| path.to_string())
+}
+
+/// [`checkpoint_files`] with every tensor stored under `stored_name(its name)`, as a published
+/// checkpoint whose names transformers renames on load (Qwen2.5-VL's `visual.…`); a built-in
+/// vision-language model's `preprocessor_config.json` is in the repository too.
+pub fn checkpoint_files_named(
+    name: &str,
+    shards: usize,
+    stored_name: impl Fn(&str) -> String,
+) -> BTreeMap<String, Content> {
     let config = vramplan_profiles::model::catalog::builtin_config(name).expect("a built-in model");
     let model = model::load(name, ImportOptions { naming: Naming::V4 }).expect("a built-in model loads");
     let stored: Vec<Stored> = model
@@ -427,7 +438,7 @@ pub fn checkpoint_files(name: &str, shards: usize) -> BTreeMap<String, Content> 
         .filter(|(_, t)| t.tied_to.is_none() && !matches!(t.kind, TensorKind::Buffer { persistent: false }))
         .map(|(path, t)| {
             let dtype = t.dtype.safetensors_name().expect("a safetensors dtype").to_string();
-            (path, dtype, t.shape.clone(), t.bytes())
+            (stored_name(&path), dtype, t.shape.clone(), t.bytes())
         })
         .collect();
     let total: u64 = stored.iter().map(|t| t.3).sum();
@@ -441,6 +452,9 @@ pub fn checkpoint_files(name: &str, shards: usize) -> BTreeMap<String, Content> 
     }
     let mut files = BTreeMap::new();
     files.insert("config.json".to_string(), Content::Bytes(config.as_bytes().to_vec()));
+    if let Some(processor) = vramplan_profiles::model::catalog::builtin_preprocessor(name) {
+        files.insert("preprocessor_config.json".to_string(), Content::Bytes(processor.as_bytes().to_vec()));
+    }
     files.insert(
         "generation_config.json".to_string(),
         Content::Bytes(br#"{"bos_token_id": 1, "eos_token_id": 2}"#.to_vec()),

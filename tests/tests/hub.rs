@@ -12,7 +12,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use vramplan_tests::Output;
-use vramplan_tests::hub_server::{Content, HubServer, Repo, checkpoint_files, write_folder};
+use vramplan_tests::hub_server::{
+    Content, HubServer, Repo, checkpoint_files, checkpoint_files_named, write_folder,
+};
 
 const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
 const OTHER_COMMIT: &str = "89abcdef0123456789abcdef0123456789abcdef";
@@ -90,6 +92,48 @@ fn repos() -> BTreeMap<String, Repo> {
     revisions.add_revision("v2", OTHER_COMMIT, checkpoint_files("qwen2.5-1.5b", 2));
     repos.insert("test-org/revisions".into(), revisions);
     repos.insert("test-org/busy".into(), Repo::new(COMMIT, checkpoint_files("qwen2.5-0.5b", 1)));
+    // As published: 4.51's names (`visual.…`, `model.layers.…`), five shards, the processor's
+    // config beside the model's.
+    let published = |path: &str| {
+        path.strip_prefix("model.visual.")
+            .map(|rest| format!("visual.{rest}"))
+            .or_else(|| path.strip_prefix("model.language_model.").map(|rest| format!("model.{rest}")))
+            .unwrap_or_else(|| path.to_string())
+    };
+    // A repository of GGUF files as llama.cpp's users find them: two quantizations (one split in
+    // three) and a projector (files written by the `gguf` package, fixtures/reference/gguf).
+    let gguf = |name: &str| {
+        let path = format!("{}/../fixtures/reference/gguf/{name}", env!("CARGO_MANIFEST_DIR"));
+        Content::Bytes(std::fs::read(path).expect("a GGUF fixture"))
+    };
+    let mut gguf_files = BTreeMap::new();
+    gguf_files.insert("tiny-llama-Q4_K_M.gguf".to_string(), gguf("tiny-llama-q4_k_m.gguf"));
+    for part in
+        ["tiny-split-00001-of-00003.gguf", "tiny-split-00002-of-00003.gguf", "tiny-split-00003-of-00003.gguf"]
+    {
+        gguf_files.insert(format!("Q8/{}", part.replace("tiny-split", "tiny-llama-Q8_0")), gguf(part));
+    }
+    gguf_files.insert("mmproj-tiny-f16.gguf".to_string(), gguf("mmproj-tiny.gguf"));
+    repos.insert("test-org/tiny-GGUF".into(), Repo::new(COMMIT, gguf_files));
+    // As published: the LLaVA layout (`language_model.model.…`, `vision_tower.…`).
+    let llava = |path: &str| {
+        path.strip_prefix("model.language_model.")
+            .map(|rest| format!("language_model.model.{rest}"))
+            .or_else(|| path.strip_prefix("model.vision_tower.").map(|rest| format!("vision_tower.{rest}")))
+            .or_else(|| {
+                path.strip_prefix("model.multi_modal_projector.")
+                    .map(|rest| format!("multi_modal_projector.{rest}"))
+            })
+            .unwrap_or_else(|| path.to_string())
+    };
+    repos.insert(
+        "google/gemma-3-4b-it".into(),
+        Repo::new(COMMIT, checkpoint_files_named("gemma-3-4b-it", 2, llava)),
+    );
+    repos.insert(
+        "Qwen/Qwen2.5-VL-7B-Instruct".into(),
+        Repo::new(COMMIT, checkpoint_files_named("qwen2.5-vl-7b-instruct", 5, published)),
+    );
     repos
 }
 
@@ -422,4 +466,129 @@ fn unknown_repos_and_unreachable_endpoints_are_bad_input_with_a_fix() {
     // A name meant as a built-in keeps the suggestion.
     let out = home.run(&[], &["inspect", "someone/llama-3.2-1b"]);
     vramplan_tests::assert_refused(&out, &["someone/llama-3.2-1b", "did you mean llama-3.2-1b"]);
+}
+
+/// The case of `fixtures/reference/loads/v5.json` whose arguments are `args`.
+fn loads_case(args: &[&str]) -> serde_json::Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/reference/loads/v5.json");
+    let file: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let cases = file["cases"].as_array().expect("cases");
+    cases.iter().find(|c| c["args"] == serde_json::json!(args)).cloned().expect("the case is in the fixture")
+}
+
+#[test]
+fn a_vision_language_plan_by_hub_id_writes_the_map_transformers_loaded() {
+    let repos = repos();
+    let server = HubServer::start(repos);
+    let home = Home::new(&server.endpoint());
+    let workload = [
+        "--hardware",
+        "t4x2",
+        "--mode",
+        "inference",
+        "--dtype",
+        "fp16",
+        "--seq",
+        "1024",
+        "--images",
+        "2",
+        "--image-size",
+        "1024x1024",
+    ];
+    // The built-in's plan for this workload loaded in transformers 5.24 (a tiny random
+    // checkpoint with the same module tree) and ran a forward pass: `scripts/reference/loads.py`.
+    let mut args = vec!["plan", "qwen2.5-vl-7b-instruct"];
+    args.extend_from_slice(&workload);
+    let case = loads_case(&args);
+    assert_eq!((case["loaded"].as_bool(), case["forward"].as_bool()), (Some(true), Some(true)), "{case}");
+    let out_dir = tempfile::tempdir().unwrap();
+    let map_path = out_dir.path().join("map.json");
+    let map_arg = map_path.display().to_string();
+    let mut hub_args = vec!["plan", "Qwen/Qwen2.5-VL-7B-Instruct"];
+    hub_args.extend_from_slice(&workload);
+    hub_args.extend_from_slice(&["-o", &map_arg]);
+    let out = home.run(&[], &hub_args);
+    assert_ok(&out);
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&map_path).unwrap()).unwrap();
+    let written: Vec<serde_json::Value> = written
+        .as_object()
+        .expect("a device_map object")
+        .iter()
+        .map(|(k, v)| serde_json::json!([k, v]))
+        .collect();
+    // (serde_json's map sorts the keys: compare the pairs sorted, and the order from the text.)
+    let mut loaded: Vec<serde_json::Value> = case["device_map"].as_array().expect("a map").clone();
+    let mut written = written;
+    let key = |pair: &serde_json::Value| pair[0].as_str().unwrap_or_default().to_string();
+    loaded.sort_by_key(key);
+    written.sort_by_key(key);
+    assert_eq!(written, loaded, "the Hub id's map is not the one loaded");
+    let text = std::fs::read_to_string(&map_path).unwrap();
+    let first_key = case["device_map"][0][0].as_str().expect("a key");
+    assert!(text.trim_start_matches(['{', '\n', ' ']).starts_with(&format!("\"{first_key}\"")), "{text}");
+    // The published names were read as transformers reads them, and the processor's bounds too.
+    let inspect = home.run(&[], &["inspect", "Qwen/Qwen2.5-VL-7B-Instruct", "--json"]).json();
+    let notes = inspect["notes"].to_string();
+    assert!(notes.contains("conversion"), "{notes}");
+}
+
+#[test]
+fn a_gguf_of_a_hub_repository_is_read_as_the_same_files_in_a_folder() {
+    let repos = repos();
+    let server = HubServer::start(repos);
+    let home = Home::new(&server.endpoint());
+    let fixtures = format!("{}/../fixtures/reference/gguf", env!("CARGO_MANIFEST_DIR"));
+    // `org/name:TAG` picks the file as llama.cpp's `-hf` does, with the repository's projector.
+    let folder = tempfile::tempdir().unwrap();
+    for (from, to) in
+        [("tiny-llama-q4_k_m.gguf", "tiny-llama-Q4_K_M.gguf"), ("mmproj-tiny.gguf", "mmproj-tiny-f16.gguf")]
+    {
+        std::fs::copy(format!("{fixtures}/{from}"), folder.path().join(to)).unwrap();
+    }
+    let local = home.run(&[], &["inspect", &folder.path().display().to_string(), "--json"]);
+    assert_ok(&local);
+    let hub = home.run(&[], &["inspect", "test-org/tiny-GGUF:Q4_K_M", "--json", "--verbose"]);
+    assert_ok(&hub);
+    let (hub_json, local_json) = (hub.json(), local.json());
+    assert_eq!(hub_json["modules"], local_json["modules"]);
+    assert_eq!(hub_json["bytes"], local_json["bytes"]);
+    let files_bytes: u64 = ["tiny-llama-q4_k_m.gguf", "mmproj-tiny.gguf"]
+        .iter()
+        .map(|f| std::fs::metadata(format!("{fixtures}/{f}")).unwrap().len())
+        .sum();
+    assert!(bytes_read(&hub.stderr) < files_bytes / 2, "headers only: {}", hub.stderr);
+    // A split file in a subfolder: every part read.
+    let split = home.run(&[], &["inspect", "test-org/tiny-GGUF:q8_0", "--json"]);
+    assert_ok(&split);
+    // (The same model written in three parts, with the repository's one projector.)
+    assert_eq!(split.json()["bytes"], local_json["bytes"]);
+    assert!(
+        local_json["modules"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["name"].as_str().is_some_and(|n| n.starts_with("mmproj."))))
+    );
+    // A tag that matches nothing names what there is.
+    let none = home.run(&[], &["inspect", "test-org/tiny-GGUF:Q2_K"]);
+    assert_eq!(none.code, 2);
+    assert!(none.stderr.contains("tiny-llama-Q4_K_M.gguf"), "{}", none.stderr);
+}
+
+#[test]
+fn published_vision_language_checkpoints_are_read_under_the_names_transformers_loads() {
+    let server = HubServer::start(repos());
+    let home = Home::new(&server.endpoint());
+    for (repo, builtin) in
+        [("google/gemma-3-4b-it", "gemma-3-4b-it"), ("Qwen/Qwen2.5-VL-7B-Instruct", "qwen2.5-vl-7b-instruct")]
+    {
+        let hub = home.run(&[], &["inspect", repo, "--json"]).json();
+        let local = home.run(&[], &["inspect", builtin, "--json"]).json();
+        for key in ["params", "bytes", "modules", "layer_kinds"] {
+            assert_eq!(hub[key], local[key], "{repo}: {key}");
+        }
+        let notes = hub["notes"].to_string();
+        assert!(notes.contains("conversion"), "{repo}: {notes}");
+        assert!(!notes.contains("have no place in the tree"), "{repo}: names the tree lacks: {notes}");
+        assert!(!notes.contains("are not in the checkpoint"), "{repo}: names the checkpoint lacks: {notes}");
+    }
 }

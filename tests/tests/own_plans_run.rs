@@ -13,6 +13,8 @@ fn builtins() -> Vec<String> {
         .expect("catalog")
         .filter_map(Result::ok)
         .filter_map(|e| e.path().file_stem().map(|s| s.to_string_lossy().into_owned()))
+        // A vision-language model's `NAME.preprocessor_config.json` sits beside its config.
+        .filter(|name| !name.ends_with(".preprocessor_config"))
         .collect();
     names.sort();
     names

@@ -73,6 +73,7 @@ const MODELS: &[Entry] = &[
     entry!("llama-3.3-70b", "meta-llama/Llama-3.3-70B-Instruct"),
     // Mistral
     entry!("mistral-7b", "mistralai/Mistral-7B-v0.1"),
+    entry!("mistral-small-3.1-24b-instruct", "mistralai/Mistral-Small-3.1-24B-Instruct-2503"),
     entry!("mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1"),
     entry!("mixtral-8x22b", "mistralai/Mixtral-8x22B-v0.1"),
     // Qwen
@@ -83,6 +84,8 @@ const MODELS: &[Entry] = &[
     entry!("qwen2.5-14b", "Qwen/Qwen2.5-14B"),
     entry!("qwen2.5-32b", "Qwen/Qwen2.5-32B"),
     entry!("qwen2.5-72b", "Qwen/Qwen2.5-72B", from "Qwen/Qwen2.5-72B-Instruct"),
+    entry!("qwen2.5-vl-7b-instruct", "Qwen/Qwen2.5-VL-7B-Instruct"),
+    entry!("qwen3-vl-8b-instruct", "Qwen/Qwen3-VL-8B-Instruct"),
     entry!("qwen3-0.6b", "Qwen/Qwen3-0.6B"),
     entry!("qwen3-1.7b", "Qwen/Qwen3-1.7B"),
     entry!("qwen3-4b", "Qwen/Qwen3-4B"),
@@ -109,9 +112,12 @@ const MODELS: &[Entry] = &[
     entry!("gemma-2-9b", "google/gemma-2-9b"),
     entry!("gemma-2-27b", "google/gemma-2-27b"),
     entry!("gemma-3-1b-it", "google/gemma-3-1b-it"),
+    entry!("gemma-3-4b-it", "google/gemma-3-4b-it"),
     // Granite, SmolLM3
     entry!("granite-3.3-8b-instruct", "ibm-granite/granite-3.3-8b-instruct"),
     entry!("smollm3-3b", "HuggingFaceTB/SmolLM3-3B"),
+    // Falcon-H1: attention and Mamba-2 side by side in every block
+    entry!("falcon-h1-0.5b-instruct", "tiiuae/Falcon-H1-0.5B-Instruct"),
     // BLOOM, Falcon, OPT
     entry!("bloom-560m", "bigscience/bloom-560m"),
     entry!("bloom-7b1", "bigscience/bloom-7b1"),
@@ -119,6 +125,29 @@ const MODELS: &[Entry] = &[
     entry!("opt-1.3b", "facebook/opt-1.3b"),
     entry!("opt-6.7b", "facebook/opt-6.7b"),
 ];
+
+/// The published `preprocessor_config.json` of the built-in vision-language models, whose
+/// image processor settings (the pixel bounds) decide an image's tokens.
+const PREPROCESSORS: &[(&str, &str)] = &[
+    (
+        "qwen2.5-vl-7b-instruct",
+        include_str!("../../catalog/models/qwen2.5-vl-7b-instruct.preprocessor_config.json"),
+    ),
+    ("gemma-3-4b-it", include_str!("../../catalog/models/gemma-3-4b-it.preprocessor_config.json")),
+    (
+        "qwen3-vl-8b-instruct",
+        include_str!("../../catalog/models/qwen3-vl-8b-instruct.preprocessor_config.json"),
+    ),
+    (
+        "mistral-small-3.1-24b-instruct",
+        include_str!("../../catalog/models/mistral-small-3.1-24b-instruct.preprocessor_config.json"),
+    ),
+];
+
+/// The embedded `preprocessor_config.json` of a built-in vision-language model.
+pub fn builtin_preprocessor(name: &str) -> Option<&'static str> {
+    PREPROCESSORS.iter().find(|(n, _)| *n == name).map(|(_, text)| *text)
+}
 
 /// The embedded `config.json` of a built-in model.
 pub fn builtin_config(name: &str) -> Option<&'static str> {

@@ -73,7 +73,7 @@ impl GgufFile {
         file_len: Option<u64>,
         mut read_prefix: impl FnMut(u64) -> Result<Vec<u8>, InputError>,
     ) -> Result<GgufFile, InputError> {
-        let mut wanted: u64 = 1 << 20;
+        let mut wanted: u64 = 256 << 10;
         if let Some(len) = file_len {
             wanted = wanted.min(len);
         }
@@ -123,6 +123,13 @@ impl GgufFile {
 /// The parts of a split file named like `path`, in order, or `path` alone.
 fn split_parts(path: &Path) -> Vec<PathBuf> {
     let Some(name) = path.file_name().and_then(|n| n.to_str()) else { return vec![path.to_path_buf()] };
+    let folder = path.parent().unwrap_or(Path::new(""));
+    split_names(name).into_iter().map(|part| folder.join(part)).collect()
+}
+
+/// The file names of every part of the split file named `name` (`NAME-00002-of-00003.gguf`:
+/// parts 1 to 3, as `llama-gguf-split` names them), or `name` alone.
+pub(crate) fn split_names(name: &str) -> Vec<String> {
     let stem = &name[..name.len() - ".gguf".len().min(name.len())];
     // `NAME-00001-of-00003`
     let parts: Vec<&str> = stem.rsplitn(4, '-').collect();
@@ -130,10 +137,14 @@ fn split_parts(path: &Path) -> Vec<PathBuf> {
         && let Ok(count) = count.parse::<u32>()
         && (1..=9999).contains(&count)
     {
-        let folder = path.parent().unwrap_or(Path::new(""));
-        return (1..=count).map(|i| folder.join(format!("{base}-{i:05}-of-{count:05}.gguf"))).collect();
+        return (1..=count).map(|i| format!("{base}-{i:05}-of-{count:05}.gguf")).collect();
     }
-    vec![path.to_path_buf()]
+    vec![name.to_string()]
+}
+
+/// Whether a GGUF file name is a multimodal projector's (`mmproj-…`, llama.cpp's convention).
+pub(crate) fn is_projector_name(name: &str) -> bool {
+    name.rsplit('/').next().is_some_and(|n| n.to_ascii_lowercase().starts_with("mmproj"))
 }
 
 /// A folder's model files (every part of one split model, in order) and its projector.
@@ -146,9 +157,9 @@ fn folder_files(path: &Path) -> Result<(Vec<PathBuf>, Option<PathBuf>), InputErr
         .filter(|p| is_gguf(p))
         .collect();
     files.sort();
-    let (projectors, models): (Vec<PathBuf>, Vec<PathBuf>) = files.into_iter().partition(|p| {
-        p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.to_ascii_lowercase().starts_with("mmproj"))
-    });
+    let (projectors, models): (Vec<PathBuf>, Vec<PathBuf>) = files
+        .into_iter()
+        .partition(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(is_projector_name));
     let first = models.first().ok_or_else(|| {
         InputError::new(&origin, "the folder holds an mmproj file but no model GGUF")
             .with_fix("put the model's .gguf file beside its projector")
@@ -414,6 +425,7 @@ fn facts(
             moe: b.find(&format!("{}.ffn_gate_inp", b.path)).is_some(),
             attention_window: None,
             cross_attention: false,
+            ssm: None,
         })
         .collect();
     let moe = experts.map(|count| MoeFacts {
@@ -460,5 +472,6 @@ fn facts(
         layers,
         no_split_classes: vec!["GGUFBlock".into()],
         head: crate::model::OutputHead::LanguageModel,
+        vision: None,
     })
 }

@@ -1,5 +1,6 @@
 //! A model named by its Hugging Face Hub id (`org/name`, `org/name@revision`): the snapshot's
-//! small files (`config.json`, `generation_config.json`, a quantizer's own config, the
+//! small files (`config.json`, `generation_config.json`, a quantizer's own config, a
+//! vision-language model's `preprocessor_config.json`, the
 //! checkpoint index) are fetched whole into the shared cache, each shard's safetensors header is
 //! read with range requests (`vramplan-hub`), and the description is built by the same reading a
 //! local model folder gets ([`safetensors::load`]). The model's name is the Hub id as typed.
@@ -17,8 +18,13 @@ use vramplan_hub::{Hub, HubError, HubId, Snapshot};
 
 /// Small whole files read beside `config.json` when the revision has them: what the folder
 /// reader may read (generation defaults, AutoGPTQ's and AutoAWQ's own quantization configs).
-const SMALL_FILES: [&str; 4] =
-    ["config.json", "generation_config.json", "quantize_config.json", "quant_config.json"];
+const SMALL_FILES: [&str; 5] = [
+    "config.json",
+    "generation_config.json",
+    "quantize_config.json",
+    "quant_config.json",
+    super::vision::PREPROCESSOR_FILE,
+];
 
 /// A Hub error as bad input (exit 2): the message names the repository, the fix says what to do.
 pub(crate) fn input_error(spec: &str, e: &HubError) -> InputError {
@@ -27,6 +33,94 @@ pub(crate) fn input_error(spec: &str, e: &HubError) -> InputError {
         Some(fix) => err.with_fix(fix),
         None => err,
     }
+}
+
+/// The path of the `config.json` of the model `id` names (typed as `spec`), in the shared cache
+/// (fetched if it is not there yet); `None` when the repository has none.
+pub(crate) fn config_path(id: &HubId, spec: &str) -> Result<Option<std::path::PathBuf>, InputError> {
+    let fail = |e: HubError| input_error(spec, &e);
+    let hub = Hub::from_env().map_err(fail)?;
+    let snapshot = hub.snapshot(id).map_err(fail)?;
+    hub.file(&snapshot, "config.json").map_err(fail)
+}
+
+/// Loads the GGUF model of repository `id` whose file name holds `tag` (`org/name:Q4_K_M`, as
+/// llama.cpp's `-hf` takes it; an empty tag when the repository holds one model file): every
+/// part of a split file, and the repository's one `mmproj` projector if it has one, each read
+/// by range requests until its header ends (`gguf::GgufFile::read_with`), never the weights.
+pub(crate) fn load_gguf(id: &HubId, tag: &str, spec: &str) -> Result<ModelDescription, InputError> {
+    use super::gguf::{self, GgufFile};
+    let fail = |e: HubError| input_error(spec, &e);
+    let hub = Hub::from_env().map_err(fail)?;
+    let snapshot = hub.snapshot(id).map_err(fail)?;
+    let ggufs: Vec<&String> =
+        snapshot.files.iter().filter(|f| f.to_ascii_lowercase().ends_with(".gguf")).collect();
+    let (projectors, models): (Vec<&String>, Vec<&String>) =
+        ggufs.into_iter().partition(|f| gguf::is_projector_name(f));
+    let wanted = tag.to_ascii_lowercase();
+    let matching: Vec<&String> =
+        models.iter().copied().filter(|f| f.to_ascii_lowercase().contains(&wanted)).collect();
+    let listed = || models.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", ");
+    let Some(first) = matching.first() else {
+        return Err(InputError::new(spec, format!("{} holds no GGUF file matching `{tag}`", id.repo))
+            .with_fix(if models.is_empty() {
+                "give a repository that holds .gguf files, or its Hub id without `:` for its safetensors"
+                    .to_string()
+            } else {
+                format!(
+                    "give one of its files' quantization, e.g. `{}:Q4_K_M`; it holds {}",
+                    id.repo,
+                    listed()
+                )
+            }));
+    };
+    let (folder, name) = first.rsplit_once('/').map_or(("", first.as_str()), |(d, n)| (d, n));
+    let parts: Vec<String> = gguf::split_names(name)
+        .into_iter()
+        .map(|part| if folder.is_empty() { part } else { format!("{folder}/{part}") })
+        .collect();
+    let distinct = matching.iter().filter(|f| !parts.contains(f)).count();
+    if distinct > 0 {
+        return Err(InputError::new(
+            spec,
+            format!("`{tag}` matches {} GGUF files of {}", matching.len(), id.repo),
+        )
+        .with_fix(format!("give a tag that names one of them: {}", listed())));
+    }
+    let read = |file: &str| -> Result<GgufFile, InputError> {
+        let origin = format!("{}/{file}", id.repo);
+        // A quarter MiB holds a small model's header; a 128k-token vocabulary's takes a few MiB,
+        // read in doubling ranges as the parse asks.
+        let first = hub.read_range(&id.repo, &snapshot.commit, file, 0, 256 << 10).map_err(fail)?;
+        let total = first.total;
+        let mut bytes = first.bytes;
+        GgufFile::read_with(&origin, Some(total), |wanted| {
+            if wanted > bytes.len() as u64 {
+                let more = wanted - bytes.len() as u64;
+                let next = hub
+                    .read_range(&id.repo, &snapshot.commit, file, bytes.len() as u64, more)
+                    .map_err(fail)?;
+                bytes.extend_from_slice(&next.bytes);
+            }
+            Ok(bytes.clone())
+        })
+    };
+    let mut files = Vec::with_capacity(parts.len());
+    for part in &parts {
+        if !snapshot.files.contains(part) {
+            return Err(InputError::new(
+                spec,
+                format!("{} lacks `{part}`, a part of the split file", id.repo),
+            )
+            .with_fix("check the repository's files: every part of a split GGUF must be there"));
+        }
+        files.push(read(part)?);
+    }
+    let projector = match projectors.as_slice() {
+        [one] => Some(read(one)?),
+        _ => None,
+    };
+    gguf::describe(spec, &files, projector.as_ref())
 }
 
 /// Loads the model `id` names (typed as `spec`).

@@ -21,13 +21,16 @@
 mod build;
 pub mod catalog;
 pub mod custom;
+pub mod generic;
 pub mod gguf;
 pub mod hf;
 mod hub;
 pub mod quantization;
 pub mod safetensors;
+pub mod ssm;
 mod summary;
 mod tree;
+pub mod vision;
 
 pub use build::Builder;
 pub use quantization::Quantization;
@@ -104,6 +107,9 @@ pub enum StackKind {
     Encoder,
     /// A decoder stack: every block of a decoder-only model, T5's `decoder.block.N`.
     Decoder,
+    /// A vision tower's blocks (`model.visual.blocks.N`), which run on image patches before the
+    /// language model ([`ArchFacts::vision`]).
+    Vision,
 }
 
 /// One transformer block of the model, in execution order.
@@ -119,6 +125,10 @@ pub struct LayerFacts {
     pub attention_window: Option<u64>,
     /// The block also attends to the encoder's output (T5 decoder).
     pub cross_attention: bool,
+    /// The block's state-space (Mamba-2) mixer, beside or in place of attention (Falcon-H1);
+    /// `None` for a block without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ssm: Option<ssm::SsmFacts>,
 }
 
 /// Mixture-of-experts facts.
@@ -184,6 +194,10 @@ pub struct ArchFacts {
     /// What the output head produces for the loss to read: vocabulary logits, a task head's
     /// logits, or nothing (a base model). The simulator charges the logits and loss by it.
     pub head: OutputHead,
+    /// A vision-language model's vision tower (its blocks are the [`StackKind::Vision`]
+    /// layers); `None` for a text model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vision: Option<vision::VisionFacts>,
 }
 
 /// What a model's output head produces per step, which sets the logits and loss a training
@@ -376,9 +390,44 @@ impl ModelDescription {
         }
     }
 
+    /// A vision-language model's image processor settings from its `preprocessor_config.json`
+    /// (`text`, read from `origin`); nothing for a model without a vision tower.
+    pub(crate) fn read_processor_config(&mut self, text: &str, origin: &str) -> Result<(), InputError> {
+        match &mut self.facts.vision {
+            Some(vision) => vision.read_processor_config(text, origin),
+            None => Ok(()),
+        }
+    }
+
     /// The summary `vramplan inspect` prints.
     pub fn summary(&self) -> Summary {
         Summary::of(self)
+    }
+}
+
+/// The `config.json` text of the model `spec` names, as transformers would read it: a built-in's
+/// embedded one, a config file, a folder's `config.json`, or a Hub repository's (from the shared
+/// cache, fetched if needed); `None` for a model without one (a custom YAML, a GGUF file).
+pub fn config_text(spec: &str) -> Result<Option<String>, InputError> {
+    if let Some(text) = catalog::builtin_config(spec) {
+        return Ok(Some(text.to_string()));
+    }
+    let path = Path::new(spec);
+    let file = if path.is_dir() { path.join("config.json") } else { path.to_path_buf() };
+    if file.is_file() {
+        if file.extension().and_then(|e| e.to_str()) != Some("json") {
+            return Ok(None);
+        }
+        return std::fs::read_to_string(&file).map(Some).map_err(|e| InputError::io(&file, &e));
+    }
+    if path.exists() {
+        return Ok(None);
+    }
+    let Some(id) = vramplan_hub::HubId::parse(spec) else { return Ok(None) };
+    let id = id.map_err(|e| hub::input_error(spec, &e))?;
+    match hub::config_path(&id, spec)? {
+        Some(path) => std::fs::read_to_string(&path).map(Some).map_err(|e| InputError::io(&path, &e)),
+        None => Ok(None),
     }
 }
 
@@ -387,7 +436,11 @@ impl ModelDescription {
 /// (`org/name`, `org/name@revision`: not a path that exists, see [`hub`]).
 pub fn load(spec: &str, options: ImportOptions) -> Result<ModelDescription, InputError> {
     if let Some(text) = catalog::builtin_config(spec) {
-        return hf::from_config_text(text, spec, options);
+        let mut model = hf::from_config_text(text, spec, options)?;
+        if let Some(processor) = catalog::builtin_preprocessor(spec) {
+            model.read_processor_config(processor, &format!("{spec} ({})", vision::PREPROCESSOR_FILE))?;
+        }
+        return Ok(model);
     }
     let path = Path::new(spec);
     if (path.is_file() && gguf::is_gguf(path)) || (path.is_dir() && gguf::folder_has_gguf(path)) {
@@ -415,6 +468,14 @@ pub fn load(spec: &str, options: ImportOptions) -> Result<ModelDescription, Inpu
         .collect();
     let lower = spec.to_ascii_lowercase();
     let names_a_file = [".json", ".yaml", ".yml", ".safetensors", ".gguf"].iter().any(|e| lower.ends_with(e));
+    // `org/name:Q4_K_M`: a GGUF file of a Hub repository, as llama.cpp's `-hf` names one.
+    if let Some((repo, tag)) = spec.rsplit_once(':')
+        && !names_a_file
+        && let Some(id) = vramplan_hub::HubId::parse(repo)
+    {
+        let id = id.map_err(|e| hub::input_error(spec, &e))?;
+        return hub::load_gguf(&id, tag, spec);
+    }
     if !names_a_file && let Some(id) = vramplan_hub::HubId::parse(spec) {
         let loaded = id.map_err(|e| hub::input_error(spec, &e)).and_then(|id| hub::load(&id, spec, options));
         return match loaded {

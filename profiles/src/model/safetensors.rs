@@ -54,16 +54,23 @@ pub(crate) fn load(
     origin: &str,
 ) -> Result<ModelDescription, InputError> {
     let checkpoint = Checkpoint::read(&folder)?;
-    match &folder.config {
+    let mut model = match &folder.config {
         Some(config) => overlay::build(config, checkpoint, options, origin),
         None => from_names::build(checkpoint, origin),
+    }?;
+    if let Some(path) = &folder.preprocessor {
+        let text = std::fs::read_to_string(path).map_err(|e| InputError::io(path, &e))?;
+        model.read_processor_config(&text, &path.display().to_string())?;
     }
+    Ok(model)
 }
 
 /// A model folder's files: a directory's, or a Hub snapshot's (small files in the cache,
 /// shard headers read on demand).
 pub(crate) struct Folder<'a> {
     config: Option<PathBuf>,
+    /// A vision-language model's `preprocessor_config.json`.
+    preprocessor: Option<PathBuf>,
     index: Option<PathBuf>,
     /// `*.safetensors` file names, sorted.
     shards: Vec<String>,
@@ -83,9 +90,19 @@ impl<'a> Folder<'a> {
     ) -> Result<Folder<'a>, InputError> {
         let mut names = names.to_vec();
         names.sort();
-        let mut folder = Folder { config: None, index: None, shards: Vec::new(), notes: Vec::new(), headers };
+        let mut folder = Folder {
+            config: None,
+            preprocessor: None,
+            index: None,
+            shards: Vec::new(),
+            notes: Vec::new(),
+            headers,
+        };
         if names.iter().any(|n| n == "config.json") {
             folder.config = path("config.json");
+        }
+        if names.iter().any(|n| n == super::vision::PREPROCESSOR_FILE) {
+            folder.preprocessor = path(super::vision::PREPROCESSOR_FILE);
         }
         if let Some(index) = Folder::index_name(&names) {
             folder.index = path(index);
@@ -156,6 +173,23 @@ pub(crate) struct Checkpoint {
 }
 
 impl Checkpoint {
+    /// Renames every tensor `rename` gives a new name (transformers' conversion mapping of a
+    /// class); returns how many it renamed.
+    pub fn rename(&mut self, rename: impl Fn(&str) -> Option<String>) -> usize {
+        let mut count = 0;
+        self.tensors = std::mem::take(&mut self.tensors)
+            .into_iter()
+            .map(|(name, stored)| match rename(&name) {
+                Some(new) => {
+                    count += 1;
+                    (new, stored)
+                }
+                None => (name, stored),
+            })
+            .collect();
+        count
+    }
+
     /// True when no tensor has header information (an index without shards, or no checkpoint).
     pub fn names_only(&self) -> bool {
         self.tensors.values().all(Option::is_none)

@@ -35,10 +35,10 @@ pub fn validate_shape(workload: &Workload, model: &ModelDescription) -> Result<(
 }
 
 /// The context a workload asks the model for: the sequence, or llama.cpp's context.
-fn context(w: &Workload) -> u64 {
+fn context(w: &Workload, model: &ModelDescription) -> u64 {
     match w.engine {
         Engine::LlamaCpp { n_ctx, .. } if n_ctx > 0 => n_ctx,
-        _ => w.seq,
+        _ => w.seq.saturating_add(w.image_tokens(model)),
     }
 }
 
@@ -47,7 +47,7 @@ fn context(w: &Workload) -> u64 {
 fn check_positions(w: &Workload, model: &ModelDescription) -> Result<(), InputError> {
     // A learned table is the model's positions long: within them there is nothing to look for
     // (every point of a sweep passes here, and the search walks the module tree).
-    let context = context(w);
+    let context = context(w, model);
     if context <= model.facts.max_positions || model.facts.max_positions == 0 {
         return Ok(());
     }
@@ -79,6 +79,7 @@ pub fn validate_configuration(
     check_mode(workload)?;
     check_engine(workload)?;
     check_gguf_engine(workload, model)?;
+    check_images(workload, model)?;
     check_parallelism(workload, model, hardware)?;
     if let Finetune::Lora { rank: 0, .. } = workload.finetune {
         return Err(InputError::new(ORIGIN, "LoRA rank 0 adds no adapter")
@@ -344,6 +345,50 @@ fn check_gguf_engine(w: &Workload, model: &ModelDescription) -> Result<(), Input
         ))
 }
 
+/// The most images one sample may carry: each is hundreds to thousands of tokens, and a long
+/// video's frames come as video inputs, which vramplan does not model.
+const MAX_IMAGES: u64 = 1 << 10;
+
+/// Images need a vision tower, a size the processor accepts, and transformers (the other
+/// engines' multimodal budgets are not modelled yet).
+fn check_images(w: &Workload, model: &ModelDescription) -> Result<(), InputError> {
+    let Some(images) = &w.images else { return Ok(()) };
+    let Some(vision) = &model.facts.vision else {
+        return Err(InputError::new(ORIGIN, format!("images for {}, which has no vision tower", model.name))
+            .at_key("images")
+            .with_fix("drop --images (and `images:`), or give a vision-language model such as qwen2.5-vl-7b-instruct"));
+    };
+    if images.per_sample == 0 || images.width == 0 || images.height == 0 {
+        return Err(InputError::new(ORIGIN, "images of no count or no size")
+            .at_key("images")
+            .with_fix("give `images: {per_sample: 2, width: 1024, height: 1024}` (or --images 2 --image-size 1024x1024)"));
+    }
+    at_most(images.per_sample, MAX_IMAGES, "images.per_sample", "--images")?;
+    let side = vramplan_profiles::model::vision::MAX_SIDE;
+    at_most(images.width, side, "images.width", "--image-size")?;
+    at_most(images.height, side, "images.height", "--image-size")?;
+    if vision.image_tokens(images.width, images.height).is_none() {
+        return Err(InputError::new(
+            ORIGIN,
+            format!(
+                "a {}x{} image: the processor refuses sides more than 200 times apart",
+                images.width, images.height
+            ),
+        )
+        .at_key("images")
+        .with_fix("give the image's real size (`--image-size WIDTHxHEIGHT`)"));
+    }
+    if !matches!(w.engine, Engine::Transformers) {
+        return Err(InputError::new(
+            ORIGIN,
+            "images under an inference engine: vramplan models them under transformers only",
+        )
+        .at_key("images")
+        .with_fix("drop --engine (transformers), or drop --images to size the engine for text"));
+    }
+    Ok(())
+}
+
 fn check_engine(w: &Workload) -> Result<(), InputError> {
     match &w.engine {
         Engine::Vllm { gpu_memory_utilization, max_num_batched_tokens } => {
@@ -524,7 +569,7 @@ fn warnings(w: &Workload, model: &ModelDescription, hardware: &HardwareProfile) 
         }
     }
     let positions = model.facts.max_positions;
-    let context = context(w);
+    let context = context(w, model);
     // Past a rotary model's positions quality degrades; relative positions (XLNet, T5) have no
     // such length, and a learned table is a hard limit (`check_positions`).
     if positions > 0 && context > positions && crate::model::activations::uses_rotary(model) {

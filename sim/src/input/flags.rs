@@ -8,7 +8,7 @@
 
 use crate::engines::gguf::FileType;
 use crate::workload::{
-    AttentionImpl, Engine, Finetune, GradCheckpointing, Mode, Optimizer, Parallelism, Quant, Trainer,
+    AttentionImpl, Engine, Finetune, GradCheckpointing, Images, Mode, Optimizer, Parallelism, Quant, Trainer,
     Workload,
 };
 use vramplan_profiles::suggest::{closest, ticked, ticked_or};
@@ -36,6 +36,13 @@ pub struct WorkloadFlags {
     /// Inference: prompt tokens prefilled at once (default: --seq).
     #[cfg_attr(feature = "clap", arg(long))]
     pub prompt: Option<u64>,
+    /// Vision-language models: images per sample (their tokens come on top of --seq).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub images: Option<u64>,
+    /// Vision-language models: each image's size before the processor resizes it, WIDTHxHEIGHT
+    /// (`1024x768`).
+    #[cfg_attr(feature = "clap", arg(long, value_name = "WxH"))]
+    pub image_size: Option<String>,
     /// Gradient-accumulation steps.
     #[cfg_attr(feature = "clap", arg(long))]
     pub grad_accum: Option<u64>,
@@ -170,6 +177,33 @@ pub(crate) fn gguf_type_names() -> Vec<&'static str> {
 }
 
 impl WorkloadFlags {
+    /// `--images N` and `--image-size WxH` over the workload's images: both are needed unless
+    /// the workload file gave the other (`--images 0` drops them).
+    fn apply_images(&self, w: &mut Workload) -> Result<(), InputError> {
+        let size = self.image_size.as_deref().map(parse_image_size).transpose()?;
+        match (self.images, size, w.images) {
+            (None, None, _) => {}
+            (Some(0), _, _) => w.images = None,
+            (Some(per_sample), Some((width, height)), _) => {
+                w.images = Some(Images { per_sample, width, height })
+            }
+            (Some(per_sample), None, Some(given)) => w.images = Some(Images { per_sample, ..given }),
+            (None, Some((width, height)), Some(given)) => w.images = Some(Images { width, height, ..given }),
+            (Some(_), None, None) => {
+                return Err(InputError::new(
+                    "--images",
+                    "images of no size: the processor's resize needs it",
+                )
+                .with_fix("add --image-size WIDTHxHEIGHT (`--image-size 1024x1024`)"));
+            }
+            (None, Some(_), None) => {
+                return Err(InputError::new("--image-size", "an image size without images")
+                    .with_fix("add --images N (images per sample)"));
+            }
+        }
+        Ok(())
+    }
+
     /// `workload` with these flags applied over it.
     pub fn apply(&self, workload: Workload) -> Result<Workload, InputError> {
         let mut w = workload;
@@ -185,6 +219,7 @@ impl WorkloadFlags {
         if let Some(prompt) = self.prompt {
             w.prompt = Some(prompt);
         }
+        self.apply_images(&mut w)?;
         if let Some(grad_accum) = self.grad_accum {
             w.grad_accum = grad_accum;
         }
@@ -573,6 +608,23 @@ fn parse_targets(text: &str) -> Result<Vec<String>, InputError> {
             .with_fix("list module names separated by commas (`q_proj,v_proj`), or `all-linear`"));
     }
     Ok(targets)
+}
+
+/// `WIDTHxHEIGHT` (`1024x768`; `X` and `×` too), both positive.
+fn parse_image_size(text: &str) -> Result<(u64, u64), InputError> {
+    let lower = text.trim().to_ascii_lowercase();
+    let parsed = lower
+        .split_once('x')
+        .or_else(|| lower.split_once('×'))
+        .and_then(|(w, h)| Some((w.trim().parse::<u64>().ok()?, h.trim().parse::<u64>().ok()?)))
+        .filter(|&(w, h)| {
+            let side = vramplan_profiles::model::vision::MAX_SIDE;
+            w > 0 && h > 0 && w <= side && h <= side
+        });
+    parsed.ok_or_else(|| {
+        InputError::new("--image-size", format!("`{text}` is not WIDTHxHEIGHT in pixels"))
+            .with_fix("give two positive sizes up to 1048576, such as `--image-size 1024x768`")
+    })
 }
 
 #[cfg(test)]

@@ -27,7 +27,10 @@
 use super::declared::Declarations;
 use super::precision::Precision;
 use crate::workload::{AttentionImpl, Finetune, GradCheckpointing, Mode, Trainer, Workload};
-use vramplan_profiles::model::{AttentionKind, ModelDescription, ModuleKind, NormKind};
+use vramplan_profiles::model::vision::VisionFacts;
+use vramplan_profiles::model::{
+    AttentionKind, LayerFacts, ModelDescription, ModuleKind, NormKind, StackKind,
+};
 
 /// Activation memory of one block for a given number of tokens.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -149,6 +152,9 @@ pub(super) struct Shape {
 fn shape(model: &ModelDescription, layer: usize, training: bool, rotary: bool) -> Shape {
     let f = &model.facts;
     let facts = f.layers.get(layer);
+    if let (Some(vision), Some(LayerFacts { stack: StackKind::Vision, .. })) = (&f.vision, facts) {
+        return vision_shape(vision);
+    }
     let moe_layer = facts.is_some_and(|l| l.moe);
     let block = facts.and_then(|l| model.root.find(&l.path));
     let (intermediate, moe) = match (&f.moe, moe_layer) {
@@ -190,6 +196,29 @@ fn shape(model: &ModelDescription, layer: usize, training: bool, rotary: bool) -
             block.visit(&mut |m| found |= m.kind == ModuleKind::Norm && m.name() == "q_norm");
             found
         }),
+    }
+}
+
+/// A vision tower's block, as [`VisionFacts`] describes it: Qwen2.5-VL's `Qwen2_5_VLVisionBlock`
+/// (RMSNorms, a fused `qkv` with 2-D rotary embeddings on q and k, a gated MLP) or SigLIP's
+/// `SiglipEncoderLayer` (LayerNorms with a bias, q/k/v/out projections with biases, no rotary,
+/// a plain `fc1`/`fc2` MLP); full multi-head attention (every head its own K and V), no dropout.
+fn vision_shape(vision: &VisionFacts) -> Shape {
+    Shape {
+        hidden: vision.hidden_size,
+        heads: vision.num_heads,
+        kv_heads: vision.num_heads,
+        head_dim: vision.head_dim(),
+        intermediate: vision.intermediate_size,
+        gated: vision.gated_mlp,
+        rms: vision.rms_norm,
+        rotary: vision.rotary,
+        dropout: false,
+        moe: None,
+        cross_attention: false,
+        qk_norm: false,
+        extra_norms: 0,
+        softcap: false,
     }
 }
 
@@ -299,7 +328,31 @@ impl<'a> ActivationModel<'a> {
 
     /// Activations of block `layer` for `batch` sequences of `seq` tokens (training keeps
     /// tensors for backward; inference keeps none, only its transient peak).
+    ///
+    /// A vision tower's block runs on the workload's images instead: the patches of every image
+    /// (`batch × images`), attending within its windows; with no trainable tensor in the tower
+    /// and none before it (LoRA on the language model), autograd saves nothing there.
     pub(crate) fn block(&self, layer: usize, batch: u64, seq: u64) -> BlockActivations {
+        if self.model.facts.layers.get(layer).is_some_and(|l| l.stack == StackKind::Vision) {
+            let Some((sequences, span)) = self
+                .workload
+                .images
+                .as_ref()
+                .and_then(|images| super::vision::sequences(self.model, layer, batch, images))
+            else {
+                return BlockActivations::default();
+            };
+            let mut activations =
+                formula(self, layer, sequences, span, self.blocks.get(layer).map_or(&[], |b| &b.lora));
+            let frozen = self.blocks.get(layer).is_some_and(|b| b.lora.is_empty()) && self.vision_frozen();
+            if frozen {
+                // Without autograd a checkpointed block keeps no input either.
+                activations.saved.clear();
+                activations.input = 0;
+            }
+            self.add_block_mask(layer, batch, frozen, &mut activations);
+            return activations;
+        }
         let block = self.blocks.get(layer);
         // A custom model's declared sizes replace the formula for the block (`declared.rs`).
         if let Some(declarations) = block.and_then(|b| b.declarations.as_ref()) {
@@ -311,6 +364,37 @@ impl<'a> ActivationModel<'a> {
 }
 
 impl ActivationModel<'_> {
+    /// A packed tower's block mask (`model/vision.rs`, `block_mask_bytes`) in vision block
+    /// `layer`: live through every block's forward; kept for backward by the first block (its
+    /// SDPA, or its checkpoint's arguments) when the tower runs with autograd.
+    fn add_block_mask(&self, layer: usize, batch: u64, frozen: bool, activations: &mut BlockActivations) {
+        let c = self.precision.compute_bytes();
+        let mask = super::vision::block_mask_bytes(self.model, batch, self.workload.images.as_ref(), c);
+        if mask == 0 {
+            return;
+        }
+        activations.working_set.push(mask);
+        let first = self.model.facts.layers.iter().position(|l| l.stack == StackKind::Vision) == Some(layer);
+        if first && !frozen && self.workload.mode == crate::workload::Mode::Train {
+            activations.saved.push(mask);
+            activations.input = activations.input.saturating_add(mask);
+        } else {
+            activations.forward_transient = activations.forward_transient.saturating_add(mask);
+        }
+    }
+
+    /// Whether nothing in the vision tower trains: a LoRA or QLoRA fine-tune whose adapters
+    /// wrap none of its modules (PEFT's default targets name the language model's projections).
+    fn vision_frozen(&self) -> bool {
+        matches!(self.workload.finetune, Finetune::Lora { .. })
+            && !super::vision::input_hooked(self.model, self.workload)
+            && self
+                .blocks
+                .iter()
+                .zip(&self.model.facts.layers)
+                .all(|(b, l)| l.stack != StackKind::Vision || b.lora.is_empty())
+    }
+
     /// Whether the model runs transformers' decoder forward, whose locals the prefill follows
     /// ([`Self::prefill_held`], the hidden states handed from layer to layer); a custom model's
     /// declarations say what its modules hold instead.
@@ -332,6 +416,11 @@ impl ActivationModel<'_> {
         let c = self.precision.compute_bytes();
         let tokens = batch.saturating_mul(prompt);
         let mut held = vec![c.saturating_mul(self.model.facts.hidden_size).saturating_mul(tokens)];
+        let images = self.workload.images.as_ref();
+        let image_embeds = super::vision::image_embeds_bytes(self.model, batch, images, c);
+        if image_embeds > 0 {
+            held.push(image_embeds);
+        }
         if self.attention == AttentionImpl::Eager {
             let layers = &self.model.facts.layers;
             let windowed = layers.iter().filter(|l| l.attention_window.is_some()).count();
@@ -442,13 +531,26 @@ fn formula(m: &ActivationModel, layer: usize, batch: u64, seq: u64, lora: &[u64]
         saved.extend(per_score.iter().map(|b| b * batch * a * seq * span));
     }
     saved.extend(lora.iter().map(|b| b * tokens));
-    BlockActivations {
+    let mut acts = BlockActivations {
         saved,
         forward_transient,
         working_set,
         backward_transient,
         input: residual * h * tokens,
+    };
+    if let Some(ssm) = model.facts.layers.get(layer).and_then(|l| l.ssm.as_ref()) {
+        // A state-space mixer beside the attention (`ssm.rs`).
+        let trainable = !matches!(workload.finetune, Finetune::Lora { .. });
+        if training {
+            acts.saved.extend(super::ssm::saved(ssm, h, precision, trainable, batch, seq));
+        }
+        let mixer = super::ssm::working_set(ssm, h, precision, batch, seq);
+        let total = |v: &[u64]| v.iter().fold(0u64, |s, x| s.saturating_add(*x));
+        if total(&mixer) > total(&acts.working_set) {
+            acts.working_set = mixer;
+        }
     }
+    acts
 }
 
 /// What block shape `sh` keeps for backward, per token and per score, from the lists in the

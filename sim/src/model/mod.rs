@@ -7,6 +7,8 @@ pub(crate) mod activations;
 pub(crate) mod declared;
 pub(crate) mod head;
 pub(crate) mod precision;
+pub(crate) mod ssm;
 pub(crate) mod units;
+pub(crate) mod vision;
 mod working_set;
 pub(crate) mod xlnet;

@@ -364,8 +364,8 @@ fn describe(
             let weight = unit.weight_tensors.len() - 1;
             // Autocast casts what its fp16 list's ops take: linears' weights, and XLNet's raw
             // projections, which `torch.einsum` takes (`XLNetRelativeAttention`).
-            let xlnet_projection =
-                m.class == "XLNetRelativeAttention" && ["q", "k", "v", "o", "r"].contains(&tensor.name.as_str());
+            let xlnet_projection = m.class == "XLNetRelativeAttention"
+                && ["q", "k", "v", "o", "r"].contains(&tensor.name.as_str());
             if is_float_param
                 && precision.autocast
                 && ((m.kind == ModuleKind::Linear && tensor.name == "weight") || xlnet_projection)

@@ -6,8 +6,28 @@
 //! embeddings (`image_embeds`, the language model's width, in the compute dtype), held until
 //! that forward returns (`Qwen2_5_VLModel.forward`, transformers 5.24).
 
-use crate::workload::Images;
+use crate::workload::{Finetune, GradCheckpointing, Images, Workload};
 use vramplan_profiles::model::{ModelDescription, StackKind};
+
+/// Whether module `path` is the vision tower or inside it.
+pub(crate) fn in_tower(model: &ModelDescription, path: &str) -> bool {
+    model.facts.vision.as_ref().is_some_and(|v| {
+        path == v.path || path.strip_prefix(v.path.as_str()).is_some_and(|rest| rest.starts_with('.'))
+    })
+}
+
+/// Whether a LoRA step runs the tower with autograd although no adapter wraps it: PEFT prepares
+/// a model with gradient checkpointing by calling transformers' `enable_input_require_grads`
+/// (`PeftModel._prepare_model_for_gradient_checkpointing`; `prepare_model_for_kbit_training`
+/// for QLoRA), which hooks the output of every sub-model's `get_input_embeddings()` to require
+/// a gradient. Where that is the tower's patch embedding (Qwen2.5-VL, SigLIP), every block
+/// after it builds a graph, so a checkpointed block keeps its input until backward; Qwen3-VL's
+/// tower has no input embeddings to hook and keeps nothing.
+pub(crate) fn input_hooked(model: &ModelDescription, workload: &Workload) -> bool {
+    matches!(workload.finetune, Finetune::Lora { .. })
+        && workload.grad_checkpointing != GradCheckpointing::Off
+        && model.facts.vision.as_ref().is_some_and(|v| v.hooked_input_embeddings)
+}
 
 /// How vision block `layer` runs for `batch` samples of `images` each: the number of attention
 /// sequences and their length. transformers attends within each image (full-attention blocks)
@@ -22,6 +42,10 @@ pub(crate) fn sequences(
     let vision = model.facts.vision.as_ref()?;
     let index = model.facts.layers[..layer].iter().filter(|l| l.stack == StackKind::Vision).count() as u64;
     let patches = vision.image_tokens(images.width, images.height)?.patches;
+    if vision.packed_images {
+        // Pixtral: every image of the batch in one sequence, under a block-diagonal mask.
+        return Some((1, batch.saturating_mul(images.per_sample).saturating_mul(patches)));
+    }
     let span = vision.attended_patches(index, patches).max(1);
     let spans_per_image = patches.div_ceil(span);
     Some((batch.saturating_mul(images.per_sample).saturating_mul(spans_per_image), span))
@@ -37,7 +61,11 @@ pub(crate) fn pixel_values_bytes(model: &ModelDescription, batch: u64, images: O
         .saturating_mul(batch)
 }
 
-/// Bytes of the merged image embeddings for `batch` samples, `compute` bytes a value.
+/// Bytes of the image features the model's forward holds until it returns, for `batch`
+/// samples, `compute` bytes a value: the merged image embeddings it scatters into the input
+/// embeddings, and Qwen3-VL's DeepStack features, each merger's output (kept in
+/// `mm_encoder_outputs`) and its concatenation (`deepstack_visual_embeds`, added after the
+/// first language layers) both held until `Qwen3VLModel.forward` returns.
 pub(crate) fn image_embeds_bytes(
     model: &ModelDescription,
     batch: u64,
@@ -46,9 +74,30 @@ pub(crate) fn image_embeds_bytes(
 ) -> u64 {
     let (Some(images), Some(vision)) = (images, &model.facts.vision) else { return 0 };
     let Some(image) = vision.image_tokens(images.width, images.height) else { return 0 };
+    let copies = 1 + 2 * vision.deepstack_blocks.len() as u64;
     compute
         .saturating_mul(model.facts.hidden_size)
-        .saturating_mul(image.tokens)
+        .saturating_mul(image.features)
         .saturating_mul(images.per_sample)
         .saturating_mul(batch)
+        .saturating_mul(copies)
+}
+
+/// Bytes of a packed tower's block-diagonal attention mask for `batch` samples (Pixtral's
+/// `generate_block_attention_mask`: `[1, 1, P, P]` in the compute dtype, `compute` bytes a
+/// value, for the `P` patches of every image of the batch), made before the first block and
+/// named by the tower's frame until the last returns; 0 for other towers.
+pub(crate) fn block_mask_bytes(
+    model: &ModelDescription,
+    batch: u64,
+    images: Option<&Images>,
+    compute: u64,
+) -> u64 {
+    let (Some(images), Some(vision)) = (images, &model.facts.vision) else { return 0 };
+    if !vision.packed_images {
+        return 0;
+    }
+    let Some(image) = vision.image_tokens(images.width, images.height) else { return 0 };
+    let patches = image.patches.saturating_mul(images.per_sample).saturating_mul(batch);
+    patches.saturating_mul(patches).saturating_mul(compute)
 }

@@ -259,7 +259,9 @@ fn transformers(
             args.arg("optim", optim(answer.optimizer));
             out.push(args);
             let mut notes = RunFlags::new("#");
-            if kind != Kind::CausalLm {
+            if let Some(images) = images_note(model, answer) {
+                notes.arg("sequences", images);
+            } else if kind != Kind::CausalLm {
                 notes.arg("sequences", format!("tokenize to max_length={}, truncation=True", answer.seq));
             }
             let asked = question.batch.saturating_mul(question.grad_accum.max(1)).max(1);
@@ -296,11 +298,16 @@ fn transformers(
         }
         Mode::Inference => {
             let mut generate = RunFlags::new("#");
+            if let Some(images) = images_note(model, answer) {
+                generate.arg("prompts", images);
+            }
             generate.arg(
                 "generate",
                 format!(
                     "up to {} sequences of up to {} tokens at a time (max_length={})",
-                    answer.batch, answer.seq, answer.seq
+                    answer.batch,
+                    answer.seq.saturating_add(answer.image_tokens(model)),
+                    answer.seq.saturating_add(answer.image_tokens(model))
                 ),
             );
             out.push(generate);
@@ -455,6 +462,9 @@ fn llamacpp(
                 server.arg("--mmproj", projector.display());
             }
         }
+        // A Hub repository's GGUF (`org/name:Q4_K_M`): llama.cpp fetches it itself, with its
+        // projector, from the same spelling.
+        None if vramplan_profiles::model::gguf::is_gguf_model(model) => server.arg("-hf", &model.name),
         _ => server.arg("-m", format!("{}-{file_type}.gguf", model.name)),
     }
     server.arg("-c", if n_ctx == 0 { answer.seq } else { n_ctx });
@@ -479,4 +489,23 @@ fn llamacpp(
         server.arg("-ctv", name);
     }
     server
+}
+
+/// What a vision-language sample holds, for the notes: its text tokens, its images as the model's
+/// processor counts them, and the sequence they make together.
+fn images_note(model: &ModelDescription, answer: &Workload) -> Option<String> {
+    let images = answer.images.as_ref()?;
+    let vision = model.facts.vision.as_ref()?;
+    let image = vision.image_tokens(images.width, images.height)?;
+    Some(format!(
+        "{} text tokens and {} image(s) of {}x{} (resized to {}x{}: {} tokens each) per sample, {} tokens in all",
+        answer.seq,
+        images.per_sample,
+        images.width,
+        images.height,
+        image.resized.1,
+        image.resized.0,
+        image.tokens,
+        answer.seq.saturating_add(answer.image_tokens(model))
+    ))
 }

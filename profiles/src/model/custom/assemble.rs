@@ -176,7 +176,9 @@ pub(super) fn assemble(
     }
     if let (None, Some(head)) = (&file.extend, &file.head) {
         return Err(at(origin, &head.referenced, "`head` replaces the head of the model `extend` names")
-            .with_fix("add `extend:` with a config or built-in model, or describe the head among `modules`"));
+            .with_fix(
+                "add `extend:` with a config or built-in model, or describe the head among `modules`",
+            ));
     }
     let mut model = match &file.extend {
         None => from_scratch(&file, &mut builder)?,
@@ -283,6 +285,7 @@ fn from_scratch(file: &ModelFile, builder: &mut ModuleBuilder) -> Result<ModelDe
         layers: std::mem::take(&mut builder.blocks),
         no_split_classes: builder.block_classes.clone(),
         head: crate::model::OutputHead::LanguageModel,
+        vision: None,
     };
     Ok(ModelDescription {
         custom: true,
@@ -698,6 +701,7 @@ impl ModuleBuilder<'_> {
                 moe,
                 attention_window: window,
                 cross_attention: false,
+                ssm: None,
             });
             if let Some(sizes) = declared.or(self.default_activations) {
                 self.activations.push((path.to_string(), sizes));

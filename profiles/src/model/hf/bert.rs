@@ -163,6 +163,7 @@ pub(crate) fn build(
         layers: dense_layers(&list, layers, stack, cross_attention),
         no_split_classes: vec!["BertEmbeddings".into(), "BertLayer".into()],
         head: if head == Head::MaskedLm { OutputHead::LanguageModel } else { OutputHead::None },
+        vision: None,
     };
     let mut description = describe(config, arch, options, dtype, facts, root, notes);
     if head == Head::MaskedLm {

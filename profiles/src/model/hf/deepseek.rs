@@ -166,6 +166,7 @@ pub(crate) fn build(
         layers: layer_facts(list, &sparse, &[]),
         no_split_classes: vec![format!("{prefix}DecoderLayer")],
         head: crate::model::OutputHead::LanguageModel,
+        vision: None,
     };
     let description = ModelDescription {
         custom: false,

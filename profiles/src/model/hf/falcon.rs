@@ -142,6 +142,7 @@ pub(crate) fn build(
         layers: dense_layers(list, layers, StackKind::Decoder, false),
         no_split_classes: vec!["FalconDecoderLayer".into()],
         head: crate::model::OutputHead::LanguageModel,
+        vision: None,
     };
     let mut notes = Vec::new();
     if alibi {

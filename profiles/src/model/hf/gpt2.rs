@@ -134,6 +134,7 @@ pub(crate) fn build(
         layers: dense_layers(list, layers, StackKind::Decoder, cross_attention),
         no_split_classes: vec![format!("{}Block", flavour.prefix())],
         head: crate::model::OutputHead::LanguageModel,
+        vision: None,
     };
     let description = describe(config, arch, options, dtype, facts, root, Vec::new());
     tie_if(tie, description, "lm_head.weight", "transformer.wte.weight")

@@ -88,6 +88,7 @@ pub(crate) fn build(
         layers: dense_layers(list, layers, StackKind::Decoder, false),
         no_split_classes: vec!["GPTNeoXLayer".into()],
         head: crate::model::OutputHead::LanguageModel,
+        vision: None,
     };
     let description = describe(config, arch, options, dtype, facts, root, Vec::new());
     tie_if(tie, description, &format!("{head}.weight"), "gpt_neox.embed_in.weight")

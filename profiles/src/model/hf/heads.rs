@@ -484,7 +484,7 @@ fn head_modules(
 }
 
 /// `path` moved from under `from` to under `to` (either may be the root, `""`).
-fn moved_path(path: &str, from: &str, to: &str) -> String {
+pub(super) fn moved_path(path: &str, from: &str, to: &str) -> String {
     let rest = if from.is_empty() {
         Some(path)
     } else if path == from {
@@ -500,7 +500,7 @@ fn moved_path(path: &str, from: &str, to: &str) -> String {
 
 /// Moves `module` and everything below it, tied targets included, from under `from` to under
 /// `to`.
-fn reroot(module: &mut Module, from: &str, to: &str) {
+pub(super) fn reroot(module: &mut Module, from: &str, to: &str) {
     module.visit_mut(&mut |m| {
         m.path = moved_path(&m.path, from, to);
         for tensor in &mut m.tensors {

@@ -497,6 +497,7 @@ pub(crate) fn build(
             )
             .collect(),
         head: crate::model::OutputHead::LanguageModel,
+        vision: None,
     };
     let description = ModelDescription {
         custom: false,
@@ -680,6 +681,7 @@ pub(super) fn layer_facts(list: &str, sparse: &[bool], windows: &[Option<u64>]) 
             moe: *moe,
             attention_window: windows.get(i).copied().flatten(),
             cross_attention: false,
+            ssm: None,
         })
         .collect()
 }

@@ -11,14 +11,20 @@ mod config;
 pub(crate) use config::describe as describe_value;
 mod deepseek;
 mod falcon;
+mod falcon_h1;
+mod gemma3_vl;
 mod gpt2;
 mod heads;
+mod mistral3_vl;
+mod nested_text;
 pub use heads::classes as head_classes;
 pub(crate) use heads::{TASKS as HEAD_TASKS, class_for as head_class_for};
 mod gpt_neox;
 mod llama;
 mod opt;
 mod phi;
+mod qwen3_vl;
+mod qwen_vl;
 mod t5;
 mod xlnet;
 
@@ -59,7 +65,52 @@ pub const SUPPORTED: &[&str] = &[
     "BertForSequenceClassification",
     "BertModel",
     "XLNetLMHeadModel",
+    "Qwen2_5_VLForConditionalGeneration",
+    "Gemma3ForConditionalGeneration",
+    "Qwen3VLForConditionalGeneration",
+    "Mistral3ForConditionalGeneration",
+    "FalconH1ForCausalLM",
 ];
+
+/// The name transformers loads checkpoint tensor `name` under in class `arch` (in `naming`),
+/// where its conversion mapping renames it (published checkpoints of some classes keep older
+/// names).
+pub(crate) fn checkpoint_name(arch: &str, naming: super::Naming, name: &str) -> Option<String> {
+    match arch {
+        "Qwen2_5_VLForConditionalGeneration" => qwen_vl::checkpoint_name(name),
+        "Gemma3ForConditionalGeneration" => {
+            let moved = llava_checkpoint_name(name)?;
+            // 5.x's SigLIP tower has no `vision_model` level (`SiglipVisionModel`'s base-model
+            // prefix, which loading removes); 4.x keeps it.
+            Some(match (naming, moved.strip_prefix("model.vision_tower.vision_model.")) {
+                (super::Naming::V5, Some(rest)) => format!("model.vision_tower.{rest}"),
+                _ => moved,
+            })
+        }
+        "Mistral3ForConditionalGeneration" => llava_checkpoint_name(name),
+        _ => None,
+    }
+}
+
+/// LLaVA-style checkpoints (Gemma 3 and Mistral 3 as published) keep the language model's
+/// `…ForCausalLM` names under `language_model.` and the tower and projector at the top; the
+/// classes' conversion mapping moves them under `model.` (4.5x's `_checkpoint_conversion_mapping`
+/// of both classes, the "llava" entry of 5.x's `conversion_mapping.py`).
+fn llava_checkpoint_name(name: &str) -> Option<String> {
+    const MOVES: [(&str, &str); 4] = [
+        ("language_model.model.", "model.language_model."),
+        ("language_model.lm_head.", "lm_head."),
+        ("vision_tower.", "model.vision_tower."),
+        ("multi_modal_projector.", "model.multi_modal_projector."),
+    ];
+    MOVES.iter().find_map(|(from, to)| name.strip_prefix(from).map(|rest| format!("{to}{rest}")))
+}
+
+/// Whether `arch` has an importer here; a folder (or Hub id) whose config names another class
+/// builds a generic model from its safetensors checkpoint (`model::generic`).
+pub(crate) fn has_importer(arch: &str) -> bool {
+    SUPPORTED.contains(&arch) || heads::builds(arch)
+}
 
 /// Reads and imports a `config.json` file.
 pub fn from_config_file(path: &Path, options: ImportOptions) -> Result<ModelDescription, InputError> {
@@ -114,13 +165,16 @@ pub(crate) fn from_config_unquantized(
         "GPT2LMHeadModel" | "GPTBigCodeForCausalLM" => gpt2::build(config, &arch, options),
         "PhiForCausalLM" => phi::build(config, &arch, options),
         "FalconForCausalLM" => falcon::build(config, &arch, options),
+        "FalconH1ForCausalLM" => falcon_h1::build(config, &arch, options),
         "OPTForCausalLM" => opt::build(config, &arch, options),
         "BloomForCausalLM" => bloom::build(config, &arch, options),
         "T5ForConditionalGeneration" => t5::build(config, &arch, options),
-        "BertForMaskedLM" | "BertModel" => {
-            bert::build(config, &arch, options)
-        }
+        "BertForMaskedLM" | "BertModel" => bert::build(config, &arch, options),
         "XLNetLMHeadModel" => xlnet::build(config, &arch, options),
+        "Qwen2_5_VLForConditionalGeneration" => qwen_vl::build(config, &arch, options),
+        "Gemma3ForConditionalGeneration" => gemma3_vl::build(config, &arch, options),
+        "Qwen3VLForConditionalGeneration" => qwen3_vl::build(config, &arch, options),
+        "Mistral3ForConditionalGeneration" => mistral3_vl::build(config, &arch, options),
         // Base models and task heads of every family (`LlamaModel`, `XLNetForQuestionAnswering`).
         head if heads::builds(head) => heads::build(config, head, options),
         other => {
@@ -129,7 +183,8 @@ pub(crate) fn from_config_unquantized(
                 .with_fix(format!(
                     "vramplan builds these from a config.json: {}. For any other model, describe it \
                      in a custom YAML file (see docs/custom-models.md), optionally with `extend:` \
-                     pointing at a supported config",
+                     pointing at a supported config; or give the model's folder (or Hub id) with its \
+                     safetensors checkpoint, which builds a generic model from the headers",
                     SUPPORTED.join(", ") + ", " + &heads::classes().join(", ")
                 )));
         }
@@ -212,6 +267,7 @@ fn dense_layers(list: &str, count: u64, stack: StackKind, cross_attention: bool)
             moe: false,
             attention_window: None,
             cross_attention,
+            ssm: None,
         })
         .collect()
 }

@@ -111,6 +111,7 @@ pub(crate) fn build(
         layers: dense_layers(list, layers, StackKind::Decoder, false),
         no_split_classes: vec!["OPTDecoderLayer".into()],
         head: crate::model::OutputHead::LanguageModel,
+        vision: None,
     };
     let description = describe(config, arch, options, dtype, facts, root, Vec::new());
     tie_if(tie, description, "lm_head.weight", "model.decoder.embed_tokens.weight")

@@ -105,6 +105,7 @@ pub(crate) fn build(
         layers: dense_layers(list, layers, StackKind::Decoder, false),
         no_split_classes: vec!["PhiDecoderLayer".into()],
         head: crate::model::OutputHead::LanguageModel,
+        vision: None,
     };
     let description = describe(config, arch, options, dtype, facts, root, Vec::new());
     tie_if(tie, description, "lm_head.weight", "model.embed_tokens.weight")

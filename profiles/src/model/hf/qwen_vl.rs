@@ -12,7 +12,7 @@
 
 use super::{HfConfig, describe, llama};
 use crate::InputError;
-use crate::model::vision::VisionFacts;
+use crate::model::vision::{ImageProcessor, VisionFacts};
 use crate::model::{
     ArchFacts, AttentionKind, Builder, ImportOptions, LayerFacts, ModelDescription, Module, ModuleKind,
     Naming, NormKind, OutputHead, StackKind, Tensor,
@@ -165,6 +165,7 @@ pub(crate) fn build(
             moe: false,
             attention_window: None,
             cross_attention: false,
+            ssm: None,
         })
         .collect();
     layer_facts.extend(llama::layer_facts(&list, &vec![false; layers as usize], &[]));
@@ -188,6 +189,9 @@ pub(crate) fn build(
         head: OutputHead::LanguageModel,
         vision: Some(VisionFacts {
             path: visual_path.into(),
+            processor: ImageProcessor::SmartResize,
+            rms_norm: true,
+            rotary: true,
             hidden_size: v_hidden,
             num_heads: v_heads,
             intermediate_size: v_intermediate,
@@ -199,10 +203,27 @@ pub(crate) fn build(
             patch_values: channels * temporal * patch * patch,
             window_pixels: window,
             full_attention_blocks: full_blocks,
+            deepstack_blocks: Vec::new(),
+            hooked_input_embeddings: true,
+            packed_images: false,
             min_pixels: DEFAULT_MIN_PIXELS,
             max_pixels: DEFAULT_MAX_PIXELS,
         }),
     };
     let description = describe(config, arch, options, dtype, facts, root, Vec::new());
     super::tie_if(tie, description, "lm_head.weight", &format!("{lm_path}.embed_tokens.weight"))
+}
+
+/// The name transformers loads a published checkpoint's tensor `name` under, where it differs:
+/// Qwen2-VL and Qwen2.5-VL checkpoints keep 4.51's names (`visual.…`, `model.layers.…`), which
+/// the class's conversion mapping moves under `model.visual` and `model.language_model`
+/// (`conversion_mapping.py`, transformers 5.24, "Qwen2VLForConditionalGeneration"; 4.52+'s
+/// `_checkpoint_conversion_mapping`).
+pub(crate) fn checkpoint_name(name: &str) -> Option<String> {
+    if let Some(rest) = name.strip_prefix("visual.") {
+        return Some(format!("model.visual.{rest}"));
+    }
+    let rest = name.strip_prefix("model.")?;
+    (!rest.starts_with("language_model.") && !rest.starts_with("visual."))
+        .then(|| format!("model.language_model.{rest}"))
 }

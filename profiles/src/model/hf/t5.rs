@@ -91,6 +91,7 @@ pub(crate) fn build(
         layers,
         no_split_classes: vec!["T5Block".into()],
         head: crate::model::OutputHead::LanguageModel,
+        vision: None,
     };
     let mut notes = Vec::new();
     if tie && !tie_key {

@@ -110,6 +110,7 @@ pub(crate) fn build(
         layers: dense_layers(list, layers, StackKind::Decoder, false),
         no_split_classes: Vec::new(),
         head: crate::model::OutputHead::LanguageModel,
+        vision: None,
     };
     let description = describe(config, arch, options, dtype, facts, root, Vec::new());
     tie_if(tie, description, "lm_loss.weight", "transformer.word_embedding.weight")

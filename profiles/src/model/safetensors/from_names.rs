@@ -39,6 +39,16 @@ pub(crate) fn build(checkpoint: Checkpoint, origin: &str) -> Result<ModelDescrip
         )
         .with_fix("add the model's config.json to the folder (or the safetensors shards)"));
     }
+    let (root, guesses) = tree(&checkpoint);
+    let missing_header = checkpoint.tensors.values().filter(|s| s.is_none()).count();
+    describe(root, checkpoint, guesses, missing_header, origin)
+}
+
+/// The module tree the checkpoint's names give, every tensor as its header stores it (tensors
+/// the index names without a header are left out): the blocks are the items of the block
+/// lists, quantized weights and constants are told by their names. Also used by the generic
+/// model of a config whose class has no importer (`overlay::generic`).
+pub(super) fn tree(checkpoint: &Checkpoint) -> (Module, Guesses) {
     let mut entries: Vec<(&String, &StoredTensor)> =
         checkpoint.tensors.iter().filter_map(|(n, s)| s.as_ref().map(|s| (n, s))).collect();
     entries.sort_by(|a, b| names::natural_cmp(a.0, b.0));
@@ -55,8 +65,7 @@ pub(crate) fn build(checkpoint: Checkpoint, origin: &str) -> Result<ModelDescrip
     }
     let mut guesses = Guesses::default();
     let root = root.into_module("", "", Placement::Plain, &mut guesses);
-    let missing_header = checkpoint.tensors.values().filter(|s| s.is_none()).count();
-    describe(root, checkpoint, guesses, missing_header, origin)
+    (root, guesses)
 }
 
 /// How a node's parent sees it.
@@ -69,9 +78,11 @@ enum Placement {
     InsideBlock,
 }
 
+/// What the tree took for granted, for the notes.
 #[derive(Default)]
-struct Guesses {
-    packed_assumed_4bit: usize,
+pub(super) struct Guesses {
+    /// Packed quantized weights counted as 4-bit values, for want of a quantization config.
+    pub packed_assumed_4bit: usize,
 }
 
 #[derive(Default)]
@@ -238,6 +249,7 @@ fn describe(
             }),
             attention_window: None,
             cross_attention: false,
+            ssm: None,
         })
         .collect();
     let moe = experts.map(|count| MoeFacts {
@@ -247,18 +259,7 @@ fn describe(
         shared_experts: 0,
         shared_intermediate_size: 0,
     });
-    let dtype = checkpoint
-        .tensors
-        .values()
-        .flatten()
-        .filter(|t| t.dtype.is_float())
-        .fold(HashMap::new(), |mut acc: HashMap<crate::DType, u64>, t| {
-            *acc.entry(t.dtype).or_default() += t.numel();
-            acc
-        })
-        .into_iter()
-        .max_by_key(|(d, n)| (*n, *d))
-        .map_or(crate::DType::F32, |(d, _)| d);
+    let dtype = dominant_dtype(&checkpoint);
     let naming = super::overlay::detect_naming(checkpoint.tensors.keys().map(String::as_str));
     let mut notes = checkpoint.notes.clone();
     notes.push(format!(
@@ -302,6 +303,7 @@ fn describe(
         layers,
         no_split_classes: vec!["Block".into()],
         head: crate::model::OutputHead::LanguageModel,
+        vision: None,
     };
     let model = ModelDescription {
         custom: false,
@@ -317,4 +319,20 @@ fn describe(
     };
     summary::validate(&model, origin)?;
     Ok(model)
+}
+
+/// The floating-point dtype holding the most elements among the headers (float32 when none).
+pub(super) fn dominant_dtype(checkpoint: &Checkpoint) -> crate::DType {
+    checkpoint
+        .tensors
+        .values()
+        .flatten()
+        .filter(|t| t.dtype.is_float())
+        .fold(HashMap::new(), |mut acc: HashMap<crate::DType, u64>, t| {
+            *acc.entry(t.dtype).or_default() += t.numel();
+            acc
+        })
+        .into_iter()
+        .max_by_key(|(d, n)| (*n, *d))
+        .map_or(crate::DType::F32, |(d, _)| d)
 }

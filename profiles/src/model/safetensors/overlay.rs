@@ -2,7 +2,10 @@
 //! the facts, the checkpoint what is really stored — each tensor's dtype and shape, quantized
 //! weights in place of float ones, and quantization constants beside them. What only one side
 //! has is summarised in the description's notes, as is the comparison of the description's
-//! bytes with the index's `metadata.total_size`.
+//! bytes with the index's `metadata.total_size`. A config whose class has no importer builds
+//! the [`generic`] model from the checkpoint instead.
+
+mod generic;
 
 use super::names;
 use super::quant::{self, QuantConfig, Role};
@@ -26,7 +29,16 @@ pub(crate) fn build(
 ) -> Result<ModelDescription, InputError> {
     let text = std::fs::read_to_string(config_path).map_err(|e| InputError::io(config_path, &e))?;
     let config = HfConfig::parse(&text, &config_path.display().to_string())?;
+    let mut checkpoint = checkpoint;
+    let arch = config.architecture()?;
+    let renamed = checkpoint.rename(|name| hf::checkpoint_name(&arch, options.naming, name));
     let mut notes = checkpoint.notes.clone();
+    if renamed > 0 {
+        notes.push(format!(
+            "{renamed} tensor names of the checkpoint read as transformers loads them (its conversion \
+             mapping for {arch})"
+        ));
+    }
     let naming = match detect_naming(checkpoint.tensors.keys().map(String::as_str)) {
         Some(found) => {
             if found != options.naming {
@@ -40,6 +52,10 @@ pub(crate) fn build(
         }
         None => options.naming,
     };
+    // A class with no importer, over a checkpoint's headers: the generic model.
+    if !hf::has_importer(&arch) && !checkpoint.tensors.is_empty() {
+        return generic::build(&config, &arch, &checkpoint, origin);
+    }
     // The floating-point tree: the checkpoint's own headers say how it is quantized.
     let quantization = quantization::read(config.origin(), config.object(), naming)?;
     let mut model = hf::from_config_unquantized(&config, ImportOptions { naming })?;
