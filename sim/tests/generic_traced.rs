@@ -8,82 +8,15 @@
 //! which the CPU tracer never makes, left out). The figures are docs/memory-model.md's
 //! "Generic models" table; the error must stay within what `model::generic` states.
 
-use serde::Deserialize;
+mod support;
+
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
+use support::{compare, fixture};
+use vramplan_profiles::hardware;
 use vramplan_profiles::model::{self, ImportOptions, ModelDescription, TensorKind, catalog, generic};
-use vramplan_profiles::{DType, hardware};
-use vramplan_sim::program::cublas_workspace;
-use vramplan_sim::workload::{AttentionImpl, Finetune, GradCheckpointing, Mode, Optimizer, Quant, Workload};
-use vramplan_sim::{Placement, estimate};
-
-#[derive(Deserialize)]
-struct Fixture {
-    records: Vec<Record>,
-}
-
-/// The tracer's record, as far as the workload and the peak go (`tracer.rs` reads the rest).
-#[derive(Deserialize)]
-struct Record {
-    model: String,
-    mode: String,
-    finetune: String,
-    ckpt: bool,
-    batch: u64,
-    seq: u64,
-    dtype: String,
-    #[serde(default)]
-    lora_rank: Option<u64>,
-    #[serde(default)]
-    lora_targets: serde_json::Value,
-    #[serde(default)]
-    peak_bytes: Option<u64>,
-    #[serde(default)]
-    error: Option<String>,
-    #[serde(default)]
-    attn: Option<String>,
-    #[serde(default)]
-    cls: Option<String>,
-    #[serde(default)]
-    autocast: Option<String>,
-}
-
-impl Record {
-    fn workload(&self) -> Workload {
-        let dtype = DType::parse(&self.dtype).expect("a dtype");
-        let mut w = Workload {
-            mode: if self.mode == "train" { Mode::Train } else { Mode::Inference },
-            batch: self.batch,
-            seq: self.seq,
-            weight_dtype: Some(dtype),
-            optimizer: Optimizer::Adamw,
-            grad_checkpointing: if self.ckpt { GradCheckpointing::Full } else { GradCheckpointing::Off },
-            ..Workload::default()
-        };
-        if self.attn.as_deref() == Some("eager") {
-            w.attention = AttentionImpl::Eager;
-        }
-        if let Some(rank) = self.lora_rank {
-            let targets = match &self.lora_targets {
-                serde_json::Value::String(one) => vec![one.clone()],
-                list => list
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|t| t.as_str().map(String::from))
-                    .collect(),
-            };
-            w.finetune = Finetune::Lora { rank, alpha: 2 * rank, targets };
-        }
-        if self.finetune == "qlora" {
-            w.quant = Quant::Nf4 { double_quant: true };
-        }
-        w.autocast = self.autocast.as_deref().map(|a| DType::parse(a).expect("an autocast dtype"));
-        w
-    }
-}
 
 /// Writes `model`'s state dict as `save_pretrained` stores it (parameters and persistent
 /// buffers, tied copies left out) into a safetensors file with a sparse data section.
@@ -141,30 +74,22 @@ fn generic_of(name: &str, dir: &Path) -> Result<ModelDescription, String> {
 
 #[test]
 fn generic_estimates_stay_within_the_stated_error() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/reference/trace/v5.json");
-    let fixture: Fixture =
-        serde_json::from_str(&std::fs::read_to_string(path).expect("the trace fixture")).expect("its JSON");
+    let fixture = fixture("v5.json");
     let hardware = hardware::load("h100-80gb").expect("profile");
-    let workspace = cublas_workspace(9);
     let dir = std::env::temp_dir().join(format!("vramplan-generic-traced-{}", std::process::id()));
     let mut models: BTreeMap<String, Result<(ModelDescription, ModelDescription), String>> = BTreeMap::new();
     // Per family: (generic |errors|, importer |errors|).
     let mut families: BTreeMap<String, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
     let mut all = Vec::new();
     for r in &fixture.records {
-        let (Some(traced), None, None) = (r.peak_bytes, &r.error, &r.cls) else { continue };
+        let (Ok(traced), None) = (r.traced_peak(), &r.cls) else { continue };
         let built = models.entry(r.model.clone()).or_insert_with(|| {
             let real = model::load(&r.model, ImportOptions::default()).expect("built-in");
             generic_of(&r.model, &dir).map(|g| (g, real))
         });
         let Ok((generic_model, real)) = built.clone() else { continue };
         let workload = r.workload();
-        let peak = |m: &ModelDescription| {
-            let e = estimate(m, &hardware, &workload, &Placement::even_layers(m, 1))
-                .unwrap_or_else(|e| panic!("{}: {e}", r.model));
-            let ours = e.devices[0].peak_allocated_bytes - workspace;
-            (ours as f64 - traced as f64) / traced as f64
-        };
+        let peak = |m: &ModelDescription| compare(m, &hardware, &workload, traced, &r.model).error;
         let (g, i) = (peak(&generic_model), peak(&real));
         println!(
             "{:<26} {:<5} {:<5} r{:<3} ckpt {:<5} {:>4}x{:<5} {:<5} generic {:>+7.1}%  importer {:>+7.1}%",
