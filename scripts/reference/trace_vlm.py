@@ -42,6 +42,7 @@ import common
 import torch
 import trace as tracer
 from torch._subclasses.fake_tensor import unset_fake_temporarily
+from transformers import vision_utils
 from transformers.models.gemma3 import modeling_gemma3 as gemma3
 from transformers.models.mistral3 import modeling_mistral3 as mistral3
 from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as qwen
@@ -124,44 +125,81 @@ def smart_resize(height, width, factor, min_pixels, max_pixels):
 
 
 class Prepared:
-    """The real index tensors of one configuration's batch."""
+    """One configuration's batch as its family's processor makes it, and the real index tensors
+    the step reads the values of. Every family's batch has the prompt's token ids (per sample,
+    each image's tokens, then the text), the image tokens' mask, `tokens_per_image` and
+    `pixel_shape`; its subclass sizes the images, writes an image's tokens and adds its own
+    inputs (`extra_inputs`)."""
 
     def __init__(self, config, hf_config):
+        self.count = config["batch"] * config["images"]["per_sample"]
+
+    def _prompt(self, config, image, image_id, markers):
+        """Each sample's ids: `image` (one image's tokens) for every image, then the text tokens
+        (id 100): `seq` less the `markers` tokens of each image that count as text; and the mask
+        of the `image_id` tokens."""
+        per_sample = config["images"]["per_sample"]
+        row = image * per_sample + [100] * (config["seq"] - markers * per_sample)
+        self.ids = torch.tensor([row] * config["batch"])
+        self.image_mask = self.ids == image_id
+
+    def extra_inputs(self, device):
+        """The step's inputs besides `input_ids`, `pixel_values` and `labels`."""
+        return {}
+
+
+def _lengths(*cu_seqlens):
+    """The chunks' lengths of each of `cu_seqlens`, by the tensor's length (what the attention
+    forwards look them up by)."""
+    return {len(cu): (cu[1:] - cu[:-1]).tolist() for cu in cu_seqlens}
+
+
+class QwenPrepared(Prepared):
+    """Qwen2.5-VL's batch: the grids from `smart_resize` (bounds `PIXELS`), the prompt
+    (`<|vision_start|>`, the image's `<|image_pad|>` tokens, `<|vision_end|>`), and the real
+    index tensors of transformers 5.24's `vision_utils` (the rotary positions, the images'
+    cumulative lengths, the windows), the 3-D rotary positions (`get_rope_index`) and the split
+    sizes of the merger's output."""
+
+    MODEL = qwen.Qwen2_5_VLModel
+    PIXELS = (MIN_PIXELS, MAX_PIXELS)
+
+    def __init__(self, config, hf_config):
+        super().__init__(config, hf_config)
         v = hf_config.vision_config
         images = config["images"]
         factor = v.patch_size * v.spatial_merge_size
-        h, w = smart_resize(images["height"], images["width"], factor, MIN_PIXELS, MAX_PIXELS)
+        h, w = smart_resize(images["height"], images["width"], factor, *self.PIXELS)
         gh, gw = h // v.patch_size, w // v.patch_size
         self.tokens_per_image = gh * gw // v.spatial_merge_size**2
-        count = config["batch"] * images["per_sample"]
-        self.grid = torch.tensor([[1, gh, gw]] * count)
-        self.patches = count * gh * gw
-        self.channels = v.in_channels * v.temporal_patch_size * v.patch_size**2
-        row = []
-        for _ in range(images["per_sample"]):
-            row += [hf_config.vision_start_token_id] + [hf_config.image_token_id] * self.tokens_per_image
-            row += [hf_config.vision_end_token_id]
-        row += [100] * (config["seq"] - 2 * images["per_sample"])
-        self.ids = torch.tensor([row] * config["batch"])
-        self.image_mask = self.ids == hf_config.image_token_id
+        self.grid = torch.tensor([[1, gh, gw]] * self.count)
+        self.pixel_shape = (self.count * gh * gw, v.in_channels * v.temporal_patch_size * v.patch_size**2)
+        image = [hf_config.vision_start_token_id] + [hf_config.image_token_id] * self.tokens_per_image
+        image += [hf_config.vision_end_token_id]
+        self._prompt(config, image, hf_config.image_token_id, markers=2)
         self.mm_types = self.image_mask.int()
-        self.vision_position_ids = qwen.get_vision_position_ids(self.grid, v.spatial_merge_size)
-        self.cu_seqlens, self.max_seqlen = qwen.get_vision_attention_seqlens(self.grid, v)
-        self.window_index, self.cu_window_seqlens = qwen.get_vision_window_index(
-            self.grid, spatial_merge_size=v.spatial_merge_size, window_size=v.window_size,
-            patch_size=v.patch_size)
-        self.lengths = {}
-        for cu in (self.cu_seqlens, self.cu_window_seqlens):
-            self.lengths[len(cu)] = (cu[1:] - cu[:-1]).tolist()
+        self.vision_position_ids = vision_utils.get_vision_position_ids(self.grid, v.spatial_merge_size)
+        self.cu_seqlens, self.max_seqlen = vision_utils.get_vision_attention_seqlens(self.grid, v)
+        self._index_tensors(v)
         self.split_sizes = (self.grid.prod(-1) // v.spatial_merge_size**2).tolist()
-        model = qwen.Qwen2_5_VLModel.__new__(qwen.Qwen2_5_VLModel)
+        model = self.MODEL.__new__(self.MODEL)
         torch.nn.Module.__init__(model)
         model.config = hf_config
         model.rope_deltas = None
-        self.position_ids, _ = qwen.Qwen2_5_VLModel.get_rope_index(model, self.ids, self.mm_types, self.grid)
+        self.position_ids, _ = self.MODEL.get_rope_index(model, self.ids, self.mm_types, self.grid)
+
+    def _index_tensors(self, v):
+        """The windows' order and cumulative lengths, and the chunks' lengths."""
+        self.window_index, self.cu_window_seqlens = vision_utils.get_vision_window_index(
+            self.grid, spatial_merge_size=v.spatial_merge_size, window_size=v.window_size,
+            patch_size=v.patch_size)
+        self.lengths = _lengths(self.cu_seqlens, self.cu_window_seqlens)
+
+    def extra_inputs(self, device):
+        return {"image_grid_thw": self.grid.to(device), "position_ids": self.position_ids.to(device)}
 
 
-class GemmaPrepared:
+class GemmaPrepared(Prepared):
     """Gemma 3's batch: each image resized to the processor's fixed size (`Gemma3ImageProcessor`,
     `size` 896 × 896, pan-and-scan off as published), `mm_tokens_per_image` tokens an image; the
     prompt per image is `<start_of_image>`, the image's tokens, `<end_of_image>` (what
@@ -169,19 +207,17 @@ class GemmaPrepared:
     the image tokens, as the processor returns them (the model's bidirectional image mask)."""
 
     def __init__(self, config, hf_config):
+        super().__init__(config, hf_config)
         v = hf_config.vision_config
-        images = config["images"]
         self.tokens_per_image = hf_config.mm_tokens_per_image
-        count = config["batch"] * images["per_sample"]
-        self.pixel_shape = (count, v.num_channels, v.image_size, v.image_size)
+        self.pixel_shape = (self.count, v.num_channels, v.image_size, v.image_size)
         image_id = hf_config.image_token_id
-        row = []
-        for _ in range(images["per_sample"]):
-            row += [hf_config.boi_token_index] + [image_id] * self.tokens_per_image + [hf_config.eoi_token_index]
-        row += [100] * (config["seq"] - 2 * images["per_sample"])
-        self.ids = torch.tensor([row] * config["batch"])
-        self.image_mask = self.ids == image_id
+        image = [hf_config.boi_token_index] + [image_id] * self.tokens_per_image + [hf_config.eoi_token_index]
+        self._prompt(config, image, image_id, markers=2)
         self.token_type_ids = self.image_mask.long()
+
+    def extra_inputs(self, device):
+        return {"token_type_ids": self.token_type_ids.to(device)}
 
 
 def _gemma_placeholder_mask(self, input_ids, inputs_embeds, image_features):
@@ -189,77 +225,56 @@ def _gemma_placeholder_mask(self, input_ids, inputs_embeds, image_features):
     return PREPARED.image_mask.to(inputs_embeds.device).unsqueeze(-1)
 
 
-class Qwen3Prepared:
-    """Qwen3-VL's batch, as Qwen2.5-VL's (`<|vision_start|>`, the image's `<|image_pad|>` tokens,
-    `<|vision_end|>`), its grids from `smart_resize` with 16-pixel patches and the published
-    bounds, and the real index tensors of transformers 5.24's `vision_utils` (the position
-    embeddings' bilinear gather, the rotary positions, the images' cumulative lengths), the 3-D
-    rotary positions (`get_rope_index`) and the image tokens' positions (DeepStack adds its
-    features there)."""
+class Qwen3Prepared(QwenPrepared):
+    """Qwen3-VL's batch, as Qwen2.5-VL's with 16-pixel patches and the published bounds, no
+    windows, and besides `vision_utils`' position embeddings' bilinear gather and the image
+    tokens' positions (DeepStack adds its features there)."""
 
-    def __init__(self, config, hf_config):
-        from transformers import vision_utils
-        v = hf_config.vision_config
-        images = config["images"]
-        factor = v.patch_size * v.spatial_merge_size
-        h, w = smart_resize(images["height"], images["width"], factor, QWEN3_MIN_PIXELS, QWEN3_MAX_PIXELS)
-        gh, gw = h // v.patch_size, w // v.patch_size
-        self.tokens_per_image = gh * gw // v.spatial_merge_size**2
-        count = config["batch"] * images["per_sample"]
-        self.grid = torch.tensor([[1, gh, gw]] * count)
-        self.patches = count * gh * gw
-        self.channels = v.in_channels * v.temporal_patch_size * v.patch_size**2
-        row = []
-        for _ in range(images["per_sample"]):
-            row += [hf_config.vision_start_token_id] + [hf_config.image_token_id] * self.tokens_per_image
-            row += [hf_config.vision_end_token_id]
-        row += [100] * (config["seq"] - 2 * images["per_sample"])
-        self.ids = torch.tensor([row] * config["batch"])
-        self.image_mask = self.ids == hf_config.image_token_id
+    MODEL = qwen3.Qwen3VLModel
+    PIXELS = (QWEN3_MIN_PIXELS, QWEN3_MAX_PIXELS)
+
+    def _index_tensors(self, v):
+        """The video mask (none), the image tokens' positions, the bilinear gather, and the
+        chunks' lengths."""
         self.video_mask = torch.zeros_like(self.image_mask)
         self.visual_index = self.image_mask.nonzero(as_tuple=True)
-        self.mm_types = self.image_mask.int()
         side = int(v.num_position_embeddings**0.5)
         self.interp = vision_utils.get_vision_interpolation_indices_and_weights(
             self.grid, num_grid_per_side=side, mode="bilinear", align_corners=True,
             spatial_merge_size=v.spatial_merge_size)
-        self.vision_position_ids = vision_utils.get_vision_position_ids(self.grid, v.spatial_merge_size)
-        self.cu_seqlens, self.max_seqlen = vision_utils.get_vision_attention_seqlens(self.grid, v)
-        self.lengths = {len(self.cu_seqlens): (self.cu_seqlens[1:] - self.cu_seqlens[:-1]).tolist()}
-        self.split_sizes = (self.grid.prod(-1) // v.spatial_merge_size**2).tolist()
-        model = qwen3.Qwen3VLModel.__new__(qwen3.Qwen3VLModel)
-        torch.nn.Module.__init__(model)
-        model.config = hf_config
-        model.rope_deltas = None
-        self.position_ids, _ = qwen3.Qwen3VLModel.get_rope_index(model, self.ids, self.mm_types, self.grid)
+        self.lengths = _lengths(self.cu_seqlens)
 
 
-def _qwen3_attention_forward(self, hidden_states, cu_seqlens, position_embeddings=None, max_seqlen=None,
-                             **kwargs):
-    """`Qwen3VLVisionAttention.forward` of transformers 5.24, its non-flash branch, with the
+def _vision_attention_forward(module):
+    """`Qwen2_5_VLVisionAttention.forward` and `Qwen3VLVisionAttention.forward` of transformers
+    5.24 (the same code, each with its `module`'s functions), their non-flash branch, with the
     chunks' lengths read from the real `cu_seqlens` of the same length."""
-    seq_length = hidden_states.shape[0]
-    query_states, key_states, value_states = (
-        self.qkv(hidden_states).reshape(seq_length, 3, self.num_heads, -1).permute(1, 0, 2, 3).unbind(0)
-    )
-    cos, sin = position_embeddings
-    query_states, key_states = qwen3.apply_rotary_pos_emb_vision(query_states, key_states, cos, sin)
-    query_states = query_states.transpose(0, 1).unsqueeze(0)
-    key_states = key_states.transpose(0, 1).unsqueeze(0)
-    value_states = value_states.transpose(0, 1).unsqueeze(0)
-    attention_interface = qwen3.ALL_ATTENTION_FUNCTIONS.get_interface(
-        self.config._attn_implementation, qwen3.eager_attention_forward)
-    lengths = PREPARED.lengths[cu_seqlens.shape[0]]
-    splits = [torch.split(t, lengths, dim=2) for t in (query_states, key_states, value_states)]
-    attn_outputs = [
-        attention_interface(self, q, k, v, attention_mask=None, scaling=self.scaling,
-                            dropout=0.0 if not self.training else self.attention_dropout, is_causal=False,
-                            **kwargs)[0]
-        for q, k, v in zip(*splits)
-    ]
-    attn_output = torch.cat(attn_outputs, dim=1)
-    attn_output = attn_output.reshape(seq_length, -1).contiguous()
-    return self.proj(attn_output)
+
+    def forward(self, hidden_states, cu_seqlens, position_embeddings=None, max_seqlen=None, **kwargs):
+        seq_length = hidden_states.shape[0]
+        query_states, key_states, value_states = (
+            self.qkv(hidden_states).reshape(seq_length, 3, self.num_heads, -1).permute(1, 0, 2, 3).unbind(0)
+        )
+        cos, sin = position_embeddings
+        query_states, key_states = module.apply_rotary_pos_emb_vision(query_states, key_states, cos, sin)
+        query_states = query_states.transpose(0, 1).unsqueeze(0)
+        key_states = key_states.transpose(0, 1).unsqueeze(0)
+        value_states = value_states.transpose(0, 1).unsqueeze(0)
+        attention_interface = module.ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, module.eager_attention_forward)
+        lengths = PREPARED.lengths[cu_seqlens.shape[0]]
+        splits = [torch.split(t, lengths, dim=2) for t in (query_states, key_states, value_states)]
+        attn_outputs = [
+            attention_interface(self, q, k, v, attention_mask=None, scaling=self.scaling,
+                                dropout=0.0 if not self.training else self.attention_dropout, is_causal=False,
+                                **kwargs)[0]
+            for q, k, v in zip(*splits)
+        ]
+        attn_output = torch.cat(attn_outputs, dim=1)
+        attn_output = attn_output.reshape(seq_length, -1).contiguous()
+        return self.proj(attn_output)
+
+    return forward
 
 
 def _qwen3_image_features(self, pixel_values, image_grid_thw=None, **kwargs):
@@ -290,7 +305,7 @@ def _qwen3_deepstack_process(self, hidden_states, visual_pos_masks, visual_embed
     return hidden_states
 
 
-class PixtralPrepared:
+class PixtralPrepared(Prepared):
     """Mistral 3's batch: `PixtralImageProcessor`'s resize (the longer side to at most
     `size.longest_edge` 1540, as published, each side then rounded up to 28 pixels), pixel values
     `[images, 3, H, W]` with `image_sizes` as plain numbers (the tower slices each image's patches
@@ -300,6 +315,7 @@ class PixtralPrepared:
     LONGEST_EDGE = 1540
 
     def __init__(self, config, hf_config):
+        super().__init__(config, hf_config)
         v = hf_config.vision_config
         images = config["images"]
         h, w = images["height"], images["width"]
@@ -309,19 +325,16 @@ class PixtralPrepared:
         step = v.patch_size * hf_config.spatial_merge_size
         rows, cols = (h - 1) // step + 1, (w - 1) // step + 1
         self.tokens_per_image = rows * cols
-        count = config["batch"] * images["per_sample"]
-        self.pixel_shape = (count, v.num_channels, rows * step, cols * step)
-        self.image_sizes = [[rows * step, cols * step]] * count
-        self.split_sizes = [rows * cols] * count
+        self.pixel_shape = (self.count, v.num_channels, rows * step, cols * step)
+        self.image_sizes = [[rows * step, cols * step]] * self.count
+        self.split_sizes = [rows * cols] * self.count
         image_id, break_id, end_id = hf_config.image_token_id, 12, 13
-        row = []
-        for _ in range(images["per_sample"]):
-            one = ([image_id] * cols + [break_id]) * rows
-            one[-1] = end_id
-            row += one
-        row += [100] * config["seq"]
-        self.ids = torch.tensor([row] * config["batch"])
-        self.image_mask = self.ids == image_id
+        image = ([image_id] * cols + [break_id]) * rows
+        image[-1] = end_id
+        self._prompt(config, image, image_id, markers=0)
+
+    def extra_inputs(self, device):
+        return {"image_sizes": self.image_sizes}
 
 
 def _mistral3_image_features(self, pixel_values, image_sizes, vision_feature_layer=None, **kwargs):
@@ -340,33 +353,6 @@ def _mistral3_placeholder_mask(self, input_ids, inputs_embeds, image_features):
 
 
 PREPARED = None
-
-
-def _attention_forward(self, hidden_states, cu_seqlens, position_embeddings=None, max_seqlen=None, **kwargs):
-    """`Qwen2_5_VLVisionAttention.forward` of transformers 5.24, its non-flash branch, with the
-    chunks' lengths read from the real `cu_seqlens` of the same length."""
-    seq_length = hidden_states.shape[0]
-    query_states, key_states, value_states = (
-        self.qkv(hidden_states).reshape(seq_length, 3, self.num_heads, -1).permute(1, 0, 2, 3).unbind(0)
-    )
-    cos, sin = position_embeddings
-    query_states, key_states = qwen.apply_rotary_pos_emb_vision(query_states, key_states, cos, sin)
-    query_states = query_states.transpose(0, 1).unsqueeze(0)
-    key_states = key_states.transpose(0, 1).unsqueeze(0)
-    value_states = value_states.transpose(0, 1).unsqueeze(0)
-    attention_interface = qwen.ALL_ATTENTION_FUNCTIONS.get_interface(
-        self.config._attn_implementation, qwen.eager_attention_forward)
-    lengths = PREPARED.lengths[cu_seqlens.shape[0]]
-    splits = [torch.split(t, lengths, dim=2) for t in (query_states, key_states, value_states)]
-    attn_outputs = [
-        attention_interface(self, q, k, v, attention_mask=None, scaling=self.scaling,
-                            dropout=0.0 if not self.training else self.attention_dropout, is_causal=False,
-                            **kwargs)[0]
-        for q, k, v in zip(*splits)
-    ]
-    attn_output = torch.cat(attn_outputs, dim=1)
-    attn_output = attn_output.reshape(seq_length, -1).contiguous()
-    return self.proj(attn_output)
 
 
 def _image_features(self, pixel_values, image_grid_thw=None, **kwargs):
@@ -388,17 +374,15 @@ def _with_real(value):
 
 
 def _install():
-    qwen.get_vision_position_ids = _with_real(lambda: PREPARED.vision_position_ids)
-    qwen.get_vision_attention_seqlens = _with_real(lambda: (PREPARED.cu_seqlens, PREPARED.max_seqlen))
+    for module, attention in ((qwen, qwen.Qwen2_5_VLVisionAttention), (qwen3, qwen3.Qwen3VLVisionAttention)):
+        module.get_vision_position_ids = _with_real(lambda: PREPARED.vision_position_ids)
+        module.get_vision_attention_seqlens = _with_real(lambda: (PREPARED.cu_seqlens, PREPARED.max_seqlen))
+        attention.forward = _vision_attention_forward(module)
     qwen.get_vision_window_index = _with_real(lambda: (PREPARED.window_index, PREPARED.cu_window_seqlens))
-    qwen.Qwen2_5_VLVisionAttention.forward = _attention_forward
     qwen.Qwen2_5_VLModel.get_image_features = _image_features
     qwen.Qwen2_5_VLModel.get_placeholder_mask = _placeholder_mask
     gemma3.Gemma3Model.get_placeholder_mask = _gemma_placeholder_mask
     qwen3.get_vision_interpolation_indices_and_weights = _with_real(lambda: PREPARED.interp)
-    qwen3.get_vision_position_ids = _with_real(lambda: PREPARED.vision_position_ids)
-    qwen3.get_vision_attention_seqlens = _with_real(lambda: (PREPARED.cu_seqlens, PREPARED.max_seqlen))
-    qwen3.Qwen3VLVisionAttention.forward = _qwen3_attention_forward
     qwen3.Qwen3VLModel.get_image_features = _qwen3_image_features
     qwen3.Qwen3VLModel.get_placeholder_mask = _qwen3_placeholder_mask
     qwen3.Qwen3VLTextModel._deepstack_process = _qwen3_deepstack_process
@@ -414,25 +398,9 @@ HELD = []
 
 def _inputs(config, vocab, device):
     HELD.clear()
-    if isinstance(PREPARED, PixtralPrepared):
-        ids = torch.randint(0, vocab, PREPARED.ids.shape, device=device)
-        out = {"input_ids": ids, "pixel_values": torch.randn(*PREPARED.pixel_shape, device=device),
-               "image_sizes": PREPARED.image_sizes}
-        if config["mode"] == "train":
-            out["labels"] = ids
-        HELD.append(out)
-        return out
-    if isinstance(PREPARED, GemmaPrepared):
-        ids = torch.randint(0, vocab, PREPARED.ids.shape, device=device)
-        out = {"input_ids": ids, "pixel_values": torch.randn(*PREPARED.pixel_shape, device=device),
-               "token_type_ids": PREPARED.token_type_ids.to(device)}
-        if config["mode"] == "train":
-            out["labels"] = ids
-        HELD.append(out)
-        return out
     ids = torch.randint(0, vocab, PREPARED.ids.shape, device=device)
-    out = {"input_ids": ids, "pixel_values": torch.randn(PREPARED.patches, PREPARED.channels, device=device),
-           "image_grid_thw": PREPARED.grid.to(device), "position_ids": PREPARED.position_ids.to(device)}
+    out = {"input_ids": ids, "pixel_values": torch.randn(*PREPARED.pixel_shape, device=device),
+           **PREPARED.extra_inputs(device)}
     if config["mode"] == "train":
         out["labels"] = ids
     HELD.append(out)
@@ -457,7 +425,7 @@ def main():
         with unset_fake_temporarily():
             family = next((f for prefix, f in (("gemma-3", GemmaPrepared), ("qwen3-vl", Qwen3Prepared),
                                                     ("mistral-small-3", PixtralPrepared))
-                           if config["model"].startswith(prefix)), Prepared)
+                           if config["model"].startswith(prefix)), QwenPrepared)
             prepared[json.dumps(config, sort_keys=True)] = family(config, hf_config)
     # The real functions were needed for the preparation; the step gets their results.
     _install()

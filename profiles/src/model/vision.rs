@@ -13,6 +13,7 @@
 //!   fixed count of tokens (Gemma 3's `mm_tokens_per_image`);
 //! - Pixtral's longest-edge resize (Mistral 3), whose prompt adds a break token per row.
 
+use super::{ArchFacts, LayerFacts, StackKind};
 use crate::InputError;
 use serde::Serialize;
 use serde_json::Value;
@@ -276,6 +277,22 @@ impl VisionFacts {
             }
             _ => patches,
         }
+    }
+
+    /// Adds this tower to a model's `facts`: its `depth` blocks, `{blocks}.0` on, become
+    /// [`StackKind::Vision`] layers ahead of the language model's (the tower runs first), and
+    /// the tower's facts become [`ArchFacts::vision`].
+    pub(crate) fn attach(self, facts: &mut ArchFacts, blocks: &str, depth: u64) {
+        let tower = (0..depth).map(|i| LayerFacts {
+            path: format!("{blocks}.{i}"),
+            stack: StackKind::Vision,
+            moe: false,
+            attention_window: None,
+            cross_attention: false,
+            ssm: None,
+        });
+        facts.layers.splice(0..0, tower);
+        facts.vision = Some(self);
     }
 }
 

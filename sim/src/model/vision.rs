@@ -7,6 +7,7 @@
 //! that forward returns (`Qwen2_5_VLModel.forward`, transformers 5.24).
 
 use crate::workload::{Finetune, GradCheckpointing, Images, Workload};
+use vramplan_profiles::model::vision::{ImageTokens, VisionFacts};
 use vramplan_profiles::model::{ModelDescription, StackKind};
 
 /// Whether module `path` is the vision tower or inside it.
@@ -39,26 +40,34 @@ pub(crate) fn sequences(
     batch: u64,
     images: &Images,
 ) -> Option<(u64, u64)> {
-    let vision = model.facts.vision.as_ref()?;
+    let (vision, image, count) = batch_images(model, batch, Some(images))?;
     let index = model.facts.layers[..layer].iter().filter(|l| l.stack == StackKind::Vision).count() as u64;
-    let patches = vision.image_tokens(images.width, images.height)?.patches;
+    let patches = image.patches;
     if vision.packed_images {
         // Pixtral: every image of the batch in one sequence, under a block-diagonal mask.
-        return Some((1, batch.saturating_mul(images.per_sample).saturating_mul(patches)));
+        return Some((1, count.saturating_mul(patches)));
     }
     let span = vision.attended_patches(index, patches).max(1);
     let spans_per_image = patches.div_ceil(span);
-    Some((batch.saturating_mul(images.per_sample).saturating_mul(spans_per_image), span))
+    Some((count.saturating_mul(spans_per_image), span))
+}
+
+/// The tower, what one image of `images` becomes, and the images of `batch` samples; `None` for
+/// a step without images, a model without a tower, or an image the processor cannot size.
+fn batch_images<'a>(
+    model: &'a ModelDescription,
+    batch: u64,
+    images: Option<&Images>,
+) -> Option<(&'a VisionFacts, ImageTokens, u64)> {
+    let (images, vision) = (images?, model.facts.vision.as_ref()?);
+    let image = vision.image_tokens(images.width, images.height)?;
+    Some((vision, image, images.per_sample.saturating_mul(batch)))
 }
 
 /// Bytes of the step's `pixel_values` for `batch` samples: float32, one row per patch.
 pub(crate) fn pixel_values_bytes(model: &ModelDescription, batch: u64, images: Option<&Images>) -> u64 {
-    let (Some(images), Some(vision)) = (images, &model.facts.vision) else { return 0 };
-    let Some(image) = vision.image_tokens(images.width, images.height) else { return 0 };
-    4u64.saturating_mul(image.patches)
-        .saturating_mul(vision.patch_values)
-        .saturating_mul(images.per_sample)
-        .saturating_mul(batch)
+    let Some((vision, image, count)) = batch_images(model, batch, images) else { return 0 };
+    4u64.saturating_mul(image.patches).saturating_mul(vision.patch_values).saturating_mul(count)
 }
 
 /// Bytes of the image features the model's forward holds until it returns, for `batch`
@@ -72,14 +81,12 @@ pub(crate) fn image_embeds_bytes(
     images: Option<&Images>,
     compute: u64,
 ) -> u64 {
-    let (Some(images), Some(vision)) = (images, &model.facts.vision) else { return 0 };
-    let Some(image) = vision.image_tokens(images.width, images.height) else { return 0 };
+    let Some((vision, image, count)) = batch_images(model, batch, images) else { return 0 };
     let copies = 1 + 2 * vision.deepstack_blocks.len() as u64;
     compute
         .saturating_mul(model.facts.hidden_size)
         .saturating_mul(image.features)
-        .saturating_mul(images.per_sample)
-        .saturating_mul(batch)
+        .saturating_mul(count)
         .saturating_mul(copies)
 }
 
@@ -93,11 +100,11 @@ pub(crate) fn block_mask_bytes(
     images: Option<&Images>,
     compute: u64,
 ) -> u64 {
-    let (Some(images), Some(vision)) = (images, &model.facts.vision) else { return 0 };
-    if !vision.packed_images {
-        return 0;
+    match batch_images(model, batch, images) {
+        Some((vision, image, count)) if vision.packed_images => {
+            let patches = image.patches.saturating_mul(count);
+            patches.saturating_mul(patches).saturating_mul(compute)
+        }
+        _ => 0,
     }
-    let Some(image) = vision.image_tokens(images.width, images.height) else { return 0 };
-    let patches = image.patches.saturating_mul(images.per_sample).saturating_mul(batch);
-    patches.saturating_mul(patches).saturating_mul(compute)
 }

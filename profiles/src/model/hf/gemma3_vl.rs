@@ -13,13 +13,11 @@
 //! embeddings, text embeddings and pooling head besides the two layer classes.
 
 use super::HfConfig;
-use super::nested_text::{self, NestedText, sub_config};
+use super::nested_text::{self, Tie, TowerSizes, VISION_KEYS};
 use crate::DType;
 use crate::InputError;
-use crate::model::vision::{ImageProcessor, VisionFacts};
-use crate::model::{
-    Builder, ImportOptions, LayerFacts, ModelDescription, Module, ModuleKind, Naming, StackKind, Tensor,
-};
+use crate::model::vision::ImageProcessor;
+use crate::model::{Builder, ImportOptions, ModelDescription, Module, ModuleKind, Naming, Tensor};
 
 /// `Gemma3Config.mm_tokens_per_image` when the config does not give it.
 const DEFAULT_TOKENS_PER_IMAGE: u64 = 256;
@@ -45,11 +43,6 @@ const VISION_DEFAULTS: &[(&str, u64)] = &[
     ("num_channels", 3),
 ];
 
-/// The value of `key` in `defaults`.
-fn default_of(defaults: &[(&str, u64)], key: &str) -> u64 {
-    defaults.iter().find(|(k, _)| *k == key).map_or(1, |(_, v)| *v)
-}
-
 /// The classes `Gemma3PreTrainedModel._no_split_modules` names (transformers 5.24 and 4.57),
 /// the SigLIP text embeddings and pooling head among them, which this model does not hold.
 const NO_SPLIT: &[&str] = &[
@@ -65,34 +58,26 @@ pub(crate) fn build(
     arch: &str,
     options: ImportOptions,
 ) -> Result<ModelDescription, InputError> {
-    let vision = sub_config(config, "vision_config")?;
-    let text = sub_config(config, "text_config")?;
     let dtype = config.dtype()?;
-    let tie = config.bool_or(&["tie_word_embeddings"], true)?;
 
     // The language model: Gemma3ForCausalLM from `text_config`, in the top level's dtype.
     let classes = [("Gemma3Model", "Gemma3TextModel")];
-    let text = nested_text::build(config, &text, "Gemma3ForCausalLM", TEXT_DEFAULTS, tie, &classes, options)?;
-    let NestedText { mut model, language_model, lm_head } = text;
+    let (vision, text) =
+        nested_text::build(config, "Gemma3ForCausalLM", TEXT_DEFAULTS, Tie::Top(true), &classes, options)?;
 
     // The SigLIP tower.
-    let read = |key: &str| vision.positive_or(&[key], default_of(VISION_DEFAULTS, key));
-    let depth = read("num_hidden_layers")?;
-    let v_hidden = read("hidden_size")?;
-    let v_heads = read("num_attention_heads")?;
-    let v_intermediate = read("intermediate_size")?;
-    let patch = read("patch_size")?;
-    let image_size = read("image_size")?;
-    let channels = read("num_channels")?;
+    let v = TowerSizes::read(&vision, VISION_DEFAULTS, VISION_KEYS)?;
+    let image_size = nested_text::positive_or_default(&vision, VISION_DEFAULTS, "image_size")?;
     let tokens = config.positive_or(&["mm_tokens_per_image"], DEFAULT_TOKENS_PER_IMAGE)?;
-    let side = image_size / patch;
+    let side = image_size / v.patch;
     let pooled_side = (tokens as f64).sqrt() as u64;
     if side == 0 || pooled_side * pooled_side != tokens || side % pooled_side != 0 {
         return Err(InputError::new(
             config.origin(),
             format!(
                 "{tokens} tokens an image do not pool {side} × {side} patches (`image_size` {image_size} / \
-                 `patch_size` {patch}) into a square of whole kernels"
+                 `patch_size` {}) into a square of whole kernels",
+                v.patch
             ),
         )
         .at_key("mm_tokens_per_image")
@@ -110,24 +95,24 @@ pub(crate) fn build(
         Naming::V4 => format!("{tower}.vision_model"),
     };
     let layers_path = format!("{inner}.encoder.layers");
-    let blocks: Vec<Module> = (0..depth)
+    let blocks: Vec<Module> = (0..v.depth)
         .map(|i| {
             let path = format!("{layers_path}.{i}");
             let attn_path = format!("{path}.self_attn");
             let attn = b
                 .container(&path, "self_attn", "SiglipAttention")
-                .with_child(b.linear(&attn_path, "k_proj", v_hidden, v_hidden, true))
-                .with_child(b.linear(&attn_path, "v_proj", v_hidden, v_hidden, true))
-                .with_child(b.linear(&attn_path, "q_proj", v_hidden, v_hidden, true))
-                .with_child(b.linear(&attn_path, "out_proj", v_hidden, v_hidden, true));
+                .with_child(b.linear(&attn_path, "k_proj", v.hidden, v.hidden, true))
+                .with_child(b.linear(&attn_path, "v_proj", v.hidden, v.hidden, true))
+                .with_child(b.linear(&attn_path, "q_proj", v.hidden, v.hidden, true))
+                .with_child(b.linear(&attn_path, "out_proj", v.hidden, v.hidden, true));
             let mlp = b
                 .container(&path, "mlp", "SiglipMLP")
-                .with_child(b.linear(&format!("{path}.mlp"), "fc1", v_hidden, v_intermediate, true))
-                .with_child(b.linear(&format!("{path}.mlp"), "fc2", v_intermediate, v_hidden, true));
+                .with_child(b.linear(&format!("{path}.mlp"), "fc1", v.hidden, v.intermediate, true))
+                .with_child(b.linear(&format!("{path}.mlp"), "fc2", v.intermediate, v.hidden, true));
             b.block(&layers_path, &i.to_string(), "SiglipEncoderLayer")
-                .with_child(b.norm(&path, "layer_norm1", "LayerNorm", v_hidden, true))
+                .with_child(b.norm(&path, "layer_norm1", "LayerNorm", v.hidden, true))
                 .with_child(attn)
-                .with_child(b.norm(&path, "layer_norm2", "LayerNorm", v_hidden, true))
+                .with_child(b.norm(&path, "layer_norm2", "LayerNorm", v.hidden, true))
                 .with_child(mlp)
         })
         .collect();
@@ -137,10 +122,10 @@ pub(crate) fn build(
         .with_tensor(Tensor::buffer("position_ids", &[1, side * side], DType::I64, false))
         .with_child(
             Module::new(format!("{embeddings_path}.patch_embedding"), "Conv2d", ModuleKind::Other)
-                .with_tensor(Tensor::parameter("weight", &[v_hidden, channels, patch, patch], dtype))
-                .with_tensor(Tensor::parameter("bias", &[v_hidden], dtype)),
+                .with_tensor(Tensor::parameter("weight", &[v.hidden, v.channels, v.patch, v.patch], dtype))
+                .with_tensor(Tensor::parameter("bias", &[v.hidden], dtype)),
         )
-        .with_child(b.embedding(&embeddings_path, "position_embedding", side * side, v_hidden));
+        .with_child(b.embedding(&embeddings_path, "position_embedding", side * side, v.hidden));
     let transformer = b
         .container(tower, "vision_model", "SiglipVisionTransformer")
         .with_child(embeddings)
@@ -149,64 +134,25 @@ pub(crate) fn build(
             "layers",
             blocks,
         )))
-        .with_child(b.norm(&inner, "post_layernorm", "LayerNorm", v_hidden, true));
+        .with_child(b.norm(&inner, "post_layernorm", "LayerNorm", v.hidden, true));
     let vision_tower = match options.naming {
         Naming::V5 => Module { path: tower.into(), class: "SiglipVisionModel".into(), ..transformer },
         Naming::V4 => b.container("model", "vision_tower", "SiglipVisionModel").with_child(transformer),
     };
     let projector_path = "model.multi_modal_projector";
-    let hidden = model.facts.hidden_size;
+    let hidden = text.model.facts.hidden_size;
     let projector = b
         .container("model", "multi_modal_projector", "Gemma3MultiModalProjector")
-        .with_tensor(Tensor::parameter("mm_input_projection_weight", &[v_hidden, hidden], dtype))
-        .with_child(b.norm(projector_path, "mm_soft_emb_norm", "Gemma3RMSNorm", v_hidden, false))
+        .with_tensor(Tensor::parameter("mm_input_projection_weight", &[v.hidden, hidden], dtype))
+        .with_child(b.norm(projector_path, "mm_soft_emb_norm", "Gemma3RMSNorm", v.hidden, false))
         .with_child(Module::new(format!("{projector_path}.avg_pool"), "AvgPool2d", ModuleKind::Other));
 
-    model.root = b
-        .container("", "", arch)
-        .with_child(
-            b.container("", "model", "Gemma3Model")
-                .with_child(vision_tower)
-                .with_child(projector)
-                .with_child(language_model),
-        )
-        .with_child(lm_head);
-    model.architecture = arch.to_string();
-    model.facts.model_type = config.string_opt(&["model_type"])?.unwrap_or_else(|| "gemma3".into());
-    model.facts.no_split_classes = NO_SPLIT.iter().map(|c| c.to_string()).collect();
-    let mut layers: Vec<LayerFacts> = (0..depth)
-        .map(|i| LayerFacts {
-            path: format!("{layers_path}.{i}"),
-            stack: StackKind::Vision,
-            moe: false,
-            attention_window: None,
-            cross_attention: false,
-            ssm: None,
-        })
-        .collect();
-    layers.append(&mut model.facts.layers);
-    model.facts.layers = layers;
-    model.facts.vision = Some(VisionFacts {
-        path: tower.into(),
-        processor: ImageProcessor::Fixed { height: image_size, width: image_size, tokens },
-        rms_norm: false,
-        rotary: false,
-        hidden_size: v_hidden,
-        num_heads: v_heads,
-        intermediate_size: v_intermediate,
-        gated_mlp: false,
-        activation: vision.string_opt(&["hidden_act"])?.unwrap_or_else(|| "gelu_pytorch_tanh".into()),
-        patch_size: patch,
-        merge_size: side / pooled_side,
-        temporal_patch_size: 1,
-        patch_values: channels * patch * patch,
-        window_pixels: None,
-        full_attention_blocks: Vec::new(),
-        deepstack_blocks: Vec::new(),
-        hooked_input_embeddings: true,
-        packed_images: false,
-        min_pixels: image_size * image_size,
-        max_pixels: image_size * image_size,
-    });
+    let activation = vision.string_opt(&["hidden_act"])?.unwrap_or_else(|| "gelu_pytorch_tanh".into());
+    let processor = ImageProcessor::Fixed { height: image_size, width: image_size, tokens };
+    let vision_facts = v.facts(tower, processor, 1, side / pooled_side, activation);
+    let model_type = config.string_opt(&["model_type"])?.unwrap_or_else(|| "gemma3".into());
+    let base = b.container("", "model", "Gemma3Model").with_child(vision_tower).with_child(projector);
+    let mut model = text.assemble(&b, arch, base, model_type, NO_SPLIT);
+    vision_facts.attach(&mut model.facts, &layers_path, v.depth);
     Ok(model)
 }

@@ -14,11 +14,9 @@
 //! default (true) and 4.57 by the text config's (Mistral: false).
 
 use super::HfConfig;
-use super::nested_text::{self, NestedText, sub_config};
+use super::nested_text::{self, Tie, TowerSizes, VISION_KEYS};
 use crate::model::vision::{ImageProcessor, VisionFacts};
-use crate::model::{
-    Builder, ImportOptions, LayerFacts, ModelDescription, Module, ModuleKind, Naming, StackKind, Tensor,
-};
+use crate::model::{Builder, ImportOptions, ModelDescription, Module, ModuleKind, Naming, Tensor};
 use crate::{DType, InputError};
 
 /// `MistralConfig`'s defaults (transformers 5.24 and 4.57) for the keys the Mistral reading
@@ -42,6 +40,11 @@ const VISION_DEFAULTS: &[(&str, u64)] = &[
     ("patch_size", 16),
 ];
 
+/// The classes accelerate must not split: the `_no_split_modules` of the language model
+/// (`MistralPreTrainedModel`) and of the tower (`PixtralPreTrainedModel`), transformers 5.24
+/// and 4.57.
+const NO_SPLIT: &[&str] = &["MistralDecoderLayer", "PixtralAttentionLayer"];
+
 /// `PixtralImageProcessor`'s `size.longest_edge` when `preprocessor_config.json` gives none.
 const DEFAULT_LONGEST_EDGE: u64 = 1024;
 
@@ -50,29 +53,17 @@ pub(crate) fn build(
     arch: &str,
     options: ImportOptions,
 ) -> Result<ModelDescription, InputError> {
-    let vision = sub_config(config, "vision_config")?;
-    let text = sub_config(config, "text_config")?;
     let tie = match options.naming {
-        Naming::V5 => config.bool_or(&["tie_word_embeddings"], true)?,
-        Naming::V4 => text.bool_or(&["tie_word_embeddings"], false)?,
+        Naming::V5 => Tie::Top(true),
+        Naming::V4 => Tie::Text(false),
     };
-    let NestedText { mut model, language_model, lm_head } =
-        nested_text::build(config, &text, "MistralForCausalLM", TEXT_DEFAULTS, tie, &[], options)?;
-    let dtype = model.dtype;
-    let hidden = model.facts.hidden_size;
+    let (vision, text) = nested_text::build(config, "MistralForCausalLM", TEXT_DEFAULTS, tie, &[], options)?;
+    let dtype = text.model.dtype;
+    let hidden = text.model.facts.hidden_size;
 
-    let read = |key: &str| {
-        let default = VISION_DEFAULTS.iter().find(|(k, _)| *k == key).map_or(1, |(_, v)| *v);
-        vision.positive_or(&[key], default)
-    };
-    let depth = read("num_hidden_layers")?;
-    let v_hidden = read("hidden_size")?;
-    let v_heads = read("num_attention_heads")?;
-    let v_intermediate = read("intermediate_size")?;
-    let patch = read("patch_size")?;
-    let channels = read("num_channels")?;
-    let image_size = read("image_size")?;
-    let head_dim = vision.head_dim(&["head_dim"], v_hidden, v_heads, "num_attention_heads")?;
+    let v = TowerSizes::read(&vision, VISION_DEFAULTS, VISION_KEYS)?;
+    let image_size = nested_text::positive_or_default(&vision, VISION_DEFAULTS, "image_size")?;
+    let head_dim = vision.head_dim(&["head_dim"], v.hidden, v.heads, "num_attention_heads")?;
     let merge = config.positive_or(&["spatial_merge_size"], 2)?;
     let projector_bias = config.bool_or(&["multimodal_projector_bias"], false)?;
     let feature_layers = match config.object().get("vision_feature_layer") {
@@ -83,27 +74,27 @@ pub(crate) fn build(
     let b = Builder::new(dtype, options.naming);
     let tower = "model.vision_tower";
     let layers_path = format!("{tower}.transformer.layers");
-    let blocks: Vec<Module> = (0..depth)
+    let blocks: Vec<Module> = (0..v.depth)
         .map(|i| {
             let path = format!("{layers_path}.{i}");
             let (ff, attn) = (format!("{path}.feed_forward"), format!("{path}.attention"));
-            let (q, kv) = (v_heads * head_dim, v_heads * head_dim);
+            let (q, kv) = (v.heads * head_dim, v.heads * head_dim);
             b.block(&layers_path, &i.to_string(), "PixtralAttentionLayer")
-                .with_child(b.norm(&path, "attention_norm", "PixtralRMSNorm", v_hidden, false))
+                .with_child(b.norm(&path, "attention_norm", "PixtralRMSNorm", v.hidden, false))
                 .with_child(
                     b.container(&path, "feed_forward", "PixtralMLP")
-                        .with_child(b.linear(&ff, "gate_proj", v_hidden, v_intermediate, false))
-                        .with_child(b.linear(&ff, "up_proj", v_hidden, v_intermediate, false))
-                        .with_child(b.linear(&ff, "down_proj", v_intermediate, v_hidden, false)),
+                        .with_child(b.linear(&ff, "gate_proj", v.hidden, v.intermediate, false))
+                        .with_child(b.linear(&ff, "up_proj", v.hidden, v.intermediate, false))
+                        .with_child(b.linear(&ff, "down_proj", v.intermediate, v.hidden, false)),
                 )
                 .with_child(
                     b.container(&path, "attention", "PixtralAttention")
-                        .with_child(b.linear(&attn, "k_proj", v_hidden, kv, false))
-                        .with_child(b.linear(&attn, "v_proj", v_hidden, kv, false))
-                        .with_child(b.linear(&attn, "q_proj", v_hidden, q, false))
-                        .with_child(b.linear(&attn, "o_proj", q, v_hidden, false)),
+                        .with_child(b.linear(&attn, "k_proj", v.hidden, kv, false))
+                        .with_child(b.linear(&attn, "v_proj", v.hidden, kv, false))
+                        .with_child(b.linear(&attn, "q_proj", v.hidden, q, false))
+                        .with_child(b.linear(&attn, "o_proj", q, v.hidden, false)),
                 )
-                .with_child(b.norm(&path, "ffn_norm", "PixtralRMSNorm", v_hidden, false))
+                .with_child(b.norm(&path, "ffn_norm", "PixtralRMSNorm", v.hidden, false))
         })
         .collect();
     let rotary_path = format!("{tower}.patch_positional_embedding");
@@ -112,9 +103,9 @@ pub(crate) fn build(
             // `inv_freq` of `head_dim / 2` frequencies (a quarter for each axis, twice), and its
             // original.
             Naming::V5 => b.rotary(tower, "patch_positional_embedding", "PixtralRotaryEmbedding", head_dim),
-            // The whole 2-D table: one row per patch position of the largest image.
+            // The whole 2-D table: one row per v.patch position of the largest image.
             Naming::V4 => {
-                let side = image_size / patch;
+                let side = image_size / v.patch;
                 Module::new(rotary_path, "PixtralRotaryEmbedding", ModuleKind::Other)
                     .with_tensor(Tensor::buffer("inv_freq", &[side * side, head_dim], DType::F32, false))
             }
@@ -123,9 +114,9 @@ pub(crate) fn build(
         .container("model", "vision_tower", "PixtralVisionModel")
         .with_child(
             Module::new(format!("{tower}.patch_conv"), "Conv2d", ModuleKind::Other)
-                .with_tensor(Tensor::parameter("weight", &[v_hidden, channels, patch, patch], dtype)),
+                .with_tensor(Tensor::parameter("weight", &[v.hidden, v.channels, v.patch, v.patch], dtype)),
         )
-        .with_child(b.norm(tower, "ln_pre", "PixtralRMSNorm", v_hidden, false))
+        .with_child(b.norm(tower, "ln_pre", "PixtralRMSNorm", v.hidden, false))
         .with_child(b.container(tower, "transformer", "PixtralTransformer").with_child(b.module_list(
             &format!("{tower}.transformer"),
             "layers",
@@ -136,63 +127,31 @@ pub(crate) fn build(
     let merger_path = format!("{projector_path}.patch_merger");
     let projector = b
         .container("model", "multi_modal_projector", "Mistral3MultiModalProjector")
-        .with_child(b.norm(projector_path, "norm", "Mistral3RMSNorm", v_hidden, false))
+        .with_child(b.norm(projector_path, "norm", "Mistral3RMSNorm", v.hidden, false))
         .with_child(b.container(projector_path, "patch_merger", "Mistral3PatchMerger").with_child(b.linear(
             &merger_path,
             "merging_layer",
-            v_hidden * merge * merge,
-            v_hidden,
+            v.hidden * merge * merge,
+            v.hidden,
             false,
         )))
-        .with_child(b.linear(projector_path, "linear_1", v_hidden * feature_layers, hidden, projector_bias))
+        .with_child(b.linear(projector_path, "linear_1", v.hidden * feature_layers, hidden, projector_bias))
         .with_child(Module::new(format!("{projector_path}.act"), "GELUActivation", ModuleKind::Other))
         .with_child(b.linear(projector_path, "linear_2", hidden, hidden, projector_bias));
 
-    model.root = b
-        .container("", "", arch)
-        .with_child(
-            b.container("", "model", "Mistral3Model")
-                .with_child(vision_tower)
-                .with_child(projector)
-                .with_child(language_model),
-        )
-        .with_child(lm_head);
-    model.architecture = arch.to_string();
-    model.facts.model_type = config.string_opt(&["model_type"])?.unwrap_or_else(|| "mistral3".into());
-    model.facts.no_split_classes = vec!["MistralDecoderLayer".into(), "PixtralAttentionLayer".into()];
-    let mut layers: Vec<LayerFacts> = (0..depth)
-        .map(|i| LayerFacts {
-            path: format!("{layers_path}.{i}"),
-            stack: StackKind::Vision,
-            moe: false,
-            attention_window: None,
-            cross_attention: false,
-            ssm: None,
-        })
-        .collect();
-    layers.append(&mut model.facts.layers);
-    model.facts.layers = layers;
-    model.facts.vision = Some(VisionFacts {
-        path: tower.into(),
-        processor: ImageProcessor::LongestEdge { longest_edge: DEFAULT_LONGEST_EDGE },
+    let activation = vision.string_opt(&["hidden_act"])?.unwrap_or_else(|| "silu".into());
+    let processor = ImageProcessor::LongestEdge { longest_edge: DEFAULT_LONGEST_EDGE };
+    // Pixtral's blocks: RMSNorm, 2-D rotary embeddings, a gated MLP; every image in one sequence.
+    let vision_facts = VisionFacts {
         rms_norm: true,
         rotary: true,
-        hidden_size: v_hidden,
-        num_heads: v_heads,
-        intermediate_size: v_intermediate,
         gated_mlp: true,
-        activation: vision.string_opt(&["hidden_act"])?.unwrap_or_else(|| "silu".into()),
-        patch_size: patch,
-        merge_size: merge,
-        temporal_patch_size: 1,
-        patch_values: channels * patch * patch,
-        window_pixels: None,
-        full_attention_blocks: Vec::new(),
-        deepstack_blocks: Vec::new(),
-        hooked_input_embeddings: true,
         packed_images: true,
-        min_pixels: 1,
-        max_pixels: 1,
-    });
+        ..v.facts(tower, processor, 1, merge, activation)
+    };
+    let model_type = config.string_opt(&["model_type"])?.unwrap_or_else(|| "mistral3".into());
+    let base = b.container("", "model", "Mistral3Model").with_child(vision_tower).with_child(projector);
+    let mut model = text.assemble(&b, arch, base, model_type, NO_SPLIT);
+    vision_facts.attach(&mut model.facts, &layers_path, v.depth);
     Ok(model)
 }

@@ -13,13 +13,10 @@
 //! 4`). The decoder is Qwen3's (per-head q/k norms), its classes named `Qwen3VLText…`.
 
 use super::HfConfig;
-use super::nested_text::{self, NestedText, sub_config};
-use super::qwen_vl::{DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS};
+use super::nested_text::{self, QWEN_VISION_KEYS, Tie, TowerSizes};
 use crate::InputError;
 use crate::model::vision::{ImageProcessor, VisionFacts};
-use crate::model::{
-    Builder, ImportOptions, LayerFacts, ModelDescription, Module, ModuleKind, StackKind, Tensor,
-};
+use crate::model::{Builder, ImportOptions, ModelDescription, Module, ModuleKind, Tensor};
 
 /// `Qwen3VLTextConfig`'s defaults (transformers 5.24 and 4.57) for the keys the Qwen3 reading
 /// has no default for.
@@ -57,6 +54,9 @@ const TEXT_CLASSES: &[(&str, &str)] = &[
     ("Qwen3RotaryEmbedding", "Qwen3VLTextRotaryEmbedding"),
 ];
 
+/// The classes `Qwen3VLPreTrainedModel._no_split_modules` names (transformers 5.24 and 4.57).
+const NO_SPLIT: &[&str] = &["Qwen3VLTextDecoderLayer", "Qwen3VLVisionBlock"];
+
 /// A patch merger at `parent.name`: a LayerNorm over `norm_width`, then `linear_fc1`
 /// (`merged` → `merged`), GELU, `linear_fc2` (`merged` → `out`).
 fn merger(b: &Builder, parent: &str, name: &str, norm_width: u64, merged: u64, out: u64) -> Module {
@@ -73,41 +73,36 @@ pub(crate) fn build(
     arch: &str,
     options: ImportOptions,
 ) -> Result<ModelDescription, InputError> {
-    let vision = sub_config(config, "vision_config")?;
-    let text = sub_config(config, "text_config")?;
-    let tie = config.bool_or(&["tie_word_embeddings"], false)?;
-    let NestedText { mut model, language_model, lm_head } =
-        nested_text::build(config, &text, "Qwen3ForCausalLM", TEXT_DEFAULTS, tie, TEXT_CLASSES, options)?;
-    let dtype = model.dtype;
-    let hidden = model.facts.hidden_size;
+    let (vision, text) = nested_text::build(
+        config,
+        "Qwen3ForCausalLM",
+        TEXT_DEFAULTS,
+        Tie::Top(false),
+        TEXT_CLASSES,
+        options,
+    )?;
+    let dtype = text.model.dtype;
+    let hidden = text.model.facts.hidden_size;
 
-    let read = |key: &str| {
-        let default = VISION_DEFAULTS.iter().find(|(k, _)| *k == key).map_or(1, |(_, v)| *v);
-        vision.positive_or(&[key], default)
-    };
-    let depth = read("depth")?;
-    let v_hidden = read("hidden_size")?;
-    let v_heads = read("num_heads")?;
-    let v_intermediate = read("intermediate_size")?;
-    let patch = read("patch_size")?;
+    let v = TowerSizes::read(&vision, VISION_DEFAULTS, QWEN_VISION_KEYS)?;
+    let read = |key: &str| nested_text::positive_or_default(&vision, VISION_DEFAULTS, key);
     let temporal = read("temporal_patch_size")?;
     let merge = read("spatial_merge_size")?;
-    let channels = read("in_channels")?;
     let positions = read("num_position_embeddings")?;
     let out_hidden = vision.positive_or(&["out_hidden_size"], hidden)?;
     let deepstack = vision.uint_list(&["deepstack_visual_indexes"])?.unwrap_or_else(|| vec![8, 16, 24]);
-    if let Some(&past) = deepstack.iter().find(|&&i| i >= depth) {
+    if let Some(&past) = deepstack.iter().find(|&&i| i >= v.depth) {
         return Err(InputError::new(
             vision.origin(),
-            format!("DeepStack block {past} is past the tower's {depth} blocks"),
+            format!("DeepStack block {past} is past the tower's {} blocks", v.depth),
         )
         .at_key("deepstack_visual_indexes")
         .with_fix("give block indexes below `depth`, as the published config does"));
     }
-    if !v_hidden.is_multiple_of(v_heads) {
+    if !v.hidden.is_multiple_of(v.heads) {
         return Err(InputError::new(
             vision.origin(),
-            format!("{v_hidden} is not a whole number of {v_heads} heads"),
+            format!("{} is not a whole number of {} heads", v.hidden, v.heads),
         )
         .at_key("num_heads")
         .with_fix("give the published `hidden_size` and `num_heads`"));
@@ -116,25 +111,25 @@ pub(crate) fn build(
     let b = Builder::new(dtype, options.naming);
     let visual = "model.visual";
     let blocks_path = format!("{visual}.blocks");
-    let blocks: Vec<Module> = (0..depth)
+    let blocks: Vec<Module> = (0..v.depth)
         .map(|i| {
             let path = format!("{blocks_path}.{i}");
             let attn = b
                 .container(&path, "attn", "Qwen3VLVisionAttention")
-                .with_child(b.linear(&format!("{path}.attn"), "qkv", v_hidden, 3 * v_hidden, true))
-                .with_child(b.linear(&format!("{path}.attn"), "proj", v_hidden, v_hidden, true));
+                .with_child(b.linear(&format!("{path}.attn"), "qkv", v.hidden, 3 * v.hidden, true))
+                .with_child(b.linear(&format!("{path}.attn"), "proj", v.hidden, v.hidden, true));
             let mlp = b
                 .container(&path, "mlp", "Qwen3VLVisionMLP")
-                .with_child(b.linear(&format!("{path}.mlp"), "linear_fc1", v_hidden, v_intermediate, true))
-                .with_child(b.linear(&format!("{path}.mlp"), "linear_fc2", v_intermediate, v_hidden, true));
+                .with_child(b.linear(&format!("{path}.mlp"), "linear_fc1", v.hidden, v.intermediate, true))
+                .with_child(b.linear(&format!("{path}.mlp"), "linear_fc2", v.intermediate, v.hidden, true));
             b.block(&blocks_path, &i.to_string(), "Qwen3VLVisionBlock")
-                .with_child(b.norm(&path, "norm1", "LayerNorm", v_hidden, true))
-                .with_child(b.norm(&path, "norm2", "LayerNorm", v_hidden, true))
+                .with_child(b.norm(&path, "norm1", "LayerNorm", v.hidden, true))
+                .with_child(b.norm(&path, "norm2", "LayerNorm", v.hidden, true))
                 .with_child(attn)
                 .with_child(mlp)
         })
         .collect();
-    let merged = v_hidden * merge * merge;
+    let merged = v.hidden * merge * merge;
     let list_path = format!("{visual}.deepstack_merger_list");
     let deepstack_mergers: Vec<Module> = (0..deepstack.len())
         .map(|i| merger(&b, &list_path, &i.to_string(), merged, merged, out_hidden))
@@ -146,63 +141,34 @@ pub(crate) fn build(
                 Module::new(format!("{visual}.patch_embed.proj"), "Conv3d", ModuleKind::Other)
                     .with_tensor(Tensor::parameter(
                         "weight",
-                        &[v_hidden, channels, temporal, patch, patch],
+                        &[v.hidden, v.channels, temporal, v.patch, v.patch],
                         dtype,
                     ))
-                    .with_tensor(Tensor::parameter("bias", &[v_hidden], dtype)),
+                    .with_tensor(Tensor::parameter("bias", &[v.hidden], dtype)),
             ),
         )
-        .with_child(b.embedding(visual, "pos_embed", positions, v_hidden))
+        .with_child(b.embedding(visual, "pos_embed", positions, v.hidden))
         .with_child(b.rotary(
             visual,
             "rotary_pos_emb",
             "Qwen3VLVisionRotaryEmbedding",
-            v_hidden / v_heads / 2,
+            v.hidden / v.heads / 2,
         ))
         .with_child(b.module_list(visual, "blocks", blocks))
-        .with_child(merger(&b, visual, "merger", v_hidden, merged, out_hidden))
+        .with_child(merger(&b, visual, "merger", v.hidden, merged, out_hidden))
         .with_child(b.module_list(visual, "deepstack_merger_list", deepstack_mergers));
 
-    model.root = b
-        .container("", "", arch)
-        .with_child(b.container("", "model", "Qwen3VLModel").with_child(tower).with_child(language_model))
-        .with_child(lm_head);
-    model.architecture = arch.to_string();
-    model.facts.model_type = config.string_opt(&["model_type"])?.unwrap_or_else(|| "qwen3_vl".into());
-    model.facts.no_split_classes = vec!["Qwen3VLTextDecoderLayer".into(), "Qwen3VLVisionBlock".into()];
-    let mut layers: Vec<LayerFacts> = (0..depth)
-        .map(|i| LayerFacts {
-            path: format!("{blocks_path}.{i}"),
-            stack: StackKind::Vision,
-            moe: false,
-            attention_window: None,
-            cross_attention: false,
-            ssm: None,
-        })
-        .collect();
-    layers.append(&mut model.facts.layers);
-    model.facts.layers = layers;
-    model.facts.vision = Some(VisionFacts {
-        path: visual.into(),
-        processor: ImageProcessor::SmartResize,
-        rms_norm: false,
+    let activation = vision.string_opt(&["hidden_act"])?.unwrap_or_else(|| "gelu_pytorch_tanh".into());
+    // 2-D rotary embeddings, DeepStack, and no input embeddings for PEFT to hook.
+    let vision_facts = VisionFacts {
         rotary: true,
-        hidden_size: v_hidden,
-        num_heads: v_heads,
-        intermediate_size: v_intermediate,
-        gated_mlp: false,
-        activation: vision.string_opt(&["hidden_act"])?.unwrap_or_else(|| "gelu_pytorch_tanh".into()),
-        patch_size: patch,
-        merge_size: merge,
-        temporal_patch_size: temporal,
-        patch_values: channels * temporal * patch * patch,
-        window_pixels: None,
-        full_attention_blocks: Vec::new(),
         deepstack_blocks: deepstack,
         hooked_input_embeddings: false,
-        packed_images: false,
-        min_pixels: DEFAULT_MIN_PIXELS,
-        max_pixels: DEFAULT_MAX_PIXELS,
-    });
+        ..v.facts(visual, ImageProcessor::SmartResize, temporal, merge, activation)
+    };
+    let model_type = config.string_opt(&["model_type"])?.unwrap_or_else(|| "qwen3_vl".into());
+    let base = b.container("", "model", "Qwen3VLModel").with_child(tower);
+    let mut model = text.assemble(&b, arch, base, model_type, NO_SPLIT);
+    vision_facts.attach(&mut model.facts, &blocks_path, v.depth);
     Ok(model)
 }

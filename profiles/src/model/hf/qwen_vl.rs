@@ -10,12 +10,13 @@
 //! own `rotary_emb`. The vision sizes come from `vision_config`, the text sizes from
 //! `text_config` where the config nests them (5.x saves it so) or from the top level.
 
+use super::nested_text::TowerSizes;
 use super::{HfConfig, describe, llama};
 use crate::InputError;
 use crate::model::vision::{ImageProcessor, VisionFacts};
 use crate::model::{
-    ArchFacts, AttentionKind, Builder, ImportOptions, LayerFacts, ModelDescription, Module, ModuleKind,
-    Naming, NormKind, OutputHead, StackKind, Tensor,
+    ArchFacts, AttentionKind, Builder, ImportOptions, ModelDescription, Module, ModuleKind, Naming, NormKind,
+    OutputHead, Tensor,
 };
 
 /// transformers' `Qwen2VLImageProcessor` bounds (`size.shortest_edge`, `size.longest_edge`)
@@ -56,51 +57,54 @@ pub(crate) fn build(
     let tie = config.bool_or(&["tie_word_embeddings"], false)?;
 
     // The vision tower.
-    let depth = vision.positive(&["depth", "num_hidden_layers"])?;
-    let v_hidden = vision.positive(&["hidden_size", "embed_dim"])?;
-    let v_heads = vision.positive(&["num_heads"])?;
-    let v_intermediate = vision.positive(&["intermediate_size"])?;
-    let patch = vision.positive_or(&["patch_size", "spatial_patch_size"], 14)?;
+    let v = TowerSizes {
+        depth: vision.positive(&["depth", "num_hidden_layers"])?,
+        hidden: vision.positive(&["hidden_size", "embed_dim"])?,
+        heads: vision.positive(&["num_heads"])?,
+        intermediate: vision.positive(&["intermediate_size"])?,
+        patch: vision.positive_or(&["patch_size", "spatial_patch_size"], 14)?,
+        channels: vision.positive_or(&["in_channels", "in_chans"], 3)?,
+    };
     let temporal = vision.positive_or(&["temporal_patch_size"], 2)?;
     let merge = vision.positive_or(&["spatial_merge_size"], 2)?;
-    let channels = vision.positive_or(&["in_channels", "in_chans"], 3)?;
     let out_hidden = vision.positive_or(&["out_hidden_size"], hidden)?;
     let window = vision.opt_positive(&["window_size"])?;
     let full_blocks = vision.uint_list(&["fullatt_block_indexes"])?.unwrap_or_default();
 
     let visual_path = "model.visual";
     let blocks_path = format!("{visual_path}.blocks");
-    let vision_blocks: Vec<Module> = (0..depth)
+    let vision_blocks: Vec<Module> = (0..v.depth)
         .map(|i| {
             let path = format!("{blocks_path}.{i}");
             let attn = b
                 .container(&path, "attn", "Qwen2_5_VLVisionAttention")
-                .with_child(b.linear(&format!("{path}.attn"), "qkv", v_hidden, 3 * v_hidden, true))
-                .with_child(b.linear(&format!("{path}.attn"), "proj", v_hidden, v_hidden, true));
+                .with_child(b.linear(&format!("{path}.attn"), "qkv", v.hidden, 3 * v.hidden, true))
+                .with_child(b.linear(&format!("{path}.attn"), "proj", v.hidden, v.hidden, true));
             b.block(&blocks_path, &i.to_string(), "Qwen2_5_VLVisionBlock")
-                .with_child(b.norm(&path, "norm1", "Qwen2RMSNorm", v_hidden, false))
-                .with_child(b.norm(&path, "norm2", "Qwen2RMSNorm", v_hidden, false))
+                .with_child(b.norm(&path, "norm1", "Qwen2RMSNorm", v.hidden, false))
+                .with_child(b.norm(&path, "norm2", "Qwen2RMSNorm", v.hidden, false))
                 .with_child(attn)
                 .with_child(llama::gated_mlp(
                     &b,
                     &path,
                     "mlp",
                     "Qwen2_5_VLMLP",
-                    v_hidden,
-                    v_intermediate,
+                    v.hidden,
+                    v.intermediate,
                     true,
                 ))
         })
         .collect();
     let patch_embed = b.container(visual_path, "patch_embed", "Qwen2_5_VisionPatchEmbed").with_child(
-        Module::new(format!("{visual_path}.patch_embed.proj"), "Conv3d", ModuleKind::Other)
-            .with_tensor(Tensor::parameter("weight", &[v_hidden, channels, temporal, patch, patch], dtype)),
+        Module::new(format!("{visual_path}.patch_embed.proj"), "Conv3d", ModuleKind::Other).with_tensor(
+            Tensor::parameter("weight", &[v.hidden, v.channels, temporal, v.patch, v.patch], dtype),
+        ),
     );
-    let merged = v_hidden * merge * merge;
+    let merged = v.hidden * merge * merge;
     let merger_path = format!("{visual_path}.merger");
     let merger = b
         .container(visual_path, "merger", "Qwen2_5_VLPatchMerger")
-        .with_child(b.norm(&merger_path, "ln_q", "Qwen2RMSNorm", v_hidden, false))
+        .with_child(b.norm(&merger_path, "ln_q", "Qwen2RMSNorm", v.hidden, false))
         .with_child(
             b.container(&merger_path, "mlp", "Sequential")
                 .with_child(b.linear(&format!("{merger_path}.mlp"), "0", merged, merged, true))
@@ -114,7 +118,7 @@ pub(crate) fn build(
             visual_path,
             "rotary_pos_emb",
             "Qwen2_5_VisionRotaryEmbedding",
-            v_hidden / v_heads / 2,
+            v.hidden / v.heads / 2,
         ))
         .with_child(b.module_list(visual_path, "blocks", vision_blocks))
         .with_child(merger);
@@ -157,19 +161,17 @@ pub(crate) fn build(
         .with_child(b.container("", "model", "Qwen2_5_VLModel").with_child(visual).with_child(language_model))
         .with_child(b.linear("", "lm_head", hidden, vocab, false));
 
-    // The tower runs before the language model's layers.
-    let mut layer_facts: Vec<LayerFacts> = (0..depth)
-        .map(|i| LayerFacts {
-            path: format!("{blocks_path}.{i}"),
-            stack: StackKind::Vision,
-            moe: false,
-            attention_window: None,
-            cross_attention: false,
-            ssm: None,
-        })
-        .collect();
-    layer_facts.extend(llama::layer_facts(&list, &vec![false; layers as usize], &[]));
-    let facts = ArchFacts {
+    let activation = vision.string_opt(&["hidden_act"])?.unwrap_or_else(|| "silu".into());
+    // RMSNorm blocks with 2-D rotary embeddings and a gated MLP, all but a few windowed.
+    let vision_facts = VisionFacts {
+        rms_norm: true,
+        rotary: true,
+        gated_mlp: true,
+        window_pixels: window,
+        full_attention_blocks: full_blocks,
+        ..v.facts(visual_path, ImageProcessor::SmartResize, temporal, merge, activation)
+    };
+    let mut facts = ArchFacts {
         model_type: config.string_opt(&["model_type"])?.unwrap_or_else(|| "qwen2_5_vl".into()),
         hidden_size: hidden,
         num_attention_heads: heads,
@@ -184,32 +186,13 @@ pub(crate) fn build(
         activation: text.string_opt(&["hidden_act"])?.unwrap_or_else(|| "silu".into()),
         moe: None,
         tie_word_embeddings: tie,
-        layers: layer_facts,
+        layers: llama::layer_facts(&list, &vec![false; layers as usize], &[]),
         no_split_classes: vec!["Qwen2_5_VLDecoderLayer".into(), "Qwen2_5_VLVisionBlock".into()],
         head: OutputHead::LanguageModel,
-        vision: Some(VisionFacts {
-            path: visual_path.into(),
-            processor: ImageProcessor::SmartResize,
-            rms_norm: true,
-            rotary: true,
-            hidden_size: v_hidden,
-            num_heads: v_heads,
-            intermediate_size: v_intermediate,
-            gated_mlp: true,
-            activation: vision.string_opt(&["hidden_act"])?.unwrap_or_else(|| "silu".into()),
-            patch_size: patch,
-            merge_size: merge,
-            temporal_patch_size: temporal,
-            patch_values: channels * temporal * patch * patch,
-            window_pixels: window,
-            full_attention_blocks: full_blocks,
-            deepstack_blocks: Vec::new(),
-            hooked_input_embeddings: true,
-            packed_images: false,
-            min_pixels: DEFAULT_MIN_PIXELS,
-            max_pixels: DEFAULT_MAX_PIXELS,
-        }),
+        vision: None,
     };
+    // The tower runs before the language model's layers.
+    vision_facts.attach(&mut facts, &blocks_path, v.depth);
     let description = describe(config, arch, options, dtype, facts, root, Vec::new());
     super::tie_if(tie, description, "lm_head.weight", &format!("{lm_path}.embed_tokens.weight"))
 }
