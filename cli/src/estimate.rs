@@ -53,7 +53,8 @@ impl MapSource {
 /// the flags over it).
 #[derive(Args, Debug)]
 pub(crate) struct Inputs {
-    /// A built-in name (`mixtral-8x7b`), a config.json, a model folder, or a custom YAML.
+    /// A built-in name (`mixtral-8x7b`), a config.json, a model folder, a custom YAML, a Hugging
+    /// Face Hub id (`org/name[@revision]`, `org/name:Q4_K_M` for a GGUF file), or a GGUF file.
     pub model: String,
     /// A built-in profile (`t4x2`, `a100-80gb-x4`), a short form (`2xt4`) or a YAML file.
     #[arg(long)]

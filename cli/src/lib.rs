@@ -55,8 +55,9 @@ enum Command {
     },
     /// Describe a model: parameters, bytes, modules, layer kinds, largest unit, tied groups.
     Inspect {
-        /// A built-in name (`mixtral-8x7b`), a config.json, a model folder, a custom YAML, or a
-        /// Hugging Face Hub id (`org/name`, `org/name@revision`).
+        /// A built-in name (`mixtral-8x7b`), a config.json, a model folder, a custom YAML, a
+        /// Hugging Face Hub id (`org/name`, `org/name@revision`, a GGUF file `org/name:Q4_K_M`),
+        /// or a GGUF file (or a folder with one and its mmproj).
         model: String,
         /// Report bytes as if floating-point parameters were cast to this dtype.
         #[arg(long)]

@@ -213,6 +213,9 @@ pub(crate) fn run(args: &WhatifArgs, out: &mut dyn Write) -> Result<i32, InputEr
             (text, a.points.iter().any(|p| p.fits))
         }
     };
+    // A generic model says so (and its measured error) above the answer, as estimate and plan do.
+    let text =
+        if args.json || args.csv { text } else { vramplan_profiles::model::generic::line(&model) + &text };
     crate::print(out, &text)?;
     Ok(if found { 0 } else { crate::EXIT_NEGATIVE })
 }

@@ -257,6 +257,14 @@ const PUBLISHED_ROUNDED: &[PublishedRounded] = &[
         "Falcon-H1 technical report (arXiv 2507.22448) and model card: 0.5B",
     ),
     rounded(
+        "llama-4-scout-text",
+        None,
+        Some((17 * B, B / 2)),
+        false,
+        "Llama 4 model card: Scout, 17B active parameters (109B total with the vision tower, which \
+         this text model leaves out)",
+    ),
+    rounded(
         "qwen2.5-vl-7b-instruct",
         Some((8_290 * M, 5 * M)),
         None,
@@ -677,6 +685,32 @@ fn falcon_h1(c: &Value) -> u64 {
     vocab * h + head + required(c, &["num_hidden_layers"]) * (attention + mlp + mixer + 2 * h) + h
 }
 
+/// Llama 4's text model: grouped-query attention without biases (the q/k L2 norm has no
+/// parameters), two RMSNorms per block; on the layers `moe_layers` lists, `Llama4TextMoe`: fused
+/// experts (`gate_up_proj` `[E, H, 2I]`, `down_proj` `[E, I, H]`), a router `[E, H]` and a shared
+/// SwiGLU expert of `intermediate_size`; elsewhere a SwiGLU MLP of `intermediate_size_mlp`.
+/// Active: the shared expert, the router and `num_experts_per_tok` experts per MoE layer.
+fn llama4(c: &Value) -> Counts {
+    let h = required(c, &["hidden_size"]);
+    let heads = required(c, &["num_attention_heads"]);
+    let kv = required(c, &["num_key_value_heads"]);
+    let d = required(c, &["head_dim"]);
+    let attention = 2 * h * heads * d + 2 * h * kv * d;
+    let i = required(c, &["intermediate_size"]);
+    let experts = required(c, &["num_local_experts"]);
+    let top_k = required(c, &["num_experts_per_tok"]);
+    let layers = required(c, &["num_hidden_layers"]);
+    let moe_layers = c["moe_layers"].as_array().expect("moe_layers").len() as u64;
+    let dense = 3 * h * required(c, &["intermediate_size_mlp"]);
+    let shared_and_router = 3 * h * i + experts * h;
+    let vocab = required(c, &["vocab_size"]);
+    let head = if flag(c, "tie_word_embeddings", false) { 0 } else { vocab * h };
+    let outside = vocab * h + head + h + layers * (attention + 2 * h) + (layers - moe_layers) * dense;
+    let total = outside + moe_layers * (shared_and_router + experts * 3 * h * i);
+    let active = outside + moe_layers * (shared_and_router + top_k * 3 * h * i);
+    vec![(total, Some(active))]
+}
+
 fn opt(c: &Value) -> u64 {
     let h = required(c, &["hidden_size"]);
     assert_eq!(int(c, &["word_embed_proj_dim"]), Some(h), "closed form assumes no projection");
@@ -702,6 +736,7 @@ fn closed_form(name: &str) -> Counts {
         "BloomForCausalLM" => vec![(bloom(&c), None)],
         "FalconForCausalLM" => vec![(falcon(&c), None)],
         "FalconH1ForCausalLM" => vec![(falcon_h1(&c), None)],
+        "Llama4ForCausalLM" => llama4(&c),
         "OPTForCausalLM" => vec![(opt(&c), None)],
         "Qwen2_5_VLForConditionalGeneration" => {
             // A Qwen2 decoder (q/k/v biases) behind the vision tower.
@@ -1036,6 +1071,19 @@ const NOTES: &[(&str, &str)] = &[
          Falcon-H1 documentation lists for H1 0.5B (the bridge writes it back as heads × head \
          width); no Hub access when it was embedded. 521,411,104 parameters, as transformers \
          5.24 and 4.57 build it (fixtures/reference/models).",
+    ),
+    (
+        "llama-4-scout-text",
+        "the `text_config` of meta-llama/Llama-4-Scout-17B-16E's `config.json` (written by \
+         transformers 4.51.0) as a third-party listing held by the reference search index prints it \
+         (`Llama4Config`, beside a parameter table totalling 109,676,279,296 for the \
+         vision-language model), with `moe_layers` written out (0 to 47) and the \
+         `architectures` of the text class, `Llama4ForCausalLM` (a vLLM issue quotes a text-only \
+         fine-tune's config.json with the same values under that class); `attn_temperature_tuning` \
+         is published as 4 and written here as true, since transformers 5.24's strict \
+         `Llama4TextConfig` refuses an integer (4.57 reads it as true; no shape depends on it); no \
+         Hub access when it was embedded. 107,769,861,120 parameters, as transformers 5.24 and \
+         4.57 build it (fixtures/reference/models).",
     ),
     (
         "gemma-3-4b-it",

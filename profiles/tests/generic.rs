@@ -249,13 +249,20 @@ fn a_known_class_still_uses_its_importer() {
 
 /// A folder of `fixtures/reference/generic/<layout>` (scripts/reference/generic.py): config.json
 /// and model.safetensors as transformers 5.24's `save_pretrained` wrote them, the data section
-/// restored as zeros; and transformers' own tree of that model.
-fn reference_folder(layout: &str) -> (tempfile::TempDir, Value) {
+/// restored as zeros; and transformers' own tree of that model. With `class`, config.json's
+/// `architectures` names that class instead (a class vramplan has no importer for, so that the
+/// folder builds generically as one of an unknown class would).
+fn reference_folder_as(layout: &str, class: Option<&str>) -> (tempfile::TempDir, Value) {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/reference/generic").join(layout);
     let tree: Value =
         serde_json::from_str(&std::fs::read_to_string(source.join("transformers.json")).unwrap()).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(source.join("config.json"), dir.path().join("config.json")).unwrap();
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(source.join("config.json")).unwrap()).unwrap();
+    if let Some(class) = class {
+        config["architectures"] = json!([class]);
+    }
+    std::fs::write(dir.path().join("config.json"), serde_json::to_string_pretty(&config).unwrap()).unwrap();
     let header = std::fs::read(source.join("model.safetensors.header")).unwrap();
     let path = dir.path().join("model.safetensors");
     std::fs::write(&path, &header).unwrap();
@@ -264,14 +271,24 @@ fn reference_folder(layout: &str) -> (tempfile::TempDir, Value) {
     (dir, tree)
 }
 
-/// Cohere 2 and GLM-4, which vramplan has no importer for, build generically from the folders
-/// transformers writes, with transformers' parameters (names, shapes, dtypes) and ties; only
-/// the non-persistent buffers (rotary frequencies), which no checkpoint stores, are not in the
-/// tree.
+/// The folder of `fixtures/reference/generic/<layout>` as transformers wrote it.
+fn reference_folder(layout: &str) -> (tempfile::TempDir, Value) {
+    reference_folder_as(layout, None)
+}
+
+/// The classes the generic tests give the reference folders: Cohere 2's and GLM-4's layouts under
+/// names vramplan has no importer for (it has for `Cohere2ForCausalLM` and `Glm4ForCausalLM`).
+const UNKNOWN_LAYOUTS: [(&str, &str); 2] =
+    [("cohere2", "MyCohere2ForCausalLM"), ("glm4", "MyGlm4ForCausalLM")];
+
+/// Cohere 2 and GLM-4 folders as transformers writes them, under class names vramplan has no
+/// importer for, build generically with transformers' parameters (names, shapes, dtypes) and
+/// ties; only the non-persistent buffers (rotary frequencies), which no checkpoint stores, are
+/// not in the tree.
 #[test]
 fn real_layouts_without_an_importer_build_as_transformers_builds_them() {
-    for (layout, class) in [("cohere2", "Cohere2ForCausalLM"), ("glm4", "Glm4ForCausalLM")] {
-        let (dir, tree) = reference_folder(layout);
+    for (layout, class) in UNKNOWN_LAYOUTS {
+        let (dir, tree) = reference_folder_as(layout, Some(class));
         let model = load(dir.path()).unwrap_or_else(|e| panic!("{layout}: {e}"));
         assert_eq!(generic::of(&model).map(|g| g.architecture), Some(class.to_string()), "{layout}");
         let ours: std::collections::BTreeMap<String, (Vec<u64>, String)> = model
@@ -310,14 +327,85 @@ fn real_layouts_without_an_importer_build_as_transformers_builds_them() {
         let layers = model.facts.layers.len() as u64;
         assert_eq!(layers, 4, "{layout}");
     }
-    let (dir, _) = reference_folder("cohere2");
+    let (dir, _) = reference_folder_as("cohere2", Some(UNKNOWN_LAYOUTS[0].1));
     let model = load(dir.path()).unwrap();
     let windows: Vec<Option<u64>> = model.facts.layers.iter().map(|l| l.attention_window).collect();
     assert_eq!(windows, [Some(128), Some(128), Some(128), None], "Cohere 2's layer_types");
-    let (dir, _) = reference_folder("glm4");
+    let (dir, _) = reference_folder_as("glm4", Some(UNKNOWN_LAYOUTS[1].1));
     let model = load(dir.path()).unwrap();
     assert!(model.facts.gated_mlp, "GLM-4's fused gate_up_proj is a gated MLP");
     assert_eq!(model.facts.intermediate_size, 160);
+}
+
+/// The same folders under their own classes, `Cohere2ForCausalLM` and `Glm4ForCausalLM`, build
+/// through vramplan's importers (not generically): the tree holds exactly transformers' parameters
+/// (names, shapes, dtypes) and ties, and its buffers are transformers' rotary buffers.
+#[test]
+fn real_layouts_of_known_classes_build_through_their_importers() {
+    for (layout, class, model_type) in
+        [("cohere2", "Cohere2ForCausalLM", "cohere2"), ("glm4", "Glm4ForCausalLM", "glm4")]
+    {
+        let (dir, tree) = reference_folder(layout);
+        let model = load(dir.path()).unwrap_or_else(|e| panic!("{layout}: {e}"));
+        assert!(generic::of(&model).is_none(), "{layout}: built generically");
+        assert_eq!(model.architecture, class);
+        assert_eq!(model.facts.model_type, model_type);
+        let mut ours = Vec::new();
+        let mut buffers = Vec::new();
+        for (path, t) in model.tensors() {
+            let entry =
+                (path, t.shape.clone(), t.dtype.torch_name().trim_start_matches("torch.").to_string());
+            if matches!(t.kind, vramplan_profiles::model::TensorKind::Buffer { .. }) {
+                buffers.push(entry);
+            } else {
+                ours.push(entry);
+            }
+        }
+        let listed = |key: &str| -> Vec<(String, Vec<u64>, String)> {
+            tree[key]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| {
+                    let shape = p[1].as_array().unwrap().iter().map(|d| d.as_u64().unwrap()).collect();
+                    (p[0].as_str().unwrap().to_string(), shape, p[2].as_str().unwrap().to_string())
+                })
+                .collect()
+        };
+        // transformers lists a tied parameter once; the tree holds each name of the group.
+        let tied: Vec<Vec<String>> = serde_json::from_value(tree["tied"].clone()).unwrap();
+        let mut expected = listed("parameters");
+        for group in &tied {
+            let known = expected.iter().find(|p| group.contains(&p.0)).cloned().unwrap();
+            for name in group.iter().filter(|n| **n != known.0) {
+                expected.push((name.clone(), known.1.clone(), known.2.clone()));
+            }
+        }
+        ours.sort();
+        expected.sort();
+        assert_eq!(ours, expected, "{layout}: parameters differ from transformers'");
+        // Names and shapes: generic.py recorded the buffers after casting the model to its
+        // dtype; the meta-device fixtures (fixtures/reference/models) hold them in float32.
+        let names_and_shapes = |mut v: Vec<(String, Vec<u64>, String)>| {
+            v.sort();
+            v.into_iter().map(|(n, s, _)| (n, s)).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            names_and_shapes(buffers),
+            names_and_shapes(listed("buffers")),
+            "{layout}: buffers differ from transformers'"
+        );
+        let mut sorted: Vec<Vec<String>> = model
+            .tied_groups()
+            .into_iter()
+            .map(|mut g| {
+                g.sort();
+                g
+            })
+            .collect();
+        sorted.sort();
+        assert_eq!(sorted, tied, "{layout}: tied groups");
+    }
 }
 
 /// A GPTQ checkpoint (`qweight` int32 words of eight 4-bit values `[in / 8, out]`, `qzeros`,
@@ -395,4 +483,17 @@ fn per_expert_checkpoints_build_with_a_note_on_fusing() {
         "8 experts where the checkpoint's MoE layers have 4",
         "belongs",
     );
+}
+
+/// A block whose MLP is wider than the others' is not the generic layer's one kind of block: its
+/// activations would be charged at the first block's width.
+#[test]
+fn blocks_of_different_widths_are_refused() {
+    let mut tensors = llama_tensors(2);
+    for (name, _, shape) in &mut tensors {
+        if name.starts_with("model.layers.1.mlp.") {
+            *shape = if name.ends_with("down_proj.weight") { vec![64, 512] } else { vec![512, 64] };
+        }
+    }
+    refused(&llama_config("WidthsForCausalLM", 2), &tensors, "architectures", "differs", "custom YAML");
 }

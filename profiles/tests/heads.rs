@@ -123,3 +123,22 @@ fn bad_heads_are_refused_with_the_key_and_the_fix() {
         assert!(text.contains("model.yaml:"), "{yaml}: the error names the file and line: {text}");
     }
 }
+
+/// `num_labels` beside an `id2label` of another length: transformers 5.24's
+/// `AutoConfig.from_pretrained` keeps `num_labels` (its setter rebuilds the map), 4.57 keeps the
+/// map (both run on such a config: 3 and 7).
+#[test]
+fn num_labels_against_id2label_is_read_as_each_transformers_reads_it() {
+    let text = include_str!("../catalog/models/llama-3.2-1b.json");
+    let mut config: Value = serde_json::from_str(text).expect("JSON");
+    config["architectures"] = serde_json::json!(["LlamaForSequenceClassification"]);
+    config["num_labels"] = serde_json::json!(3);
+    config["id2label"] = (0..7).map(|i| (i.to_string(), Value::String(format!("L{i}")))).collect();
+    for (naming, labels) in [(model::Naming::V5, 3), (model::Naming::V4, 7)] {
+        let model = model::hf::from_config_text(&config.to_string(), "conflict", ImportOptions { naming })
+            .expect("builds");
+        let score = model.root.tensor("score.weight").expect("the classifier");
+        assert_eq!(score.shape, vec![labels, 2048], "{naming:?}");
+        assert!(model.notes.iter().any(|n| n.contains("disagrees")), "{naming:?}: {:?}", model.notes);
+    }
+}

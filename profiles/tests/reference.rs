@@ -361,6 +361,10 @@ fn check(fixture: &Value, naming: Naming, applied: &RefCell<BTreeSet<usize>>) ->
     // A head fixture (`fixtures/reference/heads/`) is its class built from the built-in's config.
     let loaded = if fixture["fixture"].as_str() == Some("head") {
         load_as(name, class, options)
+    } else if let Some(config) = fixture.get("config_json").filter(|c| c.is_object()) {
+        // A class without a built-in, built from transformers' default config
+        // (`scripts/reference/default_configs.py`).
+        model::hf::from_config_text(&config.to_string(), name, options)
     } else {
         model::load(name, options)
     };
@@ -575,6 +579,30 @@ fn every_builtin_matches_transformers() {
         failures.is_empty(),
         "{total} model(s) differ from transformers ({checked} checked):\n{failures}"
     );
+}
+
+/// Classes vramplan builds without a built-in (no published config.json found to embed), each from
+/// transformers' own default config (`fixtures/reference/models/{v5,v4}/<name>.json`, recorded by
+/// `scripts/reference/default_configs.py` with the config under `config_json`), compared as the
+/// built-ins are.
+#[test]
+fn default_config_classes_match_transformers() {
+    let applied = RefCell::new(BTreeSet::new());
+    let mut failures = String::new();
+    for naming in [Naming::V5, Naming::V4] {
+        for name in ["glm4-default-config", "cohere2-default-config"] {
+            let path = fixtures_dir(naming).join(format!("{name}.json"));
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let fixture: Value =
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert!(fixture["error"].is_null(), "{name} ({}): {}", tag(naming), fixture["error"]);
+            let mismatches = check(&fixture, naming, &applied);
+            if !mismatches.is_empty() {
+                failures += &format!("\n== {name} ({})\n    - {}", tag(naming), mismatches.join("\n    - "));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "default-config classes that differ from transformers:{failures}");
 }
 
 /// The base models and task heads of every family (`fixtures/reference/heads/{v5,v4}/<class>.json`,

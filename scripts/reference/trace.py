@@ -48,6 +48,7 @@ import time
 import traceback
 
 import common
+import default_configs
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed._tools.mem_tracker import MemTracker
@@ -208,11 +209,13 @@ def configurations():
     # Today's text decoders (issue 29): per family its smallest built-in, one LoRA training step
     # and one prefill, short enough to trace in a minute; sequences past Gemma 3's 512-token
     # window, so its sliding layers mask.
-    for model, finetune, targets, batch, seq in TODAY_FAMILIES:
+    for model, finetune, targets, batch, seq in TODAY_FAMILIES + DEFAULT_CONFIG_FAMILIES:
         c = {"model": model, "mode": "inference" if finetune == "none" else "train", "finetune": finetune,
              "ckpt": False, "batch": batch, "seq": seq, "dtype": "bf16"}
         if finetune == "lora":
             c["lora_rank"], c["lora_targets"] = 16, targets
+        if model in default_configs.CONFIGS:
+            c["config"] = default_configs.CONFIGS[model]
         out.append(c)
     return out
 
@@ -233,6 +236,31 @@ TODAY_FAMILIES = [
     # prefill whose lengths are not multiples of the chunk (padded chunks).
     ("falcon-h1-0.5b-instruct", "full", None, 2, 500),
     ("falcon-h1-0.5b-instruct", "none", None, 1, 3000),
+    # Llama 4 Scout's text model at full size (FakeTensorMode holds no data): every layer a
+    # mixture of 16 experts with a shared expert, which transformers' `Llama4TextMoe` runs on
+    # every token (the router's scores weight each expert's copy of the input).
+    ("llama-4-scout-text", "lora", ["q_proj", "v_proj"], 1, 512),
+    ("llama-4-scout-text", "none", None, 1, 1024),
+    # Traced after the experts' model was set beside the two rows above: a longer LoRA step, and
+    # a prefill past the 8192-token chunk (the chunked layers mask by chunk and cache one chunk),
+    # which then showed act(gate) live beside the experts' product (modelled after it).
+    ("llama-4-scout-text", "lora", ["q_proj", "v_proj"], 2, 1024),
+    ("llama-4-scout-text", "none", None, 1, 9000),
+]
+
+# Classes without a built-in (no published config.json found to embed), traced from transformers'
+# own default config of the class (`Glm4Config()`: GLM-4-9B's shapes; `Cohere2Config()`: Command R
+# 35B's), under the test-only names of scripts/reference/default_configs.py; each record carries
+# the config it was built from (`config`).
+DEFAULT_CONFIG_FAMILIES = [
+    ("glm4-default-config", "lora", ["q_proj", "v_proj"], 1, 512),
+    ("glm4-default-config", "none", None, 1, 1024),
+    ("cohere2-default-config", "lora", ["q_proj", "v_proj"], 1, 512),
+    ("cohere2-default-config", "none", None, 1, 1024),
+    # Traced after the four rows above were compared: a longer GLM-4 LoRA step, and a Cohere 2
+    # prefill past its 4096-token window (the sliding layers mask and cache one window).
+    ("glm4-default-config", "lora", ["q_proj", "v_proj"], 2, 1024),
+    ("cohere2-default-config", "none", None, 1, 5000),
 ]
 
 
@@ -473,7 +501,7 @@ def _inputs(config, vocab, device):
 
 def trace(config):
     """Runs one configuration and returns what it recorded."""
-    raw = common.load_raw_config(config["model"])
+    raw = config.get("config") or common.load_raw_config(config["model"])
     if config.get("cls"):
         raw = {**raw, "architectures": [config["cls"]]}
     autocast = DTYPES[config["autocast"]] if config.get("autocast") else None

@@ -726,8 +726,14 @@ impl<'r, 'a> Builder<'r, 'a> {
                 UnitKind::Block(layer)
                     if f.layers.get(layer).is_some_and(|l| l.stack == StackKind::Decoder) =>
                 {
+                    // A windowed (sliding or chunked) layer caches its last `window` tokens; but
+                    // after a prompt longer than that, transformers' `DynamicSlidingWindowLayer`
+                    // keeps them as a view of the prompt's concatenated keys and values
+                    // (`full_key_states[:, :, -self.sliding_window + 1 :, :]`, cache_utils.py),
+                    // which holds the whole prompt's storage until the next token replaces it.
                     let window = f.layers.get(layer).and_then(|l| l.attention_window).unwrap_or(u64::MAX);
-                    let kv = kv_dtype.bytes_for(per_token_layer * w.seq.min(window) * w.batch);
+                    let held = w.seq.min(window.max(self.prompt()));
+                    let kv = kv_dtype.bytes_for(per_token_layer * held * w.batch);
                     // A state-space mixer's fixed state per sequence (`model/ssm.rs`).
                     let ssm = f.layers[layer].ssm.as_ref().map_or(0, |ssm| {
                         crate::model::ssm::state_bytes(ssm, w.batch, self.r.precision.compute_bytes())

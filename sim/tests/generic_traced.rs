@@ -45,19 +45,25 @@ fn write_checkpoint(model: &ModelDescription, path: &Path) {
     file.set_len(8 + text.len() as u64 + offset).expect("size");
 }
 
-/// The built-in `name` as if its class were unknown: a folder with its config renamed and a
-/// header-only checkpoint of its description.
-fn generic_of(name: &str, dir: &Path) -> Result<ModelDescription, String> {
+/// The built-in `name` (or the traced `config`, where the record has one) as if its class were
+/// unknown: a folder with its config renamed and a header-only checkpoint of its description.
+fn generic_of(
+    name: &str,
+    config: Option<&serde_json::Value>,
+    real: &ModelDescription,
+    dir: &Path,
+) -> Result<ModelDescription, String> {
     let folder = dir.join(name);
     std::fs::create_dir_all(&folder).expect("folder");
-    let mut config: serde_json::Value =
-        serde_json::from_str(catalog::builtin_config(name).expect("built-in config")).expect("JSON");
+    let mut config: serde_json::Value = match config {
+        Some(config) => config.clone(),
+        None => serde_json::from_str(catalog::builtin_config(name).expect("built-in config")).expect("JSON"),
+    };
     let arch = config["architectures"][0].as_str().expect("a class").to_string();
     config["architectures"] = json!([format!("Unknown{arch}")]);
     config["model_type"] = json!(format!("unknown_{}", config["model_type"].as_str().unwrap_or("")));
     std::fs::write(folder.join("config.json"), config.to_string()).expect("config");
-    let real = model::load(name, ImportOptions::default()).expect("built-in");
-    write_checkpoint(&real, &folder.join("model.safetensors"));
+    write_checkpoint(real, &folder.join("model.safetensors"));
     let model =
         model::safetensors::load_folder(&folder, ImportOptions::default()).map_err(|e| e.to_string())?;
     assert!(generic::of(&model).is_some(), "{name}: not built as generic");
@@ -84,8 +90,8 @@ fn generic_estimates_stay_within_the_stated_error() {
     for r in &fixture.records {
         let (Ok(traced), None) = (r.traced_peak(), &r.cls) else { continue };
         let built = models.entry(r.model.clone()).or_insert_with(|| {
-            let real = model::load(&r.model, ImportOptions::default()).expect("built-in");
-            generic_of(&r.model, &dir).map(|g| (g, real))
+            let real = r.built_model();
+            generic_of(&r.model, r.config.as_ref(), &real, &dir).map(|g| (g, real))
         });
         let Ok((generic_model, real)) = built.clone() else { continue };
         let workload = r.workload();

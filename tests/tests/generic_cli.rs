@@ -95,6 +95,13 @@ fn inspect_estimate_and_plan_say_the_model_is_generic() {
     let text = std::fs::read_to_string(&report).unwrap();
     assert!(text.contains("generic model: vramplan has no importer for `SomeNewModelForCausalLM`"), "{text}");
 
+    // whatif says so too, and its lines to paste do not import a class transformers lacks.
+    let whatif = vramplan(&["whatif", "max-batch", &model, "--hardware", "h100-80gb", "--mode", "train"]);
+    assert_eq!(whatif.code, 0, "{}", whatif.stderr);
+    assert!(whatif.stdout.starts_with("generic model:"), "{}", whatif.stdout);
+    assert!(!whatif.stdout.contains("import SomeNewModelForCausalLM"), "{}", whatif.stdout);
+    assert!(whatif.stdout.contains("# a generic model:"), "{}", whatif.stdout);
+
     // An importer's model carries no label.
     let json = vramplan(&["estimate", "gpt2", "--hardware", "h100-80gb", "--json"]).json();
     assert!(json.get("generic").is_none(), "{json}");
@@ -146,10 +153,12 @@ fn run_with_hub(env: &[(&str, &str)], args: &[&str]) -> vramplan_tests::Output {
 }
 
 /// A Hub repository holding Cohere 2 as transformers writes it (`fixtures/reference/generic`),
-/// a class vramplan has no importer for: by its Hub id (the header read by range requests) it
-/// is the same generic model as from a folder of the same files.
+/// its config.json naming a class vramplan has no importer for (`MyCohere2ForCausalLM`; it has
+/// one for `Cohere2ForCausalLM`): by its Hub id (the header read by range requests) it is the
+/// same generic model as from a folder of the same files.
 #[test]
 fn a_hub_id_of_an_unknown_class_is_the_same_generic_model_as_its_folder() {
+    const CLASS: &str = "MyCohere2ForCausalLM";
     use vramplan_tests::hub_server::{Content, HubServer, Repo, write_folder};
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/reference/generic/cohere2");
     let tree: serde_json::Value =
@@ -157,7 +166,7 @@ fn a_hub_id_of_an_unknown_class_is_the_same_generic_model_as_its_folder() {
     let start = std::fs::read(source.join("model.safetensors.header")).unwrap();
     let total = start.len() as u64 + tree["data_bytes"].as_u64().unwrap();
     let files: std::collections::BTreeMap<String, Content> = [
-        ("config.json".to_string(), Content::Bytes(std::fs::read(source.join("config.json")).unwrap())),
+        ("config.json".to_string(), Content::Bytes(renamed_config(&source.join("config.json"), CLASS))),
         ("model.safetensors".to_string(), Content::Safetensors { start, total }),
     ]
     .into_iter()
@@ -182,7 +191,7 @@ fn a_hub_id_of_an_unknown_class_is_the_same_generic_model_as_its_folder() {
         assert_eq!(from_folder.code, 0, "{}", from_folder.stderr);
         let mut hub_json = hub.json();
         let mut local_json = from_folder.json();
-        assert_eq!(hub_json["generic"]["architecture"], "Cohere2ForCausalLM", "{hub_json}");
+        assert_eq!(hub_json["generic"]["architecture"], CLASS, "{hub_json}");
         // The solver's time is the one figure that differs between two runs of anything.
         without_seconds(&mut hub_json);
         without_seconds(&mut local_json);
@@ -194,6 +203,14 @@ fn a_hub_id_of_an_unknown_class_is_the_same_generic_model_as_its_folder() {
             args[0]
         );
     }
+}
+
+/// config.json at `path` with `architectures` naming `class`.
+fn renamed_config(path: &Path, class: &str) -> Vec<u8> {
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    config["architectures"] = serde_json::json!([class]);
+    serde_json::to_vec_pretty(&config).unwrap()
 }
 
 fn without_seconds(value: &mut serde_json::Value) {

@@ -118,6 +118,8 @@ const MODELS: &[Entry] = &[
     entry!("smollm3-3b", "HuggingFaceTB/SmolLM3-3B"),
     // Falcon-H1: attention and Mamba-2 side by side in every block
     entry!("falcon-h1-0.5b-instruct", "tiiuae/Falcon-H1-0.5B-Instruct"),
+    // Llama 4: a mixture of experts with a shared expert in every layer, chunked attention
+    entry!("llama-4-scout-text", "meta-llama/Llama-4-Scout-17B-16E"),
     // BLOOM, Falcon, OPT
     entry!("bloom-560m", "bigscience/bloom-560m"),
     entry!("bloom-7b1", "bigscience/bloom-7b1"),

@@ -17,16 +17,16 @@ pub const MODEL_TYPE: &str = "generic";
 
 /// Traced configurations the generic activation model was compared on
 /// (docs/memory-model.md, "Generic models").
-pub const TRACED_CONFIGURATIONS: usize = 101;
+pub const TRACED_CONFIGURATIONS: usize = 105;
 
 /// The families those configurations cover.
-pub const TRACED_FAMILIES: usize = 18;
+pub const TRACED_FAMILIES: usize = 19;
 
 /// The median |error| of the generic model's peak against the traced one, in percent.
-pub const TRACED_MEDIAN_PERCENT: f64 = 0.3;
+pub const TRACED_MEDIAN_PERCENT: f64 = 0.4;
 
 /// The worst |error| of the generic model's peak against the traced one, in percent.
-pub const TRACED_WORST_PERCENT: f64 = 23.6;
+pub const TRACED_WORST_PERCENT: f64 = 28.7;
 
 /// What an output says about a generic model.
 #[derive(Debug, Clone, PartialEq, Serialize)]

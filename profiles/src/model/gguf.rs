@@ -47,6 +47,17 @@ pub fn launch_files(name: &str) -> Option<(PathBuf, Option<PathBuf>)> {
     Some((models.into_iter().next()?, projector))
 }
 
+/// Whether a GGUF model has recurrent layers (llama.cpp's `ssm_*` tensors of Mamba and its
+/// hybrids, RWKV's `time_mix_*`), whose state is not a KV cache.
+pub fn has_recurrent_layers(model: &ModelDescription) -> bool {
+    let mut found = false;
+    model.root.visit(&mut |m| {
+        let name = m.name();
+        found |= name.starts_with("ssm_") || name.starts_with("time_mix");
+    });
+    found
+}
+
 /// Whether `path` names a GGUF file by its extension.
 pub fn is_gguf(path: &Path) -> bool {
     path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
@@ -404,7 +415,15 @@ fn facts(
         .with_fix("the file is inconsistent: convert the model again"));
     }
     let hidden = required("embedding_length")?;
-    let heads = required("attention.head_count")?;
+    // A recurrent model (Mamba: `head_count` 0) has no attention heads; `inspect` still shows its
+    // tensors, and the engines refuse to size it (`has_recurrent_layers`).
+    let mut recurrent = false;
+    root.visit(&mut |m| recurrent |= m.name().starts_with("ssm_") || m.name().starts_with("time_mix"));
+    let heads = if recurrent {
+        file.count(&key("attention.head_count")).unwrap_or(0).max(1)
+    } else {
+        required("attention.head_count")?
+    };
     let kv_heads = file.count(&key("attention.head_count_kv")).filter(|&n| n > 0).unwrap_or(heads);
     let head_dim = file.count(&key("attention.key_length")).unwrap_or(hidden / heads);
     let vocab = root

@@ -129,6 +129,21 @@ pub(crate) fn load(id: &HubId, spec: &str, options: ImportOptions) -> Result<Mod
     let hub = Hub::from_env().map_err(fail)?;
     let snapshot = hub.snapshot(id).map_err(fail)?;
     let top: Vec<String> = snapshot.files.iter().filter(|f| !f.contains('/')).cloned().collect();
+    let has = |ext: &str| snapshot.files.iter().any(|f| f.to_ascii_lowercase().ends_with(ext));
+    if !snapshot.files.iter().any(|f| f == "config.json") && !has(".safetensors") && has(".gguf") {
+        let ggufs: Vec<String> = snapshot
+            .files
+            .iter()
+            .filter(|f| f.to_ascii_lowercase().ends_with(".gguf") && !super::gguf::is_projector_name(f))
+            .map(|f| format!("`{f}`"))
+            .collect();
+        return Err(InputError::new(spec, format!("{} holds GGUF files, not a transformers checkpoint", id.repo))
+            .with_fix(format!(
+                "name the file's quantization after a colon, as llama.cpp's `-hf` does (`{}:Q4_K_M`); it holds {}",
+                id.repo,
+                ggufs.join(", ")
+            )));
+    }
     let index = Folder::index_name(&top).map(str::to_string);
     let mut local = BTreeMap::new();
     for name in SMALL_FILES.iter().copied().chain(index.as_deref()) {

@@ -399,6 +399,48 @@ impl ModelDescription {
         }
     }
 
+    /// The image processor's settings where the model came with them (`processor`: the text
+    /// and where it was read), else a note that the class's defaults stand in (they can count
+    /// several times fewer tokens an image than a checkpoint's own settings); nothing for a
+    /// model without a vision tower.
+    pub(crate) fn apply_processor(&mut self, processor: Option<(&str, &str)>) -> Result<(), InputError> {
+        let Some(vision) = &self.facts.vision else { return Ok(()) };
+        match processor {
+            Some((text, origin)) => self.read_processor_config(text, origin),
+            None => {
+                let note = format!(
+                    "no {}: the image processor's class defaults count the images' tokens \
+                     (min_pixels {}, max_pixels {}); a checkpoint's own settings can differ",
+                    vision::PREPROCESSOR_FILE,
+                    vision.min_pixels,
+                    vision.max_pixels
+                );
+                self.notes.push(note);
+                Ok(())
+            }
+        }
+    }
+
+    /// [`ModelDescription::apply_processor`] with the `preprocessor_config.json` in `folder`,
+    /// if there is one.
+    pub(crate) fn apply_processor_beside(&mut self, folder: &Path) -> Result<(), InputError> {
+        if self.facts.vision.is_none() {
+            return Ok(());
+        }
+        let path = folder.join(vision::PREPROCESSOR_FILE);
+        if !path.is_file() {
+            return self.apply_processor(None);
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| InputError::io(&path, &e))?;
+        self.apply_processor(Some((&text, &path.display().to_string())))
+    }
+
+    /// [`ModelDescription::apply_processor`] with built-in `name`'s embedded one.
+    pub(crate) fn apply_builtin_processor(&mut self, name: &str) -> Result<(), InputError> {
+        let origin = format!("{name} ({})", vision::PREPROCESSOR_FILE);
+        self.apply_processor(catalog::builtin_preprocessor(name).map(|text| (text, origin.as_str())))
+    }
+
     /// The summary `vramplan inspect` prints.
     pub fn summary(&self) -> Summary {
         Summary::of(self)
@@ -437,9 +479,7 @@ pub fn config_text(spec: &str) -> Result<Option<String>, InputError> {
 pub fn load(spec: &str, options: ImportOptions) -> Result<ModelDescription, InputError> {
     if let Some(text) = catalog::builtin_config(spec) {
         let mut model = hf::from_config_text(text, spec, options)?;
-        if let Some(processor) = catalog::builtin_preprocessor(spec) {
-            model.read_processor_config(processor, &format!("{spec} ({})", vision::PREPROCESSOR_FILE))?;
-        }
+        model.apply_builtin_processor(spec)?;
         return Ok(model);
     }
     let path = Path::new(spec);
@@ -454,7 +494,9 @@ pub fn load(spec: &str, options: ImportOptions) -> Result<ModelDescription, Inpu
         if lower.ends_with(".yaml") || lower.ends_with(".yml") {
             return custom::load_file(path, options);
         }
-        return hf::from_config_file(path, options);
+        let mut model = hf::from_config_file(path, options)?;
+        model.apply_processor_beside(path.parent().unwrap_or(Path::new(".")))?;
+        return Ok(model);
     }
     // A Hub id's name part (`meta-llama/Llama-2-7B@main` → `llama-2-7b`) is also compared.
     let hub_name =

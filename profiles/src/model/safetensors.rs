@@ -58,9 +58,12 @@ pub(crate) fn load(
         Some(config) => overlay::build(config, checkpoint, options, origin),
         None => from_names::build(checkpoint, origin),
     }?;
-    if let Some(path) = &folder.preprocessor {
-        let text = std::fs::read_to_string(path).map_err(|e| InputError::io(path, &e))?;
-        model.read_processor_config(&text, &path.display().to_string())?;
+    match &folder.preprocessor {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| InputError::io(path, &e))?;
+            model.apply_processor(Some((&text, &path.display().to_string())))?;
+        }
+        None => model.apply_processor(None)?,
     }
     Ok(model)
 }

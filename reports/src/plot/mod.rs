@@ -260,7 +260,7 @@ pub(crate) fn title<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, words: &s
 }
 
 /// A workload in a few words for a heading: `train, LoRA r16, DDP, nf4, batch 4 × 2048 per GPU,
-/// checkpointing`; `shape` replaces `batch 4 × 2048` where a figure sweeps it. Training names
+/// 2 × 1024x768 images a sample, checkpointing`; `shape` replaces `batch 4 × 2048` where a figure sweeps it. Training names
 /// what is trained (all parameters, or LoRA adapters: a workload does not say whether the
 /// weights were pretrained), and the parallelism and engine are named where they are not the
 /// default (one copy of the model under transformers).
@@ -302,6 +302,9 @@ pub fn workload_words(workload: &Workload, shape: Option<&str>) -> String {
     }
     let shape = shape.map_or_else(|| format!("batch {} × {}", workload.batch, workload.seq), str::to_string);
     words.push(if data_parallel { format!("{shape} per GPU") } else { shape });
+    if let Some(images) = &workload.images {
+        words.push(format!("{} × {}x{} images a sample", images.per_sample, images.width, images.height));
+    }
     if workload.mode == Mode::Train && workload.grad_checkpointing != GradCheckpointing::Off {
         words.push("checkpointing".to_string());
     }

@@ -151,15 +151,10 @@ pub(crate) fn settings(model: &ModelDescription, workload: &Workload) -> Result<
 }
 
 fn file_type(model: &ModelDescription, workload: &Workload) -> Result<FileType, InputError> {
+    // A GGUF model's tensors keep their stored types (a `quant` for it is refused by the input
+    // checks, `check_gguf_engine`).
     if vramplan_profiles::model::gguf::is_gguf_model(model) {
-        return match &workload.quant {
-            Quant::None => Ok(FileType::Stored),
-            _ => Err(InputError::new(
-                "--quant",
-                format!("`{}` is a GGUF file: its tensors already have their types", model.name),
-            )
-            .with_fix("drop --quant (vramplan reads each tensor's type from the file)")),
-        };
+        return Ok(FileType::Stored);
     }
     match &workload.quant {
         Quant::Gguf { quant_type } => FileType::parse(quant_type),

@@ -6,7 +6,7 @@ use super::lora::lora_target_modules;
 use crate::engines::gguf::FileType;
 use crate::workload::{Engine, Finetune, Mode, Parallelism, Quant, Trainer, Workload};
 use vramplan_profiles::hardware::{Device, HardwareProfile};
-use vramplan_profiles::model::{ModelDescription, NormKind, TensorKind};
+use vramplan_profiles::model::{ModelDescription, NormKind, StackKind, TensorKind};
 use vramplan_profiles::{DType, InputError};
 
 /// Where workload errors come from: the merged file and flags.
@@ -75,10 +75,11 @@ pub fn validate_configuration(
     model: &ModelDescription,
     hardware: &HardwareProfile,
 ) -> Result<(), InputError> {
+    // A GGUF or state-space model's refusals first: they say why the other checks do not apply.
+    check_gguf_engine(workload, model)?;
     check_quant(workload)?;
     check_mode(workload)?;
     check_engine(workload)?;
-    check_gguf_engine(workload, model)?;
     check_images(workload, model)?;
     check_parallelism(workload, model, hardware)?;
     if let Finetune::Lora { rank: 0, .. } = workload.finetune {
@@ -229,9 +230,40 @@ pub const MAX_STEP_BYTES: u128 = 1 << 60;
 /// every block's activations (up to 64 tensors per token of the widest width, 8 bytes each),
 /// eager attention's scores, the KV cache and the logits — and refuses the step past
 /// [`MAX_STEP_BYTES`]: no device holds it, and the figures would not fit in `u64`.
+/// A bound on what the vision tower's blocks form in one step, as `check_scale` bounds the
+/// language model's: 64 tensors of the widest width per patch at 8 bytes, and every image's
+/// attention scores (a full-attention block attends over the whole image), per block.
+fn vision_step_bytes(w: &Workload, model: &ModelDescription) -> u128 {
+    let (Some(images), Some(vision)) = (&w.images, &model.facts.vision) else { return 0 };
+    let Some(image) = vision.image_tokens(images.width, images.height) else { return 0 };
+    let count = u128::from(w.batch) * u128::from(images.per_sample);
+    let patches = u128::from(image.patches);
+    let width = u128::from(vision.hidden_size.max(vision.intermediate_size));
+    let blocks = model.facts.layers.iter().filter(|l| l.stack == StackKind::Vision).count() as u128;
+    blocks
+        * (count * patches * width * 64 * 8 + count * u128::from(vision.num_heads) * patches * patches * 16)
+}
+
 fn check_scale(w: &Workload, model: &ModelDescription) -> Result<(), InputError> {
     let f = &model.facts;
-    let (batch, seq) = (u128::from(w.batch), u128::from(w.seq));
+    // A vision-language sample's images add their tokens to the language model's sequence, and
+    // their patches run through the tower.
+    let image_tokens = w.image_tokens(model);
+    let (batch, seq) = (u128::from(w.batch), u128::from(w.seq) + u128::from(image_tokens));
+    if image_tokens > 0 && (seq > u128::from(MAX_SEQ) || batch * seq > u128::from(MAX_TOKENS)) {
+        return Err(InputError::new(
+            ORIGIN,
+            format!(
+                "{} text tokens and {image_tokens} image tokens make {seq} tokens a sequence, {} in one step: past \
+                 the bounds of {MAX_SEQ} a sequence and 2³² a step (docs/limits.md)",
+                w.seq,
+                batch * seq
+            ),
+        )
+        .at_key("images")
+        .with_fix("give fewer or smaller images (`--images`, `--image-size`), or a smaller `--batch`"));
+    }
+    let vision = vision_step_bytes(w, model);
     let context = match w.engine {
         Engine::LlamaCpp { n_ctx, n_ubatch } => u128::from(n_ctx.max(n_ubatch)),
         Engine::Vllm { max_num_batched_tokens, .. } => seq.max(u128::from(max_num_batched_tokens)),
@@ -251,21 +283,22 @@ fn check_scale(w: &Workload, model: &ModelDescription) -> Result<(), InputError>
         .unwrap_or(0);
     let layers = (f.layers.len() as u128).max(1);
     let per_block = tokens * width * 64 * 8 + batch * heads * context * context * 16;
-    let step = layers * per_block + tokens * u128::from(f.vocab_size) * 4 * 8;
+    let step = layers * per_block + tokens * u128::from(f.vocab_size) * 4 * 8 + vision;
     if step > MAX_STEP_BYTES {
         return Err(InputError::new(
             ORIGIN,
             format!(
-                "batch {} × seq {} on {} ({} layers) forms more than 2⁶⁰ bytes (1 EiB) in one step: \
+                "batch {} × seq {}{} on {} ({} layers) forms more than 2⁶⁰ bytes (1 EiB) in one step: \
                  no device holds it, and vramplan's byte figures stop there (docs/limits.md)",
                 w.batch,
                 w.seq,
+                if image_tokens > 0 { " (and its images)" } else { "" },
                 model.name,
                 f.layers.len()
             ),
         )
         .at_key("batch")
-        .with_fix("lower `--batch` or `--seq` (or `--n-ctx` / `--max-num-batched-tokens`)"));
+        .with_fix("lower `--batch` or `--seq` (or `--n-ctx` / `--max-num-batched-tokens`, or the images)"));
     }
     Ok(())
 }
@@ -334,7 +367,48 @@ fn check_mode(w: &Workload) -> Result<(), InputError> {
 /// engines load a different checkpoint (transformers dequantizes a GGUF into a float model with
 /// transformers' names, `from_pretrained(gguf_file=...)`).
 fn check_gguf_engine(w: &Workload, model: &ModelDescription) -> Result<(), InputError> {
-    if !vramplan_profiles::model::gguf::is_gguf_model(model) || matches!(w.engine, Engine::LlamaCpp { .. }) {
+    use vramplan_profiles::model::gguf;
+    if gguf::is_gguf_model(model) && model.facts.model_type == "clip" {
+        return Err(InputError::new(
+            ORIGIN,
+            format!(
+                "`{}` is a multimodal projector (`mmproj`), not a model llama.cpp runs alone",
+                model.name
+            ),
+        )
+        .with_fix("give a folder holding the model's .gguf and this projector beside it"));
+    }
+    if gguf::is_gguf_model(model) && gguf::has_recurrent_layers(model) {
+        return Err(InputError::new(
+            ORIGIN,
+            format!(
+                "`{}` has recurrent (state-space or RWKV) layers, whose state vramplan does not model under llama.cpp",
+                model.name
+            ),
+        )
+        .with_fix("`inspect` shows its tensors; for its memory, give the original checkpoint under transformers"));
+    }
+    // A state-space mixer's per-sequence state is modelled as transformers holds it; the engines'
+    // own caches of it (vLLM's, llama.cpp's) are not.
+    if model.facts.layers.iter().any(|l| l.ssm.is_some()) && !matches!(w.engine, Engine::Transformers) {
+        return Err(InputError::new(
+            ORIGIN,
+            format!(
+                "{} has state-space mixers, whose state vLLM and llama.cpp size their own way: not modelled yet",
+                model.name
+            ),
+        )
+        .at_key("engine.kind")
+        .with_fix("drop --engine to size it under transformers, which holds the state as vramplan models it"));
+    }
+    if gguf::is_gguf_model(model) && w.quant != Quant::None {
+        return Err(InputError::new(
+            "--quant",
+            format!("`{}` is a GGUF file: its tensors already have their types", model.name),
+        )
+        .with_fix("drop --quant (vramplan reads each tensor's type from the file)"));
+    }
+    if !gguf::is_gguf_model(model) || matches!(w.engine, Engine::LlamaCpp { .. }) {
         return Ok(());
     }
     Err(InputError::new(ORIGIN, format!("`{}` is a GGUF file, which llama.cpp runs", model.name))
@@ -353,6 +427,14 @@ const MAX_IMAGES: u64 = 1 << 10;
 /// engines' multimodal budgets are not modelled yet).
 fn check_images(w: &Workload, model: &ModelDescription) -> Result<(), InputError> {
     let Some(images) = &w.images else { return Ok(()) };
+    if !matches!(w.engine, Engine::Transformers) {
+        return Err(InputError::new(
+            ORIGIN,
+            "images under an inference engine: vramplan models them under transformers only",
+        )
+        .at_key("images")
+        .with_fix("drop --engine (transformers), or drop --images to size the engine for text"));
+    }
     let Some(vision) = &model.facts.vision else {
         return Err(InputError::new(ORIGIN, format!("images for {}, which has no vision tower", model.name))
             .at_key("images")
@@ -377,14 +459,6 @@ fn check_images(w: &Workload, model: &ModelDescription) -> Result<(), InputError
         )
         .at_key("images")
         .with_fix("give the image's real size (`--image-size WIDTHxHEIGHT`)"));
-    }
-    if !matches!(w.engine, Engine::Transformers) {
-        return Err(InputError::new(
-            ORIGIN,
-            "images under an inference engine: vramplan models them under transformers only",
-        )
-        .at_key("images")
-        .with_fix("drop --engine (transformers), or drop --images to size the engine for text"));
     }
     Ok(())
 }

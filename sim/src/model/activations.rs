@@ -135,8 +135,12 @@ pub(super) struct Shape {
     rms: bool,
     rotary: bool,
     dropout: bool,
-    /// MoE: experts, top-k, shared intermediate.
+    /// MoE: experts, top-k (the copies of each token the experts run: every expert's where
+    /// [`Shape::moe_weights_input`]), shared intermediate.
     pub moe: Option<(u64, u64, u64)>,
+    /// The router's scores weight each expert's input, not its output, and every expert runs on
+    /// every token ([`moe_runs_every_expert`]).
+    pub moe_weights_input: bool,
     cross_attention: bool,
     /// q and k pass through their own RMSNorm (`q_norm`, `k_norm`: OLMoE, Qwen3).
     qk_norm: bool,
@@ -157,11 +161,15 @@ fn shape(model: &ModelDescription, layer: usize, training: bool, rotary: bool) -
     }
     let moe_layer = facts.is_some_and(|l| l.moe);
     let block = facts.and_then(|l| model.root.find(&l.path));
+    let every_expert = moe_runs_every_expert(&f.model_type);
     let (intermediate, moe) = match (&f.moe, moe_layer) {
-        (Some(m), true) => (
-            m.expert_intermediate_size,
-            Some((u64::from(m.experts), u64::from(m.top_k), m.shared_intermediate_size)),
-        ),
+        (Some(m), true) => {
+            let copies = if every_expert { m.experts } else { m.top_k };
+            (
+                m.expert_intermediate_size,
+                Some((u64::from(m.experts), u64::from(copies), m.shared_intermediate_size)),
+            )
+        }
         _ => (f.intermediate_size, None),
     };
     let (heads, head_dim) = match &f.attention {
@@ -185,6 +193,7 @@ fn shape(model: &ModelDescription, layer: usize, training: bool, rotary: bool) -
         rotary,
         dropout: training && trains_with_dropout(&f.model_type),
         moe,
+        moe_weights_input: every_expert && moe.is_some(),
         cross_attention: facts.is_some_and(|l| l.cross_attention),
         extra_norms: block.map_or(0, |block| {
             let norms = block.children.iter().filter(|m| m.kind == ModuleKind::Norm).count() as u64;
@@ -197,6 +206,16 @@ fn shape(model: &ModelDescription, layer: usize, training: bool, rotary: bool) -
             found
         }),
     }
+}
+
+/// Whether a family's MoE block runs every expert on every token: Llama 4's `Llama4TextMoe`
+/// (transformers 5.24 and 4.57, `modeling_llama4.py`) repeats the tokens once per expert
+/// (`hidden_states.repeat(num_experts, 1)`), multiplies each copy by its expert's router score
+/// (the top-k scores through a sigmoid, the others `sigmoid(-inf)` = 0) and runs the experts as one
+/// batched matmul over all copies (`Llama4TextExperts`: `torch.bmm`), so each expert's MLP holds
+/// every token, and the scores weight the experts' input rather than their output.
+fn moe_runs_every_expert(model_type: &str) -> bool {
+    model_type == "llama4_text"
 }
 
 /// A vision tower's block, as [`VisionFacts`] describes it: Qwen2.5-VL's `Qwen2_5_VLVisionBlock`
@@ -215,6 +234,7 @@ fn vision_shape(vision: &VisionFacts) -> Shape {
         rotary: vision.rotary,
         dropout: false,
         moe: None,
+        moe_weights_input: false,
         cross_attention: false,
         qk_norm: false,
         extra_norms: 0,
@@ -695,13 +715,16 @@ fn kept(m: &ActivationModel, sh: &Shape) -> Kept {
                 for _ in 0..top_k {
                     // The gathered input is kept for the experts' weight gradient, the
                     // expert's output for the routing weights' (the router's) gradient: over a
-                    // frozen base, neither.
-                    if !frozen {
-                        per_token.push(c * h); // gathered input
+                    // frozen base, neither. Where the scores weight the input (Llama 4), the
+                    // product keeps the copied input for the scores' gradient even over a frozen
+                    // base (the router's input requires one), and the experts' matmul keeps the
+                    // weighted input for its weight's gradient.
+                    if !frozen || sh.moe_weights_input {
+                        per_token.push(c * h); // gathered (Llama 4: copied) input
                     }
                     mlp(sh.intermediate, &mut per_token);
                     if !frozen {
-                        per_token.push(c * h); // expert output, weighted
+                        per_token.push(c * h); // expert output, weighted (Llama 4: weighted input)
                     }
                 }
                 if shared > 0 {

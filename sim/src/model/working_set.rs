@@ -110,7 +110,12 @@ pub(super) fn working_set(sh: &Shape, f: &Forward) -> Vec<u64> {
     match sh.moe {
         Some((_, top_k, shared)) => {
             let routed = t * top_k;
-            let routed_peak = if 4 * h >= h + 3 * i {
+            let routed_peak = if sh.moe_weights_input {
+                // Llama 4's `Llama4TextExperts`: `bmm(up * act_fn(gate), down_proj)` over every
+                // expert's copy of every token, at the product: the weighted input, the gate-up
+                // output (`gate` and `up` are its views), act(gate) and the product.
+                vec![c * h * routed, 2 * c * i * routed, c * i * routed, c * i * routed]
+            } else if 4 * h >= h + 3 * i {
                 vec![c * h * routed; 4]
             } else {
                 vec![c * h * routed, 2 * c * i * routed, c * i * routed]

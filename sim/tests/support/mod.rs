@@ -83,6 +83,10 @@ pub struct Record {
     /// `fp16`/`bf16`: fp32 weights under `torch.autocast` (the HF Trainer's `fp16=True`).
     #[serde(default)]
     pub autocast: Option<String>,
+    /// The config.json the tracer built the model from, where the model is no built-in (a class
+    /// traced from transformers' default config: `scripts/reference/default_configs.py`).
+    #[serde(default)]
+    pub config: Option<serde_json::Value>,
 }
 
 impl Record {
@@ -142,6 +146,10 @@ impl Record {
 
     /// The model the tracer built: the built-in, or its config as the record's class.
     pub fn built_model(&self) -> ModelDescription {
+        if let Some(config) = &self.config {
+            return model::hf::from_config_text(&config.to_string(), &self.model, ImportOptions::default())
+                .expect("the traced config");
+        }
         let Some(class) = &self.cls else {
             return model::load(&self.model, ImportOptions::default()).expect("built-in model");
         };

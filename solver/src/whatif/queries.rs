@@ -266,11 +266,13 @@ fn concurrency_by_search(
     search: impl Fn(&Question) -> Result<Largest, InputError>,
 ) -> Concurrency {
     let q = Question { workload, ..*question };
+    // A vision-language sample's images add their tokens to each sequence.
+    let seq = seq.saturating_add(workload.image_tokens(question.model));
     match search(&q) {
         Ok(found) => {
             let (sequences, kv_tokens) = match (engine, found.value) {
                 (EngineKind::LlamaCpp, Some(ctx)) => (Some(ctx / seq).filter(|&n| n > 0), Some(ctx)),
-                (_, Some(batch)) => (Some(batch), Some(batch * seq)),
+                (_, Some(batch)) => (Some(batch), Some(batch.saturating_mul(seq))),
                 (_, None) => (None, None),
             };
             let mut run = found.run.clone();

@@ -90,7 +90,9 @@ impl RunFlags {
 /// transformers class to load it with.
 pub fn pretrained_source(model: &ModelDescription) -> Option<String> {
     use vramplan_profiles::model::catalog;
-    if model.custom {
+    // A generic model's class is not one transformers has (`model_type` `generic`): it loads
+    // with the code that defines it, as a custom model does.
+    if model.custom || model.facts.model_type == "generic" {
         return None;
     }
     if let Some((_, repo)) = catalog::builtin_entries().into_iter().find(|(name, _)| *name == model.name) {
@@ -197,10 +199,21 @@ fn transformers(
         }
         None => {
             let mut note = RunFlags::new("#");
-            note.arg(
-                "a custom model",
-                "build it with your own class and move it to the GPU; no transformers class loads it",
-            );
+            if model.facts.model_type == "generic" {
+                note.arg(
+                    "a generic model",
+                    format!(
+                        "`{}` is not a transformers class: load it with the code that defines it \
+                         (`trust_remote_code=True` where its repository ships that code) and move it to the GPU",
+                        model.architecture
+                    ),
+                );
+            } else {
+                note.arg(
+                    "a custom model",
+                    "build it with your own class and move it to the GPU; no transformers class loads it",
+                );
+            }
             out.push(note);
         }
     }

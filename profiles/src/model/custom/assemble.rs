@@ -419,10 +419,12 @@ fn load_base(
     head: Option<&Spanned<serde_json::Value>>,
 ) -> Result<ModelDescription, InputError> {
     if let Some(text) = catalog::builtin_config(&base.value) {
-        return match head {
+        let mut model = match head {
             Some(head) => super::head::build(origin, head, text, &base.value, options),
             None => hf::from_config_text(text, &base.value, options),
-        };
+        }?;
+        model.apply_builtin_processor(&base.value)?;
+        return Ok(model);
     }
     let path = folder.join(&base.value);
     if path.is_dir() {
@@ -438,11 +440,23 @@ fn load_base(
             return Err(at(origin, &base.referenced, "`extend` names another custom YAML file")
                 .with_fix("extend a HF config.json, a model folder or a built-in model"));
         }
-        if let Some(head) = head {
-            let text = std::fs::read_to_string(&path).map_err(|e| InputError::io(&path, &e))?;
-            return super::head::build(origin, head, &text, &path.display().to_string(), options);
+        if lower.ends_with(".gguf") {
+            return Err(at(
+                origin,
+                &base.referenced,
+                "`extend` names a GGUF file, which llama.cpp runs as it is",
+            )
+            .with_fix("extend a HF config.json, a model folder or a built-in model"));
         }
-        return hf::from_config_file(&path, options);
+        let mut model = match head {
+            Some(head) => {
+                let text = std::fs::read_to_string(&path).map_err(|e| InputError::io(&path, &e))?;
+                super::head::build(origin, head, &text, &path.display().to_string(), options)
+            }
+            None => hf::from_config_file(&path, options),
+        }?;
+        model.apply_processor_beside(path.parent().unwrap_or(folder))?;
+        return Ok(model);
     }
     Err(at(
         origin,

@@ -120,27 +120,8 @@ fn windows(config: &HfConfig, layers: u64) -> Result<Vec<Option<u64>>, InputErro
         None => Some(4096),
         Some(_) => config.opt_positive(&["sliding_window"])?,
     };
-    if let Some(types) = config.string_list(&["layer_types"])? {
-        if types.len() != count {
-            return Err(InputError::new(
-                config.origin(),
-                format!("expected one entry per layer ({layers}), found {}", types.len()),
-            )
-            .at_key("layer_types")
-            .with_fix("give `layer_types` exactly `num_hidden_layers` entries"));
-        }
-        return types
-            .iter()
-            .map(|t| match t.as_str() {
-                "sliding_attention" => Ok(window),
-                "full_attention" => Ok(None),
-                other => Err(InputError::new(
-                    config.origin(),
-                    format!("expected \"sliding_attention\" or \"full_attention\", found \"{other}\""),
-                )
-                .at_key("layer_types")),
-            })
-            .collect();
+    if let Some(windows) = super::llama::windows_by_layer_type(config, count, "sliding_attention", window)? {
+        return Ok(windows);
     }
     let pattern = config.positive_or(&["sliding_window_pattern"], 4)? as usize;
     Ok((0..count).map(|i| window.filter(|_| !(i + 1).is_multiple_of(pattern))).collect())

@@ -346,7 +346,7 @@ pub(crate) fn build(
         return Ok(base);
     };
     let mut notes = base.notes.clone();
-    let labels = label_count(config, &mut notes)?;
+    let labels = label_count(config, base.naming, &mut notes)?;
     let width = if family.projected {
         config.positive_or(&["word_embed_proj_dim"], base.facts.hidden_size)?
     } else {
@@ -511,9 +511,16 @@ pub(super) fn reroot(module: &mut Module, from: &str, to: &str) {
     });
 }
 
-/// The classifier's output count: `id2label`'s length when given (transformers lets it win over
-/// `num_labels`), else `num_labels`, else 2. A disagreement is noted in `notes`.
-pub(crate) fn label_count(config: &HfConfig, notes: &mut Vec<String>) -> Result<u64, InputError> {
+/// The classifier's output count as each transformers version reads a config that gives it:
+/// 5.x sets `num_labels` after `id2label`, so `num_labels` wins (its setter rebuilds the map);
+/// 4.x keeps `id2label` and takes its length. Without either, 2. A disagreement is noted in
+/// `notes`. (Checked with `AutoConfig.from_pretrained` of both: 5.24 gives 3 and 4.57 gives 7
+/// for `num_labels: 3` beside a 7-entry `id2label`.)
+pub(crate) fn label_count(
+    config: &HfConfig,
+    naming: Naming,
+    notes: &mut Vec<String>,
+) -> Result<u64, InputError> {
     let from_map = match config.get(&["id2label"]) {
         None => None,
         Some((_, Value::Object(map))) => Some(map.len() as u64),
@@ -531,10 +538,12 @@ pub(crate) fn label_count(config: &HfConfig, notes: &mut Vec<String>) -> Result<
                 .with_fix("list at least one label"))
         }
         (Some(count), Some(declared)) if count != declared => {
+            let used = if naming == Naming::V5 { declared } else { count };
             notes.push(format!(
-                "num_labels {declared} disagrees with the {count} entries of id2label; transformers uses {count}"
+                "num_labels {declared} disagrees with the {count} entries of id2label; transformers {} uses {used}",
+                if naming == Naming::V5 { "5.x" } else { "4.x" }
             ));
-            Ok(count)
+            Ok(used)
         }
         (Some(count), _) => Ok(count),
         (None, Some(declared)) => Ok(declared),

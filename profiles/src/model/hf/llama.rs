@@ -33,6 +33,7 @@ use crate::model::{
     MoeFacts, Naming, NormKind, StackKind, Tensor, tree::join,
 };
 use moe::MoeStyle;
+pub(super) use positions::windows_by_layer_type;
 use positions::{attention_windows, rotary_dim, sliding_layer_types};
 use serde_json::Value;
 

@@ -202,27 +202,8 @@ fn chunk_windows(config: &HfConfig, layers: u64) -> Result<Vec<Option<u64>>, Inp
         None => Some(DEFAULT_CHUNK),
         Some(_) => config.opt_positive(&["attention_chunk_size"])?,
     };
-    if let Some(types) = config.string_list(&["layer_types"])? {
-        if types.len() != count {
-            return Err(InputError::new(
-                config.origin(),
-                format!("expected one entry per layer ({layers}), found {}", types.len()),
-            )
-            .at_key("layer_types")
-            .with_fix("give `layer_types` exactly `num_hidden_layers` entries"));
-        }
-        return types
-            .iter()
-            .map(|t| match t.as_str() {
-                "chunked_attention" => Ok(chunk),
-                "full_attention" => Ok(None),
-                other => Err(InputError::new(
-                    config.origin(),
-                    format!("expected \"chunked_attention\" or \"full_attention\", found \"{other}\""),
-                )
-                .at_key("layer_types")),
-            })
-            .collect();
+    if let Some(windows) = super::llama::windows_by_layer_type(config, count, "chunked_attention", chunk)? {
+        return Ok(windows);
     }
     let rope = rope_layers(config, count)?;
     // 5.x makes the rotating layers chunked only when there is a chunk size; 4.57 names them

@@ -7,12 +7,14 @@
 
 mod bert;
 mod bloom;
+mod cohere2;
 mod config;
 pub(crate) use config::describe as describe_value;
 mod deepseek;
 mod falcon;
 mod falcon_h1;
 mod gemma3_vl;
+mod glm4;
 mod gpt2;
 mod heads;
 mod mistral3_vl;
@@ -21,6 +23,7 @@ pub use heads::classes as head_classes;
 pub(crate) use heads::{TASKS as HEAD_TASKS, class_for as head_class_for};
 mod gpt_neox;
 mod llama;
+mod llama4;
 mod opt;
 mod phi;
 mod qwen3_vl;
@@ -70,6 +73,9 @@ pub const SUPPORTED: &[&str] = &[
     "Qwen3VLForConditionalGeneration",
     "Mistral3ForConditionalGeneration",
     "FalconH1ForCausalLM",
+    "Llama4ForCausalLM",
+    "Glm4ForCausalLM",
+    "Cohere2ForCausalLM",
 ];
 
 /// The name transformers loads checkpoint tensor `name` under in class `arch` (in `naming`),
@@ -166,6 +172,9 @@ pub(crate) fn from_config_unquantized(
         "PhiForCausalLM" => phi::build(config, &arch, options),
         "FalconForCausalLM" => falcon::build(config, &arch, options),
         "FalconH1ForCausalLM" => falcon_h1::build(config, &arch, options),
+        "Llama4ForCausalLM" => llama4::build(config, &arch, options),
+        "Glm4ForCausalLM" => glm4::build(config, &arch, options),
+        "Cohere2ForCausalLM" => cohere2::build(config, &arch, options),
         "OPTForCausalLM" => opt::build(config, &arch, options),
         "BloomForCausalLM" => bloom::build(config, &arch, options),
         "T5ForConditionalGeneration" => t5::build(config, &arch, options),

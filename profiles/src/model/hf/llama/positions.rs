@@ -28,30 +28,7 @@ pub(super) fn attention_windows(
         let enabled = config.bool_or(&["use_sliding_window"], false)?;
         Ok(if enabled { window_or(Some(4096))? } else { None })
     };
-    let from_types = |window: Option<u64>| -> Result<Option<Vec<Option<u64>>>, InputError> {
-        let Some(types) = config.string_list(&["layer_types"])? else { return Ok(None) };
-        if types.len() != count {
-            return Err(InputError::new(
-                config.origin(),
-                format!("expected one entry per layer ({layers}), found {}", types.len()),
-            )
-            .at_key("layer_types")
-            .with_fix("give `layer_types` exactly `num_hidden_layers` entries"));
-        }
-        types
-            .iter()
-            .map(|t| match t.as_str() {
-                "sliding_attention" => Ok(window),
-                "full_attention" => Ok(None),
-                other => Err(InputError::new(
-                    config.origin(),
-                    format!("expected \"sliding_attention\" or \"full_attention\", found \"{other}\""),
-                )
-                .at_key("layer_types")),
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some)
-    };
+    let from_types = |window: Option<u64>| windows_by_layer_type(config, count, "sliding_attention", window);
     let max_window_layers = || -> Result<usize, InputError> {
         Ok(usize::try_from(config.uint_or(&["max_window_layers"], 28)?).unwrap_or(usize::MAX))
     };
@@ -168,4 +145,38 @@ pub(super) fn rotary_dim(
     let applied = naming == Naming::V4 || family.partial_rotary_in_default_rope || rope_type != "default";
     let dim = if applied { (head_dim as f64 * factor) as u64 } else { head_dim };
     Ok(dim.div_ceil(2) * 2)
+}
+
+/// Each layer's attention span by `layer_types`, where the config lists them: `window` for a
+/// layer of type `windowed` (`sliding_attention`, Llama 4's `chunked_attention`), `None` for
+/// `full_attention`; `None` without the list. Refuses a list of another length than the layers,
+/// or another type, with the key.
+pub(in crate::model::hf) fn windows_by_layer_type(
+    config: &HfConfig,
+    count: usize,
+    windowed: &str,
+    window: Option<u64>,
+) -> Result<Option<Vec<Option<u64>>>, InputError> {
+    let Some(types) = config.string_list(&["layer_types"])? else { return Ok(None) };
+    if types.len() != count {
+        return Err(InputError::new(
+            config.origin(),
+            format!("expected one entry per layer ({count}), found {}", types.len()),
+        )
+        .at_key("layer_types")
+        .with_fix("give `layer_types` exactly `num_hidden_layers` entries"));
+    }
+    types
+        .iter()
+        .map(|t| match t.as_str() {
+            kind if kind == windowed => Ok(window),
+            "full_attention" => Ok(None),
+            other => Err(InputError::new(
+                config.origin(),
+                format!("expected \"{windowed}\" or \"full_attention\", found \"{other}\""),
+            )
+            .at_key("layer_types")),
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
 }

@@ -182,8 +182,8 @@ impl Attention {
 }
 
 /// Refuses blocks that differ outside their MLP: each block's tensor names (relative, list
-/// indices as `N`) must equal the first block's, but for what lies under the one child that
-/// holds the experts in the MoE blocks (a dense MLP in its place is a dense layer).
+/// indices as `N`) and shapes must equal the first block's, but for what lies under the one
+/// child that holds the experts in the MoE blocks (a dense MLP in its place is a dense layer).
 pub(super) fn uniform_blocks(root: &Module, blocks: &[String]) -> Result<(), String> {
     let signature = |path: &str| -> BTreeSet<String> {
         let mut names = BTreeSet::new();
@@ -191,7 +191,8 @@ pub(super) fn uniform_blocks(root: &Module, blocks: &[String]) -> Result<(), Str
             block.visit(&mut |m| {
                 for t in &m.tensors {
                     let full = join(&m.path, &t.name);
-                    names.insert(names::pattern(&full[path.len() + 1..]));
+                    // Shapes too: blocks whose MLPs (or heads) differ in width are not one kind.
+                    names.insert(format!("{} {:?}", names::pattern(&full[path.len() + 1..]), t.shape));
                 }
             });
         }
