@@ -171,14 +171,19 @@ const DEVIATIONS: &[Deviation] = &[
     },
 ];
 
-/// Built-in `name`'s config built as `class` (a base model or task head of its family).
+/// Built-in `name`'s config (or `config_json`, where the fixture gives one) built as `class` (a base
+/// model or task head of its family).
 fn load_as(
     name: &str,
+    config_json: Option<&Value>,
     class: &str,
     options: ImportOptions,
 ) -> Result<ModelDescription, vramplan_profiles::InputError> {
-    let text = catalog::builtin_config(name).unwrap_or_default();
-    let mut config: Value = serde_json::from_str(text).unwrap_or_default();
+    let mut config: Value = match config_json.filter(|c| c.is_object()) {
+        // A family without a built-in: transformers' default config (`default_configs.py`).
+        Some(config) => config.clone(),
+        None => serde_json::from_str(catalog::builtin_config(name).unwrap_or_default()).unwrap_or_default(),
+    };
     config["architectures"] = serde_json::json!([class]);
     model::hf::from_config_text(&config.to_string(), &format!("{name} as {class}"), options)
 }
@@ -360,7 +365,7 @@ fn check(fixture: &Value, naming: Naming, applied: &RefCell<BTreeSet<usize>>) ->
     let options = ImportOptions { naming };
     // A head fixture (`fixtures/reference/heads/`) is its class built from the built-in's config.
     let loaded = if fixture["fixture"].as_str() == Some("head") {
-        load_as(name, class, options)
+        load_as(name, fixture.get("config_json"), class, options)
     } else if let Some(config) = fixture.get("config_json").filter(|c| c.is_object()) {
         // A class without a built-in, built from transformers' default config
         // (`scripts/reference/default_configs.py`).

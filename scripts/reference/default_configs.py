@@ -25,20 +25,27 @@ CONFIGS = {
 }
 
 
+def facts(name, cls=None):
+    """models.facts of default config `name`, built as its own class or as `cls` (a base model or
+    task head: heads.py), with the config under `config_json`."""
+    raw = CONFIGS[name]
+    original = common.load_raw_config
+    common.load_raw_config = lambda _name: dict(raw)
+    try:
+        f = models.facts(name, cls)
+    finally:
+        common.load_raw_config = original
+    f["source"] = "transformers' default config of the class (scripts/reference/default_configs.py)"
+    f["config_json"] = raw
+    return f
+
+
 def main(argv):
     names = argv or list(CONFIGS)
     outdir = common.FIXTURES / "models" / common.TAG
-    original = common.load_raw_config
     for name in names:
-        raw = CONFIGS[name]
-        common.load_raw_config = lambda _name, raw=raw: dict(raw)
-        try:
-            t0 = time.time()
-            f = models.facts(name)
-        finally:
-            common.load_raw_config = original
-        f["source"] = "transformers' default config of the class (scripts/reference/default_configs.py)"
-        f["config_json"] = raw
+        t0 = time.time()
+        f = facts(name)
         f["seconds"] = round(time.time() - t0, 1)
         common.write_json(outdir / f"{name}.json", f, compact_lists={"parameters", "buffers", "module_sizes"})
         status = "ERROR " + f["error"][:200] if "error" in f else f"{len(f['parameters'])} params"

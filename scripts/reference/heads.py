@@ -1,5 +1,6 @@
 """Records the base models and task heads of every family vramplan builds, from the real
-transformers runtime: for one built-in config per family (profiles/catalog/models), every
+transformers runtime: for one built-in config per family (profiles/catalog/models; for a family
+without one, transformers' default config of default_configs.py, recorded under `config_json`), every
 `{Family}Model` / `{Family}For{Task}` class transformers defines (transformers 5.24 and 4.57
 define the same ones) is built from that config as models.py builds a built-in (on the meta
 device as `from_pretrained(..., dtype=torch.bfloat16)` makes it, ties as after loading), and
@@ -15,6 +16,7 @@ import sys
 import time
 
 import common
+import default_configs
 import models
 
 # One built-in config per family, and the family's module in transformers.models.
@@ -26,7 +28,10 @@ FAMILIES = [
     ("Gemma2", "gemma2", "gemma-2-2b"), ("Phi3", "phi3", "phi-3-mini"),
     ("GptOss", "gpt_oss", "gpt-oss-20b"), ("Olmoe", "olmoe", "olmoe-1b-7b"),
     ("Gemma3Text", "gemma3", "gemma-3-1b-it"), ("Granite", "granite", "granite-3.3-8b-instruct"),
-    ("SmolLM3", "smollm3", "smollm3-3b"),
+    ("SmolLM3", "smollm3", "smollm3-3b"), ("Llama4Text", "llama4", "llama-4-scout-text"),
+    ("FalconH1", "falcon_h1", "falcon-h1-0.5b-instruct"),
+    # No built-in: transformers' default config (default_configs.py).
+    ("Glm4", "glm4", "glm4-default-config"), ("Cohere2", "cohere2", "cohere2-default-config"),
     ("DeepseekV2", "deepseek_v2", "deepseek-v2-lite"), ("DeepseekV3", "deepseek_v3", "deepseek-v3"),
     ("Phi", "phi", "phi-2"), ("GPT2", "gpt2", "gpt2"), ("GPTBigCode", "gpt_bigcode", "starcoder"),
     ("GPTNeoX", "gpt_neox", "pythia-410m"), ("Falcon", "falcon", "falcon-7b"),
@@ -57,7 +62,7 @@ def main(argv):
         if argv and cls not in argv:
             continue
         t0 = time.time()
-        f = models.facts(name, cls)
+        f = default_configs.facts(name, cls) if name in default_configs.CONFIGS else models.facts(name, cls)
         f["seconds"] = round(time.time() - t0, 1)
         common.write_json(outdir / f"{cls}.json", f, compact_lists={"parameters", "buffers", "module_sizes"})
         status = "ERROR " + f["error"][:200] if "error" in f else f"{len(f['parameters'])} params"

@@ -192,6 +192,10 @@ const FAMILIES: &[Family] = &[
         projected: false,
         tasks: &LLAMA_QA_AT_TRANSFORMER,
     },
+    Family { name: "Llama4Text", built_from: "Llama4ForCausalLM", projected: false, tasks: &[] },
+    Family { name: "Glm4", built_from: "Glm4ForCausalLM", projected: false, tasks: &GENERIC_NO_SPAN },
+    Family { name: "Cohere2", built_from: "Cohere2ForCausalLM", projected: false, tasks: &[] },
+    Family { name: "FalconH1", built_from: "FalconH1ForCausalLM", projected: false, tasks: &[] },
     Family {
         name: "DeepseekV2",
         built_from: "DeepseekV2ForCausalLM",
