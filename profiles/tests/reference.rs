@@ -89,6 +89,34 @@ const DEVIATIONS: &[Deviation] = &[
                  block of the simulator; our `no_split_classes` keep transformers' list",
     },
     Deviation {
+        naming: Naming::V5,
+        class: "Gemma3*",
+        what: Differs::NoSplitClassesAbsent {
+            classes: &[
+                "SiglipMultiheadAttentionPoolingHead",
+                "SiglipTextEmbeddings",
+                "SiglipVisionEmbeddings",
+            ],
+        },
+        reason: "as for Gemma3ForConditionalGeneration: the vision-language base model and classifier \
+                 (`Gemma3Model`, `Gemma3ForSequenceClassification`) hold the same tower under the same \
+                 `_no_split_modules`",
+    },
+    Deviation {
+        naming: Naming::V4,
+        class: "Gemma3*",
+        what: Differs::NoSplitClassesAbsent {
+            classes: &[
+                "SiglipMultiheadAttentionPoolingHead",
+                "SiglipTextEmbeddings",
+                "SiglipVisionEmbeddings",
+            ],
+        },
+        reason: "as for Gemma3ForConditionalGeneration: the vision-language base model and classifier \
+                 (`Gemma3Model`, `Gemma3ForSequenceClassification`) hold the same tower under the same \
+                 `_no_split_modules`",
+    },
+    Deviation {
         naming: Naming::V4,
         class: "Gemma3Text*",
         what: Differs::NoSplitClassesAbsent {
@@ -380,6 +408,14 @@ fn check(fixture: &Value, naming: Naming, applied: &RefCell<BTreeSet<usize>>) ->
     };
     if model.architecture != class {
         out.push(format!("class `{}`, transformers `{class}`", model.architecture));
+    }
+    // The facts name modules of the tree (a base model or head moves them with it): every layer,
+    // and a vision-language model's tower.
+    let tower = model.facts.vision.as_ref().map(|v| v.path.as_str());
+    for path in model.facts.layers.iter().map(|l| l.path.as_str()).chain(tower) {
+        if model.root.find(path).is_none() {
+            out.push(format!("the facts name `{path}`, which is not a module of the tree"));
+        }
     }
     let ours = ours(&model);
 

@@ -20,6 +20,9 @@
 //!   `logits_proj`; `classifier`; `qa_outputs` (`num_labels`) in `XLNetForQuestionAnsweringSimple`;
 //!   `XLNetForQuestionAnswering`'s `start_logits.dense`, `end_logits.{dense_0, LayerNorm,
 //!   dense_1}` and `answer_class.{dense_0, dense_1 (no bias)}`;
+//! - the vision-language models (Qwen2.5-VL, Gemma 3, Qwen3-VL, Mistral 3): the base is `model`
+//!   (tower, projector, `language_model`), the tower's facts moving with it; Gemma 3's
+//!   `Gemma3ForSequenceClassification` adds `score` (no bias, the text model's width);
 //! - T5: `T5ForSequenceClassification` is `transformer` (the whole `T5Model`) +
 //!   `classification_head.{dense, dropout, out_proj}`; `T5ForTokenClassification` `transformer`
 //!   (a `T5EncoderModel`) + `dropout` + `classifier`; `T5ForQuestionAnswering` keeps `shared`,
@@ -196,6 +199,23 @@ const FAMILIES: &[Family] = &[
     Family { name: "Glm4", built_from: "Glm4ForCausalLM", projected: false, tasks: &GENERIC_NO_SPAN },
     Family { name: "Cohere2", built_from: "Cohere2ForCausalLM", projected: false, tasks: &[] },
     Family { name: "FalconH1", built_from: "FalconH1ForCausalLM", projected: false, tasks: &[] },
+    // The vision-language families: `model` holds the tower, the projector and the language
+    // model; Gemma 3's classifier (4.57's own class, 5.x's generic one) is `score` on the text
+    // model's width.
+    Family {
+        name: "Qwen2_5_VL",
+        built_from: "Qwen2_5_VLForConditionalGeneration",
+        projected: false,
+        tasks: &[],
+    },
+    Family {
+        name: "Gemma3",
+        built_from: "Gemma3ForConditionalGeneration",
+        projected: false,
+        tasks: &[sequence("model", SCORE)],
+    },
+    Family { name: "Qwen3VL", built_from: "Qwen3VLForConditionalGeneration", projected: false, tasks: &[] },
+    Family { name: "Mistral3", built_from: "Mistral3ForConditionalGeneration", projected: false, tasks: &[] },
     Family {
         name: "DeepseekV2",
         built_from: "DeepseekV2ForCausalLM",
@@ -370,9 +390,7 @@ pub(crate) fn build(
         reroot(&mut moved, "", task.prefix);
         Module::new("", arch, ModuleKind::Container).with_child(moved)
     };
-    for layer in &mut description.facts.layers {
-        layer.path = moved_path(&layer.path, "", task.prefix);
-    }
+    move_facts(&mut description, "", task.prefix);
     root.children.extend(pieces);
     description.root = root;
     description.architecture = arch.into();
@@ -389,7 +407,8 @@ pub(crate) fn build(
 }
 
 /// The base model of `language_model` at the root: the child its blocks are under (`model`,
-/// `transformer`, `gpt_neox`) moved up; BERT's importer builds `BertModel` itself; T5's base is
+/// `transformer`, `gpt_neox`; a vision-language model's `model`, which holds its tower's blocks
+/// first) moved up; BERT's importer builds `BertModel` itself; T5's base is
 /// the root without `lm_head` (and without the decoder for `keep` = [`Base::Encoder`]). The head
 /// and its tie go; the facts follow (layers moved, no tied output embedding).
 fn base_model(mut model: ModelDescription, keep: Base, family: &str) -> ModelDescription {
@@ -409,9 +428,7 @@ fn base_model(mut model: ModelDescription, keep: Base, family: &str) -> ModelDes
                 let prefix = root.children[at].path.clone();
                 let mut base = root.children.swap_remove(at);
                 reroot(&mut base, &prefix, "");
-                for layer in &mut model.facts.layers {
-                    layer.path = moved_path(&layer.path, &prefix, "");
-                }
+                move_facts(&mut model, &prefix, "");
                 root = base;
             }
         }
@@ -422,6 +439,17 @@ fn base_model(mut model: ModelDescription, keep: Base, family: &str) -> ModelDes
     model.root = root;
     model.facts.tie_word_embeddings = false;
     model
+}
+
+/// Moves the paths `model`'s facts name (its layers, a vision tower's) from under `from` to
+/// under `to`, as its tree moved.
+fn move_facts(model: &mut ModelDescription, from: &str, to: &str) {
+    for layer in &mut model.facts.layers {
+        layer.path = moved_path(&layer.path, from, to);
+    }
+    if let Some(vision) = &mut model.facts.vision {
+        vision.path = moved_path(&vision.path, from, to);
+    }
 }
 
 /// The modules of one head piece.
