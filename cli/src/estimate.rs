@@ -256,7 +256,7 @@ pub(crate) fn run(args: &EstimateArgs, out: &mut dyn Write) -> Result<i32, Input
 
 /// `value` as JSON; for a generic model (`model::generic`), an object with its label as the
 /// `generic` field.
-fn json_labelled<T: serde::Serialize>(value: &T, model: &model::ModelDescription) -> String {
+pub(crate) fn json_labelled<T: serde::Serialize>(value: &T, model: &model::ModelDescription) -> String {
     let Some(label) = model::generic::of(model) else { return crate::json_text(value) };
     match (serde_json::to_value(value), serde_json::to_value(label)) {
         (Ok(serde_json::Value::Object(mut object)), Ok(label)) => {

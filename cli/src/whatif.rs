@@ -213,9 +213,20 @@ pub(crate) fn run(args: &WhatifArgs, out: &mut dyn Write) -> Result<i32, InputEr
             (text, a.points.iter().any(|p| p.fits))
         }
     };
-    // A generic model says so (and its measured error) above the answer, as estimate and plan do.
-    let text =
-        if args.json || args.csv { text } else { vramplan_profiles::model::generic::line(&model) + &text };
+    // A generic model says so (and its measured error) above the answer, as estimate and plan do;
+    // in JSON, as a `generic` field beside the answer's.
+    let text = if args.csv {
+        text
+    } else if args.json {
+        match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(value) if vramplan_profiles::model::generic::of(&model).is_some() => {
+                crate::estimate::json_labelled(&value, &model)
+            }
+            _ => text,
+        }
+    } else {
+        vramplan_profiles::model::generic::line(&model) + &text
+    };
     crate::print(out, &text)?;
     Ok(if found { 0 } else { crate::EXIT_NEGATIVE })
 }

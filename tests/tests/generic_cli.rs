@@ -101,6 +101,10 @@ fn inspect_estimate_and_plan_say_the_model_is_generic() {
     assert!(whatif.stdout.starts_with("generic model:"), "{}", whatif.stdout);
     assert!(!whatif.stdout.contains("import SomeNewModelForCausalLM"), "{}", whatif.stdout);
     assert!(whatif.stdout.contains("# a generic model:"), "{}", whatif.stdout);
+    let json =
+        vramplan(&["whatif", "max-batch", &model, "--hardware", "h100-80gb", "--mode", "train", "--json"])
+            .json();
+    assert_eq!(json["generic"]["architecture"], "SomeNewModelForCausalLM");
 
     // An importer's model carries no label.
     let json = vramplan(&["estimate", "gpt2", "--hardware", "h100-80gb", "--json"]).json();
