@@ -19,7 +19,6 @@ use super::HfConfig;
 use super::llama::{MODEL, finish, gated_mlp, layer_facts};
 use crate::InputError;
 use crate::model::{ArchFacts, AttentionKind, Builder, ImportOptions, ModelDescription, NormKind};
-use serde_json::Value;
 
 pub(crate) fn build(
     config: &HfConfig,
@@ -40,18 +39,7 @@ pub(crate) fn build(
         ));
     }
     let head_dim = hidden / heads;
-    let kv_heads = match config.object().get("num_key_value_heads") {
-        None | Some(Value::Null) => heads,
-        Some(_) => config.positive(&["num_key_value_heads"])?,
-    };
-    if !heads.is_multiple_of(kv_heads) {
-        return Err(InputError::new(
-            config.origin(),
-            format!("{kv_heads} key/value heads do not divide {heads} attention heads"),
-        )
-        .at_key("num_key_value_heads")
-        .with_fix("grouped-query attention needs the head count to be a multiple of the key/value heads"));
-    }
+    let kv_heads = config.kv_heads(heads, heads)?;
     let intermediate = config.positive_or(&["intermediate_size"], 22528)?;
     let vocab = config.positive_or(&["vocab_size"], 256_000)?;
     let max_positions = config.positive_or(&["max_position_embeddings"], 8192)?;

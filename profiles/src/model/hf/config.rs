@@ -319,6 +319,28 @@ impl HfConfig {
         Ok(hidden / heads)
     }
 
+    /// Key/value heads (`num_key_value_heads`): `absent` when the key is missing, one per
+    /// attention head when it is `null` (the config classes' `__post_init__`), and refused unless
+    /// they divide the `heads` attention heads, as grouped-query attention needs.
+    pub fn kv_heads(&self, heads: u64, absent: u64) -> Result<u64, InputError> {
+        let kv_heads = match self.object().get("num_key_value_heads") {
+            None => absent,
+            Some(Value::Null) => heads,
+            Some(_) => self.positive(&["num_key_value_heads"])?,
+        };
+        if !heads.is_multiple_of(kv_heads) {
+            return Err(self
+                .error(
+                    "num_key_value_heads",
+                    format!("{kv_heads} key/value heads do not divide {heads} attention heads"),
+                )
+                .with_fix(
+                    "grouped-query attention needs the head count to be a multiple of the key/value heads",
+                ));
+        }
+        Ok(kv_heads)
+    }
+
     /// The parameters' dtype: `torch_dtype` (4.x) or `dtype` (5.x); float32 when absent, as
     /// transformers assumes.
     pub fn dtype(&self) -> Result<DType, InputError> {

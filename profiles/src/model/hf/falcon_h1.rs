@@ -40,15 +40,7 @@ pub(crate) fn build(
     options: ImportOptions,
 ) -> Result<ModelDescription, InputError> {
     let CoreSizes { layers, hidden, heads, heads_key } = STANDARD_SIZE_KEYS.read(config)?;
-    let kv_heads = config.positive_or(&["num_key_value_heads"], 8.min(heads))?;
-    if !heads.is_multiple_of(kv_heads) {
-        return Err(InputError::new(
-            config.origin(),
-            format!("{kv_heads} key/value heads do not divide {heads} attention heads"),
-        )
-        .at_key("num_key_value_heads")
-        .with_fix("grouped-query attention needs the head count to be a multiple of the key/value heads"));
-    }
+    let kv_heads = config.kv_heads(heads, 8.min(heads))?;
     let head_dim = config.head_dim(&["head_dim"], hidden, heads, heads_key)?;
     let attention_width = heads * head_dim;
     let kv_width = kv_heads * head_dim;

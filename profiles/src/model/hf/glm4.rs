@@ -31,19 +31,7 @@ pub(crate) fn build(
         None => 128,
         Some(_) => config.head_dim(&["head_dim"], hidden, heads, "num_attention_heads")?,
     };
-    let kv_heads = match config.object().get("num_key_value_heads") {
-        None => 2,
-        Some(Value::Null) => heads,
-        Some(_) => config.positive(&["num_key_value_heads"])?,
-    };
-    if !heads.is_multiple_of(kv_heads) {
-        return Err(InputError::new(
-            config.origin(),
-            format!("{kv_heads} key/value heads do not divide {heads} attention heads"),
-        )
-        .at_key("num_key_value_heads")
-        .with_fix("grouped-query attention needs the head count to be a multiple of the key/value heads"));
-    }
+    let kv_heads = config.kv_heads(heads, 2)?;
     let intermediate = config.positive_or(&["intermediate_size"], 13696)?;
     let vocab = config.positive_or(&["vocab_size"], 151_552)?;
     let max_positions = config.positive_or(&["max_position_embeddings"], 131_072)?;

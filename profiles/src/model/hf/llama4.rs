@@ -55,19 +55,7 @@ pub(crate) fn build(
         Some(_) => config.head_dim(&["head_dim"], hidden, heads, "num_attention_heads")?,
     };
     // Null key/value heads mean one per attention head (`Llama4TextConfig.__post_init__`).
-    let kv_heads = match config.object().get("num_key_value_heads") {
-        None => DEFAULT_KV_HEADS,
-        Some(serde_json::Value::Null) => heads,
-        Some(_) => config.positive(&["num_key_value_heads"])?,
-    };
-    if !heads.is_multiple_of(kv_heads) {
-        return Err(InputError::new(
-            config.origin(),
-            format!("{kv_heads} key/value heads do not divide {heads} attention heads"),
-        )
-        .at_key("num_key_value_heads")
-        .with_fix("grouped-query attention needs the head count to be a multiple of the key/value heads"));
-    }
+    let kv_heads = config.kv_heads(heads, DEFAULT_KV_HEADS)?;
     let vocab = config.positive_or(&["vocab_size"], DEFAULT_VOCAB)?;
     let expert_width = config.positive_or(&["intermediate_size"], DEFAULT_INTERMEDIATE)?;
     let dense_width = config.positive_or(&["intermediate_size_mlp"], DEFAULT_INTERMEDIATE_MLP)?;
