@@ -41,6 +41,7 @@ FAMILIES = [
     # language model at the root; Gemma 3's classifier scores the text model's hidden states.
     ("Qwen2_5_VL", "qwen2_5_vl", "qwen2.5-vl-7b-instruct"), ("Gemma3", "gemma3", "gemma-3-4b-it"),
     ("Qwen3VL", "qwen3_vl", "qwen3-vl-8b-instruct"), ("Mistral3", "mistral3", "mistral-small-3.1-24b-instruct"),
+    ("Phi4Multimodal", "phi4_multimodal", "phi-4-multimodal-instruct"),
 ]
 # Families recorded in 5.x only: their 4.x trees list every routed expert (3.5 MB a class for
 # DeepSeek-V3), which the built-ins' own 4.x fixtures check already on the same importer.

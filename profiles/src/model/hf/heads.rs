@@ -216,6 +216,9 @@ const FAMILIES: &[Family] = &[
     },
     Family { name: "Qwen3VL", built_from: "Qwen3VLForConditionalGeneration", projected: false, tasks: &[] },
     Family { name: "Mistral3", built_from: "Mistral3ForConditionalGeneration", projected: false, tasks: &[] },
+    // Phi-4 multimodal: `model` holds the decoder and, under `embed_tokens_extend`, the image and
+    // audio embeddings.
+    Family { name: "Phi4Multimodal", built_from: "Phi4MultimodalForCausalLM", projected: false, tasks: &[] },
     Family {
         name: "DeepseekV2",
         built_from: "DeepseekV2ForCausalLM",
