@@ -44,6 +44,9 @@ pub enum DType {
     I4,
     /// Boolean (`torch.bool`, safetensors `BOOL`), one byte an element, as in GPT-2's causal-mask buffer.
     Bool,
+    /// Complex of two float32 (`torch.complex64`, safetensors `C64`), 8 bytes an element, as in
+    /// Llama 4's vision rotary buffer `freqs_ci`.
+    C64,
     /// A block-quantized ggml type of a GGUF file (`Q4_K`, `Q8_0`, `IQ4_XS`): blocks of
     /// `block_size` weights in `type_size` bytes. GGUF's plain types are the variants above.
     Ggml(crate::GgmlType),
@@ -106,6 +109,7 @@ const TABLE: &[Row] = &[
     // safetensors stores them so.
     row(DType::I4, 4, &["int4", "i4", "nf4", "4bit"], "uint8", None),
     row(DType::Bool, 8, &["bool"], "bool", Some("BOOL")),
+    row(DType::C64, 64, &["complex64", "c64", "cfloat"], "complex64", Some("C64")),
 ];
 
 impl DType {

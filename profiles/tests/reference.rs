@@ -286,8 +286,22 @@ fn module_sizes(ours: &Ours, modules: &BTreeSet<String>, dtype: DType) -> BTreeM
     let mut sums: BTreeMap<String, f64> = BTreeMap::new();
     for (name, numel, tensor_dtype) in &ours.counted {
         let own = if *tensor_dtype == DType::Bool { 0.125 } else { tensor_dtype.bits() as f64 / 8.0 };
-        let each =
-            if tensor_dtype.is_float() || *tensor_dtype == DType::F8E8M0 { own.min(target) } else { own };
+        // accelerate keeps integer and bool tensors at their own size ("these types won't be
+        // converted"); every other one, complex64 included, at min(target, own).
+        let integer = matches!(
+            tensor_dtype,
+            DType::I64
+                | DType::I32
+                | DType::I16
+                | DType::I8
+                | DType::U64
+                | DType::U32
+                | DType::U16
+                | DType::U8
+                | DType::I4
+                | DType::Bool
+        );
+        let each = if integer { own } else { own.min(target) };
         let size = *numel as f64 * each;
         let parts: Vec<&str> = name.split('.').collect();
         for i in 0..=parts.len() {

@@ -410,10 +410,9 @@ impl ModelDescription {
             None => {
                 let note = format!(
                     "no {}: the image processor's class defaults count the images' tokens \
-                     (min_pixels {}, max_pixels {}); a checkpoint's own settings can differ",
+                     ({}); a checkpoint's own settings can differ",
                     vision::PREPROCESSOR_FILE,
-                    vision.min_pixels,
-                    vision.max_pixels
+                    vision.processor_settings()
                 );
                 self.notes.push(note);
                 Ok(())

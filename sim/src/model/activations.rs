@@ -213,9 +213,10 @@ fn shape(model: &ModelDescription, layer: usize, training: bool, rotary: bool) -
 /// (`hidden_states.repeat(num_experts, 1)`), multiplies each copy by its expert's router score
 /// (the top-k scores through a sigmoid, the others `sigmoid(-inf)` = 0) and runs the experts as one
 /// batched matmul over all copies (`Llama4TextExperts`: `torch.bmm`), so each expert's MLP holds
-/// every token, and the scores weight the experts' input rather than their output.
+/// every token, and the scores weight the experts' input rather than their output. The
+/// vision-language `Llama4ForConditionalGeneration` (`llama4`) runs the same text model.
 fn moe_runs_every_expert(model_type: &str) -> bool {
-    model_type == "llama4_text"
+    matches!(model_type, "llama4_text" | "llama4")
 }
 
 /// A vision tower's block, as [`VisionFacts`] describes it: Qwen2.5-VL's `Qwen2_5_VLVisionBlock`

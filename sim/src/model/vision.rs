@@ -1,7 +1,7 @@
 //! A vision-language model's images as the step sees them: how the vision tower's blocks run
 //! on the patches (as many attention sequences as the blocks have separate spans), and the
-//! tensors the images add outside the blocks: the processor's `pixel_values` (float32, one row
-//! of `channels × temporal_patch_size × patch_size²` values per patch), held by the caller for
+//! tensors the images add outside the blocks: the processor's `pixel_values` (float32 but for
+//! Llama 4's bfloat16, one row of `channels × temporal_patch_size × patch_size²` values per patch), held by the caller for
 //! the whole step, and the merged image embeddings the model's forward scatters into the input
 //! embeddings (`image_embeds`, the language model's width, in the compute dtype), held until
 //! that forward returns (`Qwen2_5_VLModel.forward`, transformers 5.24).
@@ -47,6 +47,11 @@ pub(crate) fn sequences(
         // Pixtral: every image of the batch in one sequence, under a block-diagonal mask.
         return Some((1, count.saturating_mul(patches)));
     }
+    if image.tiles > 1 || vision.class_token {
+        // Llama 4: each tile one sequence, its class token after its patches.
+        let per_tile = patches / image.tiles.max(1) + u64::from(vision.class_token);
+        return Some((count.saturating_mul(image.tiles), per_tile));
+    }
     let span = vision.attended_patches(index, patches).max(1);
     let spans_per_image = patches.div_ceil(span);
     Some((count.saturating_mul(spans_per_image), span))
@@ -64,10 +69,15 @@ fn batch_images<'a>(
     Some((vision, image, images.per_sample.saturating_mul(batch)))
 }
 
-/// Bytes of the step's `pixel_values` for `batch` samples: float32, one row per patch.
+/// Bytes of the step's `pixel_values` for `batch` samples: one row per patch, in the
+/// processor's dtype (float32; Llama 4's bfloat16).
 pub(crate) fn pixel_values_bytes(model: &ModelDescription, batch: u64, images: Option<&Images>) -> u64 {
     let Some((vision, image, count)) = batch_images(model, batch, images) else { return 0 };
-    4u64.saturating_mul(image.patches).saturating_mul(vision.patch_values).saturating_mul(count)
+    vision
+        .pixel_value_bytes
+        .saturating_mul(image.patches)
+        .saturating_mul(vision.patch_values)
+        .saturating_mul(count)
 }
 
 /// Bytes of the image features the model's forward holds until it returns, for `batch`
