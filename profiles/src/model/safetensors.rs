@@ -47,6 +47,76 @@ pub fn load_folder(path: &Path, options: ImportOptions) -> Result<ModelDescripti
     load(folder, options, &origin)
 }
 
+/// A model whose tensors are listed rather than stored: a safetensors header's JSON
+/// (`header_json`: each tensor's `dtype`, `shape` and `data_offsets`, as `safetensors` writes
+/// them, over virtual data) and, where there is one, its `config.json` text (`config`: the text
+/// and where it came from). Built as a folder holding that config and one shard with that
+/// header: the config's tree with the listed tensors laid over it, or without a config a tree
+/// from the names. The Python package describes a live `torch.nn.Module` this way (its
+/// parameters, tied ones once, and its buffers; its config where it has one).
+pub fn load_listed(
+    config: Option<(&str, &str)>,
+    header_json: &str,
+    origin: &str,
+    options: ImportOptions,
+) -> Result<ModelDescription, InputError> {
+    let data_len = listed_data_len(header_json, origin)?;
+    let header = header::parse_header(header_json.as_bytes(), data_len, origin)?;
+    let mut checkpoint = Checkpoint::default();
+    checkpoint.add_shard("model.safetensors", header, None);
+    let mut model = match config {
+        Some((text, config_origin)) => {
+            overlay::build_from_text(text, config_origin, checkpoint, options, origin)
+        }
+        None => from_names::build(checkpoint, origin),
+    }?;
+    mark_listed_buffers(&mut model, header_json, origin)?;
+    model.apply_processor(None)?;
+    Ok(model)
+}
+
+/// The listing's buffers: `__metadata__.buffers`, a JSON object (as the string safetensors
+/// metadata holds) of each buffer's full name and whether it is persistent. A tree built from
+/// names alone takes every tensor for a parameter; these become buffers of a fixed dtype.
+fn mark_listed_buffers(
+    model: &mut ModelDescription,
+    header_json: &str,
+    origin: &str,
+) -> Result<(), InputError> {
+    let value: serde_json::Value = serde_json::from_str(header_json).unwrap_or_default();
+    let Some(listed) = value.get("__metadata__").and_then(|m| m.get("buffers")) else { return Ok(()) };
+    let buffers: BTreeMap<String, bool> =
+        listed.as_str().and_then(|text| serde_json::from_str(text).ok()).ok_or_else(|| {
+            InputError::new(origin, "`__metadata__.buffers` is not a JSON object of names and true/false")
+                .at_key("__metadata__.buffers")
+                .with_fix("give the buffers as a string holding {\"name\": persistent, …}")
+        })?;
+    model.root.visit_mut(&mut |module| {
+        for tensor in &mut module.tensors {
+            let full = super::join(&module.path, &tensor.name);
+            if let (Some(persistent), super::TensorKind::Parameter) = (buffers.get(&full), &tensor.kind) {
+                tensor.kind = super::TensorKind::Buffer { persistent: *persistent };
+                tensor.follows_load_dtype = false;
+            }
+        }
+    });
+    Ok(())
+}
+
+/// The end of the last tensor's `data_offsets` in a header's JSON: the virtual data's length.
+fn listed_data_len(header_json: &str, origin: &str) -> Result<u64, InputError> {
+    let value: serde_json::Value = serde_json::from_str(header_json).map_err(|e| {
+        InputError::new(origin, format!("the tensor listing is not valid JSON: {e}")).with_fix(
+            "list each tensor as {\"dtype\": \"BF16\", \"shape\": [..], \"data_offsets\": [begin, end]}",
+        )
+    })?;
+    let ends =
+        value.as_object().into_iter().flatten().filter(|(k, _)| *k != "__metadata__").filter_map(|(_, v)| {
+            v.get("data_offsets").and_then(|o| o.get(1)).and_then(serde_json::Value::as_u64)
+        });
+    Ok(ends.max().unwrap_or(0))
+}
+
 /// Builds the description from a folder's files, wherever they are.
 pub(crate) fn load(
     folder: Folder,

@@ -81,13 +81,13 @@ pub(crate) fn build(
     let ratio = vision.float_opt(&["pixel_shuffle_ratio"])?.unwrap_or(0.5);
     // The pixel shuffle keeps `ratio²` of the patches, `ratio` a side: a merge of `1 / ratio`.
     let merge = (1.0 / ratio).round();
-    if !(ratio > 0.0 && merge >= 1.0 && merge <= 64.0 && (merge * ratio - 1.0).abs() < 1e-9) {
+    if !(ratio > 0.0 && (1.0..=64.0).contains(&merge) && (merge * ratio - 1.0).abs() < 1e-9) {
         return Err(InputError::new(vision.origin(), format!("a pixel shuffle ratio of {ratio}"))
             .at_key("pixel_shuffle_ratio")
             .with_fix("give the reciprocal of a whole number of patches a side (Llama 4: 0.5)"));
     }
     let merge = merge as u64;
-    if v.hidden % v.heads != 0 || image_size % v.patch != 0 {
+    if !v.hidden.is_multiple_of(v.heads) || !image_size.is_multiple_of(v.patch) {
         return Err(InputError::new(
             vision.origin(),
             format!(

@@ -28,7 +28,18 @@ pub(crate) fn build(
     origin: &str,
 ) -> Result<ModelDescription, InputError> {
     let text = std::fs::read_to_string(config_path).map_err(|e| InputError::io(config_path, &e))?;
-    let config = HfConfig::parse(&text, &config_path.display().to_string())?;
+    build_from_text(&text, &config_path.display().to_string(), checkpoint, options, origin)
+}
+
+/// [`build`] from a config's text (`config_origin` names it in errors).
+pub(crate) fn build_from_text(
+    text: &str,
+    config_origin: &str,
+    checkpoint: Checkpoint,
+    options: ImportOptions,
+    origin: &str,
+) -> Result<ModelDescription, InputError> {
+    let config = HfConfig::parse(text, config_origin)?;
     let mut checkpoint = checkpoint;
     let arch = config.architecture()?;
     let renamed = checkpoint.rename(|name| hf::checkpoint_name(&arch, options.naming, name));
