@@ -55,6 +55,10 @@ enum Differs {
     /// transformers' `_no_split_modules` (and our `no_split_classes`) also name these classes,
     /// which the model does not hold: our blocks are the rest.
     NoSplitClassesAbsent { classes: &'static [&'static str] },
+    /// transformers' `_no_split_modules` names our other blocks' classes but not these, which
+    /// we keep as `Block` modules too: they are layers the simulator steps through
+    /// (`LayerFacts`).
+    BlocksBeyondNoSplit { classes: &'static [&'static str] },
 }
 
 const DEVIATIONS: &[Deviation] = &[
@@ -196,6 +200,21 @@ const DEVIATIONS: &[Deviation] = &[
         reason: "XLNet declares no `_no_split_modules` (4.57: []), so accelerate may split an \
                  XLNetLayer; our `no_split_classes` are empty as transformers says, and the layers \
                  stay blocks for the simulator",
+    },
+    Deviation {
+        naming: Naming::V5,
+        class: "Phi4MultimodalForCausalLM",
+        what: Differs::BlocksBeyondNoSplit { classes: &["Phi4MultimodalVisionEncoderLayer"] },
+        reason: "5.24's `_get_no_split_modules` gives `Phi4MultimodalDecoderLayer` only (4.57 also \
+                 names the tower's and the audio encoder's layers), so accelerate may split a layer \
+                 of the image tower; our `no_split_classes` are transformers' list, and the tower's \
+                 layers stay blocks for the simulator, which runs the images through them",
+    },
+    Deviation {
+        naming: Naming::V5,
+        class: "Phi4MultimodalModel",
+        what: Differs::BlocksBeyondNoSplit { classes: &["Phi4MultimodalVisionEncoderLayer"] },
+        reason: "as for Phi4MultimodalForCausalLM: the tower's layers stay blocks for the simulator",
     },
 ];
 
@@ -475,7 +494,9 @@ fn check(fixture: &Value, naming: Naming, applied: &RefCell<BTreeSet<usize>>) ->
                     .is_some_and(|list| list.iter().any(|v| v.as_str() == Some(*buffer)));
                 *buffer == leaf && *ours == mine && *shown == theirs && named
             }
-            Differs::BlocksWithoutNoSplit { .. } | Differs::NoSplitClassesAbsent { .. } => false,
+            Differs::BlocksWithoutNoSplit { .. }
+            | Differs::NoSplitClassesAbsent { .. }
+            | Differs::BlocksBeyondNoSplit { .. } => false,
         })
     };
     compare_listed("buffers", &ours.buffers, &listed(&fixture["buffers"]), &allowed, &mut out);
@@ -503,6 +524,11 @@ fn check(fixture: &Value, naming: Naming, applied: &RefCell<BTreeSet<usize>>) ->
             let rest: BTreeSet<String> =
                 no_split.iter().filter(|c| !classes.contains(&c.as_str())).cloned().collect();
             blocks == rest && classes.iter().all(|c| no_split.contains(*c))
+        }
+        Differs::BlocksBeyondNoSplit { classes } => {
+            let rest: BTreeSet<String> =
+                blocks.iter().filter(|c| !classes.contains(&c.as_str())).cloned().collect();
+            rest == no_split && classes.iter().all(|c| blocks.contains(*c) && !no_split.contains(*c))
         }
         Differs::BufferDtype { .. } => false,
     };
@@ -603,6 +629,9 @@ fn every_builtin_matches_transformers() {
             }
             Differs::NoSplitClassesAbsent { classes } => {
                 format!("_no_split_modules also names {classes:?}, absent from the model")
+            }
+            Differs::BlocksBeyondNoSplit { classes } => {
+                format!("blocks {classes:?} beyond _no_split_modules")
             }
         };
         report += &format!(

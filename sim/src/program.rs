@@ -399,9 +399,10 @@ impl<'a> Resolved<'a> {
             .iter()
             .map(|u| {
                 // A vision tower's norms run on its patches, not the language model's tokens
-                // (`model/vision.rs`).
+                // (`model/vision.rs`); modules the step never runs keep nothing.
                 !matches!(u.kind, UnitKind::Block(_))
                     && !crate::model::vision::in_tower(model, &u.path)
+                    && !crate::model::vision::idle(model, &u.path)
                     && model.root.find(&u.path).is_some_and(|m| {
                         let mut found = false;
                         m.visit(&mut |x| found |= x.kind == ModuleKind::Norm);

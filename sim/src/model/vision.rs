@@ -17,6 +17,16 @@ pub(crate) fn in_tower(model: &ModelDescription, path: &str) -> bool {
     })
 }
 
+/// Whether module `path` is one the step never runs or inside one ([`VisionFacts::idle_paths`]:
+/// Phi-4 multimodal's audio embedding), whose norms keep nothing.
+pub(crate) fn idle(model: &ModelDescription, path: &str) -> bool {
+    model.facts.vision.as_ref().is_some_and(|v| {
+        v.idle_paths.iter().any(|idle| {
+            path == idle || path.strip_prefix(idle.as_str()).is_some_and(|rest| rest.starts_with('.'))
+        })
+    })
+}
+
 /// Whether a LoRA step runs the tower with autograd although no adapter wraps it: PEFT prepares
 /// a model with gradient checkpointing by calling transformers' `enable_input_require_grads`
 /// (`PeftModel._prepare_model_for_gradient_checkpointing`; `prepare_model_for_kbit_training`

@@ -452,6 +452,9 @@ fn move_facts(model: &mut ModelDescription, from: &str, to: &str) {
     }
     if let Some(vision) = &mut model.facts.vision {
         vision.path = moved_path(&vision.path, from, to);
+        for idle in &mut vision.idle_paths {
+            *idle = moved_path(idle, from, to);
+        }
     }
 }
 

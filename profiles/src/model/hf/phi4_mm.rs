@@ -27,8 +27,10 @@
 //! `down_proj`), so the tree has none.
 //!
 //! `_no_split_modules`: 5.24's `_get_no_split_modules` gives the decoder layer only, so the
-//! tower's and the audio encoder's layers are plain modules there; 4.57 also names
-//! `Phi4MultimodalVisionEncoderLayer` and `Phi4MultimodalAudioConformerEncoderLayer`.
+//! audio encoder's layers are plain modules there (4.57 also names
+//! `Phi4MultimodalVisionEncoderLayer` and `Phi4MultimodalAudioConformerEncoderLayer`); the
+//! tower's layers are blocks in both, the layers the simulator runs the images through
+//! (`no_split_classes` keep transformers' list).
 
 use super::HfConfig;
 use super::nested_text::{TowerSizes, VISION_KEYS};
@@ -119,7 +121,7 @@ impl AudioSizes {
             conv_channels: audio.positive_or(&["nemo_conv_channels"], 1024)?,
             downsample: audio.positive_or(&["downsample_rate"], 1)?,
         };
-        if sizes.hidden % sizes.heads != 0 {
+        if !sizes.hidden.is_multiple_of(sizes.heads) {
             return Err(InputError::new(
                 audio.origin(),
                 format!("{} attention heads do not divide the width {}", sizes.heads, sizes.hidden),
@@ -156,8 +158,8 @@ fn conv(b: &Builder, parent: &str, name: &str, class: &str, weight: &[u64]) -> M
         .with_tensor(Tensor::parameter("bias", &weight[..1], b.dtype))
 }
 
-/// A layer of the tower or the audio encoder: a block in 4.57 (its `_no_split_modules` names
-/// the class), a plain module in 5.24 (whose list names the decoder layer only).
+/// A layer of the audio encoder: a block in 4.57 (its `_no_split_modules` names the class), a
+/// plain module in 5.24 (whose list names the decoder layer only).
 fn layer(b: &Builder, parent: &str, name: &str, class: &str) -> Module {
     match b.naming {
         Naming::V4 => b.block(parent, name, class),
@@ -182,7 +184,7 @@ fn image_embed(b: &Builder, parent: &str, v: &TowerSizes, image_size: u64, hidde
         .map(|i| {
             let block = format!("{layers}.{i}");
             let attn = format!("{block}.self_attn");
-            layer(b, &layers, &i.to_string(), "Phi4MultimodalVisionEncoderLayer")
+            b.block(&layers, &i.to_string(), "Phi4MultimodalVisionEncoderLayer")
                 .with_child(b.norm(&block, "layer_norm1", "LayerNorm", v.hidden, true))
                 .with_child(
                     b.container(&block, "self_attn", "Phi4MultimodalVisionAttention")
@@ -238,7 +240,7 @@ fn image_embed(b: &Builder, parent: &str, v: &TowerSizes, image_size: u64, hidde
         .container(parent, "image_embed", "Phi4MultimodalImageEmbedding")
         .with_tensor(Tensor::parameter("global_img_feature_extensor", &[1, 1, v.hidden], b.dtype))
         .with_tensor(Tensor::parameter("sub_img_feature_extensor", &[1, 1, 1, v.hidden], b.dtype));
-    if side % 2 != 0 {
+    if !side.is_multiple_of(2) {
         embed = embed.with_child(Module::new(
             join(&path, "img_processor_padding"),
             "ReflectionPad2d",
@@ -410,7 +412,7 @@ pub(crate) fn build(
     let v = TowerSizes::read(&vision, VISION_DEFAULTS, VISION_KEYS)?;
     let image_size = vision.positive_or(&["image_size"], 448)?;
     let crop_size = vision.positive_or(&["crop_size"], 448)?;
-    if image_size / v.patch == 0 || v.hidden % v.heads != 0 {
+    if image_size / v.patch == 0 || !v.hidden.is_multiple_of(v.heads) {
         return Err(InputError::new(
             vision.origin(),
             format!(
@@ -441,7 +443,11 @@ pub(crate) fn build(
     let processor = ImageProcessor::DynamicHd { crop: crop_size, max_crops: DEFAULT_DYNAMIC_HD };
     let activation = vision.string_opt(&["hidden_act"])?.unwrap_or_else(|| "gelu_pytorch_tanh".into());
     let tower = format!("{extend}.image_embed.img_processor");
-    let vision_facts: VisionFacts = v.facts(&tower, processor, 1, 2, activation);
+    // The audio embedding never runs on images and text.
+    let vision_facts = VisionFacts {
+        idle_paths: vec![format!("{extend}.audio_embed")],
+        ..v.facts(&tower, processor, 1, 2, activation)
+    };
     vision_facts.attach(&mut model.facts, &layers, v.depth);
     Ok(model)
 }
