@@ -453,7 +453,8 @@ fn check_images(w: &Workload, model: &ModelDescription) -> Result<(), InputError
         return Err(InputError::new(
             ORIGIN,
             format!(
-                "a {}x{} image: the processor refuses sides more than 200 times apart",
+                "a {}x{} image: the processor refuses its shape (Qwen2-VL's: sides more than 200 \
+                 times apart; Phi-4 multimodal's: a side under 10 pixels once fitted to its crops)",
                 images.width, images.height
             ),
         )
