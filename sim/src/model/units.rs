@@ -7,7 +7,7 @@ use super::precision::Precision;
 use crate::placement::covers;
 use crate::workload::{Finetune, Mode, Optimizer, Parallelism, Quant, Trainer, Workload};
 use vramplan_profiles::DType;
-use vramplan_profiles::model::{ModelDescription, Module, ModuleKind, TensorKind, join};
+use vramplan_profiles::model::{ModelDescription, Module, ModuleKind, StackKind, TensorKind, join};
 
 /// What a unit is, for the step program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,6 +199,22 @@ pub(crate) fn units(
     for (alias, target) in aliases {
         if let Some(unit) = out.iter_mut().find(|u| u.keys.iter().any(|k| covers(k, &target))) {
             unit.keys.push(alias);
+        }
+    }
+    // A vision tower defined after the language model's layers (Phi-4 multimodal's, under
+    // `model.embed_tokens_extend`, which `Phi4MultimodalModel.forward` runs on the input
+    // embeddings before its first layer) runs before them: its units move ahead of the first
+    // language block.
+    let language = |u: &Unit| matches!(u.kind, UnitKind::Block(layer) if model.facts.layers[layer].stack != StackKind::Vision);
+    if let Some(first) = out.iter().position(language) {
+        let (mut moved, mut i) = (0, first);
+        while i < out.len() {
+            if super::vision::in_tower(model, &out[i].path) {
+                let unit = out.remove(i);
+                out.insert(first + moved, unit);
+                moved += 1;
+            }
+            i += 1;
         }
     }
     // Units in the order the forward runs them, not the order the modules are defined in: a
