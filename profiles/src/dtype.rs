@@ -275,7 +275,7 @@ mod tests {
                 assert_eq!(DType::parse(row.dtype.torch_name()), Some(row.dtype));
             }
         }
-        assert_eq!(TABLE.len(), 18);
+        assert_eq!(TABLE.len(), 19);
         assert_eq!(DType::from_safetensors("I4"), None);
         assert_eq!(DType::parse("uint8"), Some(DType::U8));
     }

@@ -265,6 +265,14 @@ const PUBLISHED_ROUNDED: &[PublishedRounded] = &[
          this text model leaves out)",
     ),
     rounded(
+        "llama-4-scout-17b-16e",
+        Some((109 * B, B / 2)),
+        None,
+        false,
+        "Llama 4 model card: Scout, 109B total parameters (its 17B active leave the vision tower \
+         out)",
+    ),
+    rounded(
         "qwen2.5-vl-7b-instruct",
         Some((8_290 * M, 5 * M)),
         None,
@@ -428,6 +436,66 @@ fn qwen3_vision(c: &Value) -> u64 {
         + deepstack * (2 * m + linears)
 }
 
+/// Phi-4 multimodal's image and audio embeddings (`modeling_phi4_multimodal.py`): the tower
+/// (patch convolution with bias, the position table of `(image_size / patch)²`, per layer two
+/// LayerNorms, q/k/v/out and fc1/fc2 with biases; `post_layernorm`; the pooling head's probe,
+/// `in_proj` (3 × width) and `out_proj`, LayerNorm and MLP), the two HD separators and the two
+/// projections to and within the text width; the conformer (the subsampling's first
+/// convolution, a depthwise and a pointwise convolution per further halving, `out` over
+/// channels × the frequency bins left; the relative bias table; per block two half-step MLPs
+/// with a LayerNorm and a fused gate/up, attention with biases, the convolution module's
+/// LayerNorm, GLU (`b1`, `b2`, a pointwise convolution to twice its channels), depthwise and
+/// pointwise convolutions and output convolution, two LayerNorms) and the speech and
+/// vision-speech projections. Buffers excluded.
+fn phi4_multimodal_encoders(c: &Value) -> u64 {
+    let text_h = required(c, &["hidden_size"]);
+    let v = &c["vision_config"];
+    let (h, i, depth) = (
+        required(v, &["hidden_size"]),
+        required(v, &["intermediate_size"]),
+        required(v, &["num_hidden_layers"]),
+    );
+    let (p, ch) = (required(v, &["patch_size"]), required(v, &["num_channels"]));
+    let side = required(v, &["image_size"]) / p;
+    let mlp = (h * i + i) + (i * h + h);
+    let layer = 4 * h + 4 * (h * h + h) + mlp;
+    let head = h + (3 * h * h + 3 * h) + (h * h + h) + 2 * h + mlp;
+    let vision = (h * ch * p * p + h)
+        + side * side * h
+        + depth * layer
+        + 2 * h
+        + head
+        + 2 * h
+        + (h * text_h + text_h)
+        + (text_h * text_h + text_h);
+    let a = &c["audio_config"];
+    let (ah, ai, blocks) =
+        (required(a, &["hidden_size"]), required(a, &["intermediate_size"]), required(a, &["num_blocks"]));
+    let conv = required(a, &["nemo_conv_channels"]);
+    let halvings = u64::from(required(a, &["time_reduction"]).trailing_zeros());
+    let bins = (0..halvings).fold(required(a, &["input_size"]), |n, _| (n - 1) / 2 + 1);
+    let subsampling =
+        (conv * 9 + conv) + (halvings - 1) * (conv * 9 + conv + conv * conv + conv) + (conv * bins * ah + ah);
+    let buckets = 2 * required(a, &["bias_max_distance"]);
+    assert!(!flag(a, "bias_symmetric", false), "closed form assumes an asymmetric bias table");
+    let (ext, sep, k) = (
+        required(a, &["ext_pw_out_channel"]),
+        required(a, &["depthwise_separable_out_channel"]),
+        required(a, &["kernel_size"]),
+    );
+    let dw = ah * required(a, &["depthwise_multiplier"]);
+    let half_mlp = 2 * ah + (ah * 2 * ai + 2 * ai) + (ai * ah + ah);
+    let convolution =
+        2 * ah + 2 * ext + (2 * ext * ah + 2 * ext) + (dw * k + dw) + (sep * dw + sep) + (ext * ah + ext);
+    let block = 2 * half_mlp + 4 * (ah * ah + ah) + convolution + 4 * ah;
+    let width = ah * required(a, &["downsample_rate"]);
+    let audio = subsampling
+        + buckets * required(a, &["num_attention_heads"])
+        + blocks * block
+        + 2 * ((width * text_h + text_h) + (text_h * text_h + text_h));
+    vision + audio
+}
+
 /// Mistral 3's Pixtral tower and projector (`modeling_pixtral.py`, `modeling_mistral3.py`): the
 /// patch convolution (no bias), `ln_pre`, per layer two RMSNorms, q/k/v/o over `heads ×
 /// head_dim` and a gated MLP, none with biases; the projector's RMSNorm, the patch merger's
@@ -446,6 +514,27 @@ fn pixtral_vision(c: &Value) -> u64 {
     assert!(!flag(c, "multimodal_projector_bias", false), "closed form assumes no projector bias");
     let layer = 2 * h + 4 * h * q + 3 * h * i;
     h * ch * p * p + h + depth * layer + h + h * merge * merge * h + h * text_h + text_h * text_h
+}
+
+/// Llama 4's tower and projector (`modeling_llama4.py`): the unfold "convolution"'s linear
+/// without a bias, the class token and one learned position per patch and for the class token,
+/// two LayerNorms around the blocks, per block two LayerNorms, q/k/v/o and `fc1`/`fc2` with
+/// biases; the adapter's `fc1` (`intermediate × projector_input_dim`) and `fc2`
+/// (`projector_output_dim²`) without biases; the projector's `vision_output_dim × text hidden`.
+fn llama4_vision(c: &Value) -> u64 {
+    let v = &c["vision_config"];
+    let (h, i, depth) = (
+        required(v, &["hidden_size"]),
+        required(v, &["intermediate_size"]),
+        required(v, &["num_hidden_layers"]),
+    );
+    let (p, ch, side) =
+        (required(v, &["patch_size"]), required(v, &["num_channels"]), required(v, &["image_size"]));
+    let positions = (side / p) * (side / p) + 1;
+    let layer = 4 * h + 4 * (h * h + h) + (h * i + i) + (i * h + h);
+    let adapter = i * required(v, &["projector_input_dim"]) + required(v, &["projector_output_dim"]).pow(2);
+    let projector = required(v, &["vision_output_dim"]) * required(&c["text_config"], &["hidden_size"]);
+    ch * p * p * h + h + positions * h + 4 * h + depth * layer + adapter + projector
 }
 
 fn gated_decoder(c: &Value, arch: &str) -> Counts {
@@ -737,6 +826,11 @@ fn closed_form(name: &str) -> Counts {
         "FalconForCausalLM" => vec![(falcon(&c), None)],
         "FalconH1ForCausalLM" => vec![(falcon_h1(&c), None)],
         "Llama4ForCausalLM" => llama4(&c),
+        // The Llama 4 text model of `text_config` (untied) behind its tower.
+        "Llama4ForConditionalGeneration" => llama4(&nested_text(&c, &[]))
+            .into_iter()
+            .map(|(t, a)| (t + llama4_vision(&c), a.map(|a| a + llama4_vision(&c))))
+            .collect(),
         "OPTForCausalLM" => vec![(opt(&c), None)],
         "Qwen2_5_VLForConditionalGeneration" => {
             // A Qwen2 decoder (q/k/v biases) behind the vision tower.
@@ -765,6 +859,8 @@ fn closed_form(name: &str) -> Counts {
                 .map(|(t, a)| (t + qwen3_vision(&c), a))
                 .collect()
         }
+        // The Phi-3 decoder at the top level with the image and audio embeddings.
+        "Phi4MultimodalForCausalLM" => vec![(phi3(&c) + phi4_multimodal_encoders(&c), None)],
         "Mistral3ForConditionalGeneration" => {
             // The Mistral decoder of `text_config` behind the Pixtral tower; without its own
             // `tie_word_embeddings` 5.x ties `lm_head` by the top level's default (true).
@@ -1109,6 +1205,35 @@ const NOTES: &[(&str, &str)] = &[
          merge 2, `Qwen2VLImageProcessorFast`) as third-party projects quote it for the Qwen3-VL \
          and Qwen3.5 checkpoints (no Hub access when it was embedded). 8,767,123,696 parameters, \
          as transformers 5.24 and 4.57 build it.",
+    ),
+    (
+        "llama-4-scout-17b-16e",
+        "the repository's `config.json` (written by transformers 4.51.0) as the third-party \
+         listing `llama-4-scout-text` comes from prints it (`Llama4Config {…}`), its \
+         `text_config` written as `llama-4-scout-text`'s (`moe_layers` written out, \
+         `attn_temperature_tuning` true), its `vision_config` with the values TensorRT-LLM's \
+         Llama 4 test quotes for Maverick's tower (which lowers `num_hidden_layers` to 0; 34 in \
+         the listing and in NeuronX's Scout test config). No `preprocessor_config.json` is \
+         embedded: `Llama4ImageProcessor`'s class defaults (336-pixel tiles, `max_patches` 16) \
+         stand in. 108,641,793,536 parameters, as transformers 5.24 and 4.57 build it \
+         (fixtures/reference/models); the listing's total, 109,676,279,296, is one \
+         vocabulary × hidden matrix (1,034,485,760) more.",
+    ),
+    (
+        "phi-4-multimodal-instruct",
+        "the transformers-format `config.json` that transformers' own conversion script \
+         (`convert_phi4_multimodal_weights_to_hf.py`, `convert_config`, run with 4.57) makes of the \
+         repository's original remote-code `config.json` (`Phi4MMForCausalLM`, written by \
+         transformers 4.46.1) as TensorRT-LLM's Phi-4-MM test quotes it (`PHI4MM_CONFIG`; it lowers \
+         `num_hidden_layers` to 2 and the audio `num_blocks` to 2 for CI and notes the originals, 32 \
+         and 24, restored here); with the repository's remote-code `preprocessor_config.json` \
+         (`dynamic_hd` 36) as the model's own vision fine-tuning sample writes it, which \
+         transformers' `Phi4MultimodalImageProcessor` reads (448-pixel crops, patch 14 by default); \
+         no Hub access when it was embedded. 4,743,988,032 parameters, as transformers 5.24 and 4.57 \
+         build it: the model card's 5.6B also counts the vision and speech LoRA adapters the \
+         original checkpoint carried, which transformers' port moves out to PEFT adapters \
+         (r 256 and 320 over `qkv_proj`, `o_proj`, `gate_up_proj`, `down_proj` of the 32 layers: \
+         369,098,752 and 461,373,440 parameters, 5,574,460,224 in all).",
     ),
     (
         "mistral-small-3.1-24b-instruct",

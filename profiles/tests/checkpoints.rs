@@ -380,8 +380,8 @@ fn invalid_header_json_is_located() {
 
 #[test]
 fn unknown_dtypes_and_inconsistent_offsets_are_refused() {
-    let (err, text) = broken(&with_header(r#"{"w":{"dtype":"C64","shape":[2],"data_offsets":[0,16]}}"#, 16));
-    assert!(text.contains("unknown dtype `C64`"), "{text}");
+    let (err, text) = broken(&with_header(r#"{"w":{"dtype":"C128","shape":[2],"data_offsets":[0,32]}}"#, 32));
+    assert!(text.contains("unknown dtype `C128`"), "{text}");
     assert_eq!(err.location, Some(Location::Key("w".into())));
     let (_, text) = broken(&with_header(r#"{"w":{"dtype":"BF16","shape":[3,3],"data_offsets":[0,16]}}"#, 16));
     assert!(text.contains("hold 16 bytes") && text.contains("needs 18"), "{text}");

@@ -43,8 +43,11 @@ import torch
 import trace as tracer
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from transformers import vision_utils
+from transformers import masking_utils
 from transformers.models.gemma3 import modeling_gemma3 as gemma3
+from transformers.models.llama4 import modeling_llama4 as llama4
 from transformers.models.mistral3 import modeling_mistral3 as mistral3
+from transformers.models.phi4_multimodal import modeling_phi4_multimodal as phi4
 from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as qwen
 from transformers.models.qwen3_vl import modeling_qwen3_vl as qwen3
 from transformers.models.siglip import modeling_siglip as siglip
@@ -102,10 +105,53 @@ CONFIGS += [
     {"model": "mistral-small-3.1-24b-instruct", "mode": "inference", "finetune": "none", "ckpt": False,
      "batch": 1, "seq": 32, "images": {"per_sample": 4, "width": 1540, "height": 1540}},
 ]
+# Llama 4 Scout: 336-pixel tiles (up to 16 and a global tile), each its own tower sequence with
+# a class token, pixel-shuffled to 144 tokens a tile; bfloat16 pixel values. The full model's
+# weights (203 GiB) dwarf the step, so the images' share is checked on Scout with 4 of its 48
+# text layers (`config`: the published config with `text_config` cut to its first 4 layers),
+# where the image tokens' activations are up to half the peak. Every peak is in the text model
+# (each MoE layer runs all 16 experts on every token), none in the tower.
+def _scout_layers(layers):
+    raw = common.load_raw_config("llama-4-scout-17b-16e")
+    text = dict(raw["text_config"])
+    text.update({"num_hidden_layers": layers, "moe_layers": text["moe_layers"][:layers],
+                 "no_rope_layers": text["no_rope_layers"][:layers]})
+    return {**raw, "text_config": text}
+
+
+CONFIGS += [
+    {"model": "llama-4-scout-17b-16e", "mode": "inference", "finetune": "none", "ckpt": False, "batch": 1,
+     "seq": 128, "images": {"per_sample": 1, "width": 1024, "height": 768}},
+    {"model": "llama-4-scout-17b-16e", "mode": "train", "finetune": "lora", "ckpt": True, "batch": 1,
+     "seq": 256, "images": {"per_sample": 2, "width": 640, "height": 480}, "config": _scout_layers(4)},
+    {"model": "llama-4-scout-17b-16e", "mode": "train", "finetune": "lora", "ckpt": False, "batch": 1,
+     "seq": 256, "images": {"per_sample": 1, "width": 1024, "height": 1024}, "config": _scout_layers(4)},
+    {"model": "llama-4-scout-17b-16e", "mode": "inference", "finetune": "none", "ckpt": False, "batch": 2,
+     "seq": 64, "images": {"per_sample": 2, "width": 1344, "height": 1344}, "config": _scout_layers(4)},
+]
 for c in CONFIGS:
     c.update({"dtype": "bf16"})
     if c["finetune"] == "lora":
         c.update({"lora_rank": 16, "lora_targets": ["q_proj", "v_proj"]})
+# Phi-4 multimodal: dynamic HD crops of 448 pixels (up to 36 and a global image), each its own
+# tower sequence; LoRA on the decoder's fused `qkv_proj` and `o_proj` (PEFT's `q_proj`/`v_proj`
+# would wrap only the tower's and the audio encoder's attention; `o_proj` also names the audio
+# encoder's, which never runs on images).
+PHI4 = [
+    {"model": "phi-4-multimodal-instruct", "mode": "train", "finetune": "lora", "ckpt": False, "batch": 1,
+     "seq": 256, "images": {"per_sample": 1, "width": 640, "height": 480}},
+    {"model": "phi-4-multimodal-instruct", "mode": "train", "finetune": "lora", "ckpt": True, "batch": 2,
+     "seq": 256, "images": {"per_sample": 1, "width": 1024, "height": 768}},
+    {"model": "phi-4-multimodal-instruct", "mode": "inference", "finetune": "none", "ckpt": False, "batch": 1,
+     "seq": 128, "images": {"per_sample": 2, "width": 1024, "height": 1024}},
+    {"model": "phi-4-multimodal-instruct", "mode": "inference", "finetune": "none", "ckpt": False, "batch": 1,
+     "seq": 64, "images": {"per_sample": 1, "width": 1920, "height": 1080}},
+]
+for c in PHI4:
+    c.update({"dtype": "bf16"})
+    if c["finetune"] == "lora":
+        c.update({"lora_rank": 16, "lora_targets": ["qkv_proj", "o_proj"]})
+CONFIGS += PHI4
 
 
 def smart_resize(height, width, factor, min_pixels, max_pixels):
@@ -352,6 +398,186 @@ def _mistral3_placeholder_mask(self, input_ids, inputs_embeds, image_features):
     return PREPARED.image_mask.to(inputs_embeds.device).unsqueeze(-1).expand_as(inputs_embeds)
 
 
+class Llama4Prepared(Prepared):
+    """Llama 4's batch: `Llama4ImageProcessor`'s canvas (its own `find_supported_resolutions` and
+    `get_best_fit`, 336-pixel tiles, `max_patches` 16, as the class defaults), its tiles and a
+    global tile where there is more than one, pixel values `[tiles, 3, 336, 336]` in bfloat16
+    (its `rescale_and_normalize`); the prompt `Llama4Processor._prompt_split_image` writes:
+    `<|image_start|>`, per row the tiles' `<|patch|>` tokens with `<|tile_x_separator|>` between
+    them and `<|tile_y_separator|>` after, `<|image|>`, the global tile's patches,
+    `<|image_end|>`; `seq` counts the text tokens only."""
+
+    def __init__(self, config, hf_config):
+        super().__init__(config, hf_config)
+        from transformers.image_utils import SizeDict
+        from transformers.models.llama4 import image_processing_llama4 as processing
+        v = hf_config.vision_config
+        images = config["images"]
+        tile = SizeDict(height=v.image_size, width=v.image_size)
+        possible = torch.tensor(processing.find_supported_resolutions(max_num_chunks=16, patch_size=tile))
+        canvas = processing.get_best_fit((images["height"], images["width"]), possible)
+        rows, cols = int(canvas[0]) // v.image_size, int(canvas[1]) // v.image_size
+        tiles = rows * cols + (1 if rows * cols > 1 else 0)
+        # `Llama4Processor`: `downsample_ratio = int(round(1.0 / pixel_shuffle_ratio**2))`.
+        per_tile = (v.image_size // v.patch_size) ** 2 // int(round(1.0 / v.pixel_shuffle_ratio ** 2))
+        self.pixel_shape = (self.count * tiles, v.num_channels, v.image_size, v.image_size)
+        self.pixel_dtype = torch.bfloat16
+        patch_id, x_sep, y_sep, image_mark = hf_config.image_token_index, 12, 13, 14
+        image = [hf_config.boi_token_index]
+        if rows * cols > 1:
+            for _ in range(rows):
+                for x in range(cols):
+                    image += [patch_id] * per_tile + ([x_sep] if x < cols - 1 else [])
+                image.append(y_sep)
+        image += [image_mark] + [patch_id] * per_tile + [hf_config.eoi_token_index]
+        self.tokens_per_image = len(image)
+        self._prompt(config, image, patch_id, markers=0)
+
+
+def _llama4_placeholder_mask(self, input_ids, inputs_embeds, image_features):
+    return PREPARED.image_mask.to(inputs_embeds.device).unsqueeze(-1)
+
+
+class Phi4Prepared(Prepared):
+    """Phi-4 multimodal's batch as `Phi4MultimodalImageProcessor` (transformers 5.24, dynamic_hd
+    36 as published, 448-pixel crops) makes it from a blank image of the configured size, run for
+    real: `image_pixel_values` `[images, crops, 3, 448, 448]` (float32), `image_sizes` (the canvas),
+    `image_attention_mask` `[images, crops, 32, 32]` (float32), and `num_img_tokens` image tokens
+    (`<|endoftext10|>`, what `Phi4MultimodalProcessor.replace_image_token` writes) an image; `seq`
+    counts the text tokens only. The values the image embedding reads from tensors (the canvas
+    in crops, the useful rows and columns of each image's pooled mask, the image tokens'
+    positions) are taken from the real output."""
+
+    def __init__(self, config, hf_config):
+        super().__init__(config, hf_config)
+        from PIL import Image
+        from transformers.models.phi4_multimodal.image_processing_phi4_multimodal import (
+            Phi4MultimodalImageProcessor)
+        images = config["images"]
+        out = Phi4MultimodalImageProcessor(dynamic_hd=36)(
+            Image.new("RGB", (images["width"], images["height"])), return_tensors="pt")
+        v = hf_config.vision_config
+        crops = out["image_pixel_values"].shape[1]
+        self.canvas = [int(x) for x in out["image_sizes"][0]]
+        self.mask = out["image_attention_mask"][0]
+        self.mask_all = bool(self.mask.all())
+        self.tokens_per_image = int(out["num_img_tokens"][0])
+        self.pixel_shape = (self.count, crops, v.num_channels, v.crop_size, v.crop_size)
+        # `Phi4MultimodalImageEmbedding.forward`'s useful height and width of the crops' pooled mask.
+        h, w = self.canvas[0] // v.crop_size, self.canvas[1] // v.crop_size
+        base = v.image_size // v.patch_size // 2
+        pooled = (self.mask[1 : h * w + 1, 0::2, 0::2].reshape(h, w, base, base).transpose(1, 2)
+                  .reshape(1, h * base, w * base))
+        self.useful = (int(pooled[0, :, 0].sum().item()), int(pooled[0, 0, :].sum().item()))
+        self._prompt(config, [v.image_token_id] * self.tokens_per_image, v.image_token_id, markers=0)
+        self.positions = torch.nonzero(self.ids == v.image_token_id, as_tuple=True)
+
+    def extra_inputs(self, device):
+        return {"image_sizes": torch.tensor([self.canvas] * self.count, device=device),
+                "image_attention_mask": torch.ones(self.count, *self.mask.shape, device=device)}
+
+
+def _phi4_causal_lm_forward(forward):
+    """`Phi4MultimodalForCausalLM.forward` taking the batch's `pixel_values` as its
+    `image_pixel_values` (the same tensor)."""
+
+    def wrapped(self, *args, pixel_values=None, **kwargs):
+        return forward(self, *args, image_pixel_values=pixel_values, **kwargs)
+
+    return wrapped
+
+
+def _phi4_feature_embedding(self, input_ids, inputs_embeds, image_pixel_values=None, audio_input_features=None,
+                            image_sizes=None, image_attention_mask=None, audio_embed_sizes=None,
+                            audio_attention_mask=None):
+    """`Phi4MultimodalFeatureEmbedding.forward` of transformers 5.24 for images and text: its
+    position masks, its test that the ids hold image tokens (which reads a value: true here), and
+    the image embedding; no audio."""
+    with torch.no_grad():
+        image_position_mask = (input_ids == self.config.vision_config.image_token_id).unsqueeze(-1)
+        non_image_position_mask = ~image_position_mask
+        any_image = input_ids == self.image_token_id
+    del image_position_mask, non_image_position_mask, any_image
+    return self.image_embed(input_ids, inputs_embeds, image_pixel_values=image_pixel_values,
+                            image_sizes=image_sizes, image_attention_mask=image_attention_mask)
+
+
+def _phi4_image_embedding(self, input_ids, inputs_embeds, image_pixel_values, image_sizes=None,
+                          image_attention_mask=None):
+    """`Phi4MultimodalImageEmbedding.forward` of transformers 5.24, the values it reads from
+    tensors (`image_sizes`, the pooled mask's useful rows and columns, the image tokens'
+    positions) taken from the real processor output (`PREPARED`); every tensor it makes, made."""
+    nn = torch.nn
+    image_pixel_values = image_pixel_values.to(self.img_processor.embeddings.patch_embedding.weight.dtype)
+    target_device = self.img_projection_up.bias.device
+    target_dtype = self.img_projection_up.bias.dtype
+    batch_size = image_pixel_values.shape[0]
+    img_features = self.get_img_features(
+        image_pixel_values.flatten(0, 1),
+        attention_mask=image_attention_mask.flatten(0, 1).to(dtype=bool, device=target_device),
+    )
+    base_feat_size = int(math.sqrt(img_features.shape[1]))
+    img_features = img_features.view(batch_size, -1, base_feat_size**2, self.image_dim_out)
+    image_sizes = image_sizes.view(-1, 2)
+    output_imgs = []
+    for idx in range(batch_size):
+        height, width = PREPARED.canvas
+        height_ratio = height // self.crop_size
+        width_ratio = width // self.crop_size
+        area_ratio = height_ratio * width_ratio
+        global_img = img_features[idx, :1]
+        global_img = global_img.reshape(1, base_feat_size, base_feat_size, self.image_dim_out).contiguous()
+        temporary_extensor = self.sub_img_feature_extensor.repeat(1, base_feat_size, 1, 1)
+        global_img = torch.cat([global_img, temporary_extensor], dim=2).reshape(1, -1, self.image_dim_out)
+        sub_img = img_features[idx, 1:]
+        sub_img = sub_img[:area_ratio]
+        sub_img = (
+            sub_img.reshape(height_ratio, width_ratio, base_feat_size, base_feat_size, self.image_dim_out)
+            .transpose(1, 2)
+            .reshape(1, height_ratio * base_feat_size, width_ratio * base_feat_size, self.image_dim_out)
+            .contiguous()
+        )
+        reshaped_image_attention_mask = (
+            image_attention_mask[idx, 1 : area_ratio + 1, 0::2, 0::2]
+            .reshape(height_ratio, width_ratio, base_feat_size, base_feat_size)
+            .transpose(1, 2)
+            .reshape(1, height_ratio * base_feat_size, width_ratio * base_feat_size)
+        )
+        del reshaped_image_attention_mask
+        useful_height, useful_width = PREPARED.useful
+        sub_img = sub_img[:, :useful_height, :useful_width]
+        temporary_extensor = self.sub_img_feature_extensor.repeat(1, useful_height, 1, 1)
+        sub_img = torch.cat([sub_img, temporary_extensor], dim=2).reshape(1, -1, self.image_dim_out)
+        output_imgs.append(torch.cat([sub_img, self.global_img_feature_extensor, global_img], dim=1))
+    img_set_tensor = []
+    for output_img in output_imgs:
+        output_img = output_img.to(device=target_device, dtype=target_dtype)
+        img_feature_proj = self.img_projection_up(output_img)
+        img_feature_proj = nn.functional.gelu(img_feature_proj)
+        img_feature_proj = self.img_projection_down(img_feature_proj)
+        img_set_tensor.append(img_feature_proj)
+    merged_img_set_tensor = torch.cat(img_set_tensor, dim=1).squeeze(0)
+    merged_img_set_tensor = merged_img_set_tensor.to(dtype=inputs_embeds.dtype, device=inputs_embeds.device)
+    with torch.no_grad():
+        positions_tuple = tuple(p.to(inputs_embeds.device) for p in PREPARED.positions)
+    with phi4.maybe_autocast(device_type=inputs_embeds.device.type, enabled=False):
+        image_embeds = inputs_embeds.index_put(indices=positions_tuple, values=merged_img_set_tensor, accumulate=False)
+    image_embeds = self.drop(image_embeds)
+    return image_embeds
+
+
+_BIDIRECTIONAL_SKIP = masking_utils._ignore_bidirectional_mask_sdpa
+
+
+def _phi4_bidirectional_skip(padding_mask, kv_length, local_attention_size=None):
+    """`masking_utils._ignore_bidirectional_mask_sdpa` (5.24) for Phi-4's tower, whose patch mask
+    (the crops' `image_attention_mask`) it tests with `padding_mask.all()`: the real mask's value
+    (false where the canvas pads the image by a patch or more: the mask is then made)."""
+    if isinstance(PREPARED, Phi4Prepared) and padding_mask is not None:
+        return PREPARED.mask_all and (local_attention_size is None or kv_length < local_attention_size)
+    return _BIDIRECTIONAL_SKIP(padding_mask, kv_length, local_attention_size)
+
+
 PREPARED = None
 
 
@@ -388,9 +614,24 @@ def _install():
     qwen3.Qwen3VLTextModel._deepstack_process = _qwen3_deepstack_process
     mistral3.Mistral3Model.get_image_features = _mistral3_image_features
     mistral3.Mistral3Model.get_placeholder_mask = _mistral3_placeholder_mask
+    llama4.Llama4ForConditionalGeneration.get_placeholder_mask = _llama4_placeholder_mask
+    # transformers 5.24's `Llama4ForConditionalGeneration.forward` ends by reading
+    # `outputs.image_outputs` of the language model's `MoeCausalLMOutputWithPast`, which has no
+    # such field (AttributeError once the loss is computed, whatever the inputs); the tracer gives
+    # the class that attribute, as None, so the step can return. It allocates nothing.
+    llama4.MoeCausalLMOutputWithPast.image_outputs = None
     # SigLIP's weight initialisation (`variance_scaling_`) reads a scalar, which a fake tensor
     # has not; the values do not matter, and initialising in place allocates nothing.
     siglip.SiglipPreTrainedModel._init_weights = lambda self, module: None
+    phi4.Phi4MultimodalForCausalLM.forward = _phi4_causal_lm_forward(phi4.Phi4MultimodalForCausalLM.forward)
+    phi4.Phi4MultimodalFeatureEmbedding.forward = _phi4_feature_embedding
+    phi4.Phi4MultimodalImageEmbedding.forward = _phi4_image_embedding
+    masking_utils._ignore_bidirectional_mask_sdpa = _phi4_bidirectional_skip
+    # Phi-4's weight initialisation reads scalars too (`lecun_normal_`, `default_flax_embed_init_`),
+    # as SigLIP's; skipped the same way.
+    for cls in (phi4.Phi4MultimodalPreTrainedModel, phi4.Phi4MultimodalVisionPreTrainedModel,
+                phi4.Phi4MultimodalAudioPreTrainedModel):
+        cls._init_weights = lambda self, module: None
 
 
 HELD = []
@@ -399,7 +640,8 @@ HELD = []
 def _inputs(config, vocab, device):
     HELD.clear()
     ids = torch.randint(0, vocab, PREPARED.ids.shape, device=device)
-    out = {"input_ids": ids, "pixel_values": torch.randn(*PREPARED.pixel_shape, device=device),
+    pixel_dtype = getattr(PREPARED, "pixel_dtype", torch.float32)
+    out = {"input_ids": ids, "pixel_values": torch.randn(*PREPARED.pixel_shape, device=device, dtype=pixel_dtype),
            **PREPARED.extra_inputs(device)}
     if config["mode"] == "train":
         out["labels"] = ids
@@ -420,11 +662,13 @@ def main():
         kept = [r for r in json.loads(out.read_text())["records"] if r["model"] != args.only]
     prepared = {}
     for config in configs:
-        raw = common.load_raw_config(config["model"])
+        raw = config.get("config") or common.load_raw_config(config["model"])
         hf_config, _ = common.make_config(raw)
         with unset_fake_temporarily():
             family = next((f for prefix, f in (("gemma-3", GemmaPrepared), ("qwen3-vl", Qwen3Prepared),
-                                                    ("mistral-small-3", PixtralPrepared))
+                                                    ("mistral-small-3", PixtralPrepared),
+                                                    ("llama-4", Llama4Prepared),
+                                                    ("phi-4-multimodal", Phi4Prepared))
                            if config["model"].startswith(prefix)), QwenPrepared)
             prepared[json.dumps(config, sort_keys=True)] = family(config, hf_config)
     # The real functions were needed for the preparation; the step gets their results.

@@ -106,6 +106,7 @@ const MODELS: &[Entry] = &[
     entry!("phi-1.5", "microsoft/phi-1_5"),
     entry!("phi-2", "microsoft/phi-2"),
     entry!("phi-3-mini", "microsoft/Phi-3-mini-4k-instruct"),
+    entry!("phi-4-multimodal-instruct", "microsoft/Phi-4-multimodal-instruct"),
     // Gemma
     entry!("gemma-2b", "google/gemma-2b"),
     entry!("gemma-2-2b", "google/gemma-2-2b"),
@@ -120,6 +121,7 @@ const MODELS: &[Entry] = &[
     entry!("falcon-h1-0.5b-instruct", "tiiuae/Falcon-H1-0.5B-Instruct"),
     // Llama 4: a mixture of experts with a shared expert in every layer, chunked attention
     entry!("llama-4-scout-text", "meta-llama/Llama-4-Scout-17B-16E"),
+    entry!("llama-4-scout-17b-16e", "meta-llama/Llama-4-Scout-17B-16E"),
     // BLOOM, Falcon, OPT
     entry!("bloom-560m", "bigscience/bloom-560m"),
     entry!("bloom-7b1", "bigscience/bloom-7b1"),
@@ -143,6 +145,10 @@ const PREPROCESSORS: &[(&str, &str)] = &[
     (
         "mistral-small-3.1-24b-instruct",
         include_str!("../../catalog/models/mistral-small-3.1-24b-instruct.preprocessor_config.json"),
+    ),
+    (
+        "phi-4-multimodal-instruct",
+        include_str!("../../catalog/models/phi-4-multimodal-instruct.preprocessor_config.json"),
     ),
 ];
 

@@ -11,7 +11,14 @@
 //! - a fixed resize (`Gemma3ImageProcessor`, `SiglipImageProcessor`: `size.height × size.width`
 //!   whatever the image, pan-and-scan off as published), whose patches the projector pools to a
 //!   fixed count of tokens (Gemma 3's `mm_tokens_per_image`);
-//! - Pixtral's longest-edge resize (Mistral 3), whose prompt adds a break token per row.
+//! - Pixtral's longest-edge resize (Mistral 3), whose prompt adds a break token per row;
+//! - Llama 4's tiles (`Llama4ImageProcessor`): the image is fitted to a canvas of up to
+//!   `max_patches` square tiles, each tile its own sequence in the tower, plus a global tile
+//!   of the whole image where there is more than one.
+//! - Phi-4 multimodal's dynamic HD crops (`Phi4MultimodalImageProcessor`): the image is
+//!   fitted to a canvas of up to `dynamic_hd` crops of 448 pixels, each crop and a global
+//!   image its own sequence in the tower, the prompt counting the 2 × 2-pooled patches the
+//!   padding leaves and a separator after each row.
 
 use super::{ArchFacts, LayerFacts, StackKind};
 use crate::InputError;
@@ -45,6 +52,37 @@ pub enum ImageProcessor {
     LongestEdge {
         /// The longest side an image keeps (`size.longest_edge`).
         longest_edge: u64,
+    },
+    /// `Llama4ImageProcessor`: the canvas of `rows × cols` tiles of `tile` pixels (`rows ×
+    /// cols ≤ max_tiles`) that `get_best_fit` picks for the image, split into its tiles, with a
+    /// global tile (the whole image resized to one tile) after them where there is more than
+    /// one. Each tile's patches are pixel-shuffled to a quarter (`pixel_shuffle_ratio` 0.5,
+    /// [`VisionFacts::merge_size`] 2) and each gives that many `<|patch|>` tokens; the prompt
+    /// (`Llama4Processor._prompt_split_image`) adds `<|image_start|>`, a `<|tile_x_separator|>`
+    /// between tiles of a row, a `<|tile_y_separator|>` after each row, `<|image|>` before the
+    /// global tile and `<|image_end|>`.
+    Tiled {
+        /// Side of a square tile in pixels (`size.height`).
+        tile: u64,
+        /// The most tiles of the canvas (`max_patches`).
+        max_tiles: u64,
+        /// The canvas that scales the image most (`resize_to_max_canvas`), rather than least.
+        max_canvas: bool,
+    },
+    /// `Phi4MultimodalImageProcessor` (transformers 5.24 `image_processing_phi4_multimodal.py`,
+    /// 4.57's `…Fast`): `dynamic_preprocess` fits the image to a canvas of `rows × cols` crops of
+    /// `crop` pixels (`ceil(side / crop)` each way, or where that makes more than `max_crops`
+    /// the crop grid of the closest aspect ratio), resizes it into the canvas keeping its aspect
+    /// ratio and pads the rest; the tower runs the global image (the canvas resized to one crop)
+    /// and every crop, each its own sequence ([`ImageTokens::tiles`]). The prompt's
+    /// `num_img_tokens`: the global image's 2 × 2-pooled patches with a separator after each
+    /// row, one separator between, and the crops' pooled patches the padding leaves (every
+    /// other row and column of the crops' patch mask) with a separator after each row.
+    DynamicHd {
+        /// Side of a square crop in pixels (`size.height`, 448).
+        crop: u64,
+        /// The most crops of the canvas (`dynamic_hd`, 36).
+        max_crops: u64,
     },
 }
 
@@ -97,6 +135,18 @@ pub struct VisionFacts {
     /// makes for them (Pixtral's `generate_block_attention_mask`: `[1, 1, P, P]` in the compute
     /// dtype for `P` patches in all), instead of one sequence an image.
     pub packed_images: bool,
+    /// The tower prepends (appends, Llama 4) a learned class token to each image's (each
+    /// tile's) patches, so each sequence it attends over is one longer than its patches.
+    pub class_token: bool,
+    /// Bytes of one value of the processor's `pixel_values`: 4 (float32) for most processors;
+    /// 2 for Llama 4's, which rescales and normalises in bfloat16
+    /// (`Llama4ImageProcessor.rescale_and_normalize`).
+    pub pixel_value_bytes: u64,
+    /// Modules beside the tower that a step with images and text never runs (Phi-4
+    /// multimodal's audio embedding, `model.embed_tokens_extend.audio_embed`: audio inputs are
+    /// not a vramplan workload): their weights are held, nothing of theirs is charged as
+    /// activations. Empty for other models.
+    pub idle_paths: Vec<String>,
     /// The fewest pixels the processor scales an image up to (`min_pixels`, its
     /// `size.shortest_edge`).
     pub min_pixels: u64,
@@ -121,6 +171,9 @@ pub struct ImageTokens {
     /// Feature vectors the merger hands the language model (`patches / merge²`, or Gemma 3's
     /// pooled count): the placeholders' embeddings.
     pub features: u64,
+    /// Sequences the tower runs the image as: Llama 4's tiles, 1 for other towers (which split
+    /// an image into windows by [`VisionFacts::attended_patches`] instead).
+    pub tiles: u64,
 }
 
 /// Python's `round` (half to even), as `smart_resize` uses it, of `numerator / denominator`.
@@ -131,6 +184,112 @@ fn round_half_even(numerator: u64, denominator: u64) -> u64 {
         std::cmp::Ordering::Greater => quotient + 1,
         std::cmp::Ordering::Equal => quotient + quotient % 2,
     }
+}
+
+/// `get_best_fit` of `Llama4ImageProcessor` (transformers 5.24 `image_processing_llama4.py`)
+/// for an image of `height × width`: the canvas of `rows × cols` tiles, `rows × cols ≤
+/// max_tiles`, tiles of `T = tile` pixels, that scales the image least while not shrinking it
+/// (the image's limiting scale, `min(rows·T / height, cols·T / width)`, the smallest of those
+/// ≥ 1; where none is, the largest below 1), or most (`max_canvas`); of canvases with that
+/// scale, the smallest area, the first in `find_supported_resolutions`' order. The scales are
+/// computed as it computes them: `rows·T / height` in float32.
+fn best_canvas(height: u64, width: u64, tile: u64, max_tiles: u64, max_canvas: bool) -> (u64, u64) {
+    // `find_supported_resolutions`: for chunks max..1, each factor pair (h, w), grouped by
+    // aspect ratio in the order each ratio first appears.
+    let mut groups: Vec<(f64, Vec<(u64, u64)>)> = Vec::new();
+    for chunks in (1..=max_tiles.clamp(1, 4096)).rev() {
+        for h in (1..=chunks).filter(|h| chunks % h == 0) {
+            let (h, w) = (h, chunks / h);
+            let ratio = h as f64 / w as f64;
+            match groups.iter_mut().find(|(r, _)| *r == ratio) {
+                Some((_, list)) => list.push((h, w)),
+                None => groups.push((ratio, vec![(h, w)])),
+            }
+        }
+    }
+    let canvases: Vec<(u64, u64)> = groups.into_iter().flat_map(|(_, list)| list).collect();
+    let scale = |&(h, w): &(u64, u64)| -> f32 {
+        let (sh, sw) = ((h * tile) as f32 / height as f32, (w * tile) as f32 / width as f32);
+        if sh > sw { sw } else { sh }
+    };
+    let scales: Vec<f32> = canvases.iter().map(scale).collect();
+    let up = scales.iter().copied().filter(|s| *s >= 1.0);
+    let chosen = if max_canvas {
+        up.fold(None, |m: Option<f32>, s| Some(m.map_or(s, |m| m.max(s))))
+    } else {
+        up.fold(None, |m: Option<f32>, s| Some(m.map_or(s, |m| m.min(s))))
+    }
+    .or_else(|| {
+        scales.iter().copied().filter(|s| *s < 1.0).fold(None, |m, s| Some(m.map_or(s, |m: f32| m.max(s))))
+    })
+    .unwrap_or(1.0);
+    canvases
+        .iter()
+        .zip(&scales)
+        .filter(|(_, s)| **s == chosen)
+        .map(|(c, _)| *c)
+        .fold(None, |best: Option<(u64, u64)>, c| match best {
+            Some(b) if b.0 * b.1 <= c.0 * c.1 => Some(b),
+            _ => Some(c),
+        })
+        .unwrap_or((1, 1))
+}
+
+/// `Phi4MultimodalImageProcessor._preprocess` for an image of `width × height` with crops of
+/// `crop` pixels, at most `max_crops`, and `patch`-pixel patches (transformers 5.24): the
+/// canvas, the crops the tower runs (the global image first) and `num_img_tokens`; `None` where
+/// the processor refuses the image (a side under 10 pixels once fitted). Of crop grids as close
+/// to the image's aspect ratio as each other, `find_closest_aspect_ratio` keeps the last in
+/// order of their crop count where the image's area is more than half the grid's; grids of the
+/// same count come in the order of a Python set there, here by columns (only an aspect ratio
+/// exactly between two such grids' tells them apart).
+fn dynamic_hd(width: u64, height: u64, crop: u64, max_crops: u64, patch: u64) -> Option<ImageTokens> {
+    let (w, h) = (width as f64, height as f64);
+    let (mut cols, mut rows) = (width.div_ceil(crop), height.div_ceil(crop));
+    if cols * rows > max_crops {
+        let aspect = w / h;
+        let mut grids: Vec<(u64, u64)> =
+            (1..=max_crops).flat_map(|i| (1..=max_crops / i).map(move |j| (i, j))).collect();
+        grids.sort_by_key(|&(i, j)| i * j);
+        let (mut best, mut best_diff) = ((1, 1), f64::INFINITY);
+        for (i, j) in grids {
+            let diff = (aspect - i as f64 / j as f64).abs();
+            if diff < best_diff {
+                (best, best_diff) = ((i, j), diff);
+            } else if diff == best_diff && w * h > 0.5 * crop as f64 * crop as f64 * i as f64 * j as f64 {
+                best = (i, j);
+            }
+        }
+        (cols, rows) = best;
+    }
+    let (canvas_w, canvas_h) = (crop * cols, crop * rows);
+    let (ratio_w, ratio_h) = (canvas_w as f64 / w, canvas_h as f64 / h);
+    // The resized image (Python's `int()` of the scaled side) and the padding after it.
+    let (new_w, new_h) =
+        if ratio_w < ratio_h { (canvas_w, (h * ratio_w) as u64) } else { ((w * ratio_h) as u64, canvas_h) };
+    if new_h.min(canvas_h) < 10 || new_w.min(canvas_w) < 10 {
+        return None;
+    }
+    let (pad_w, pad_h) = (canvas_w.saturating_sub(new_w), canvas_h.saturating_sub(new_h));
+    // The patch mask: `crop / patch` a crop a side, the padding's whole patches zeroed at the
+    // end; the pooled mask keeps every other row and column of each crop's.
+    let mask = crop / patch.max(1);
+    let zeroed = |pad: u64| if pad >= patch { pad / patch } else { 0 };
+    let kept = |crops: u64, pad: u64| -> u64 {
+        let valid = (mask * crops).saturating_sub(zeroed(pad));
+        (0..crops).map(|k| (0..mask).step_by(2).filter(|t| k * mask + t < valid).count() as u64).sum()
+    };
+    let (pooled_rows, pooled_cols) = (kept(rows, pad_h), kept(cols, pad_w));
+    let side = mask.div_ceil(2);
+    let tokens = side * side + side + 1 + pooled_rows * pooled_cols + pooled_rows;
+    let tiles = 1 + rows * cols;
+    Some(ImageTokens {
+        resized: (canvas_h, canvas_w),
+        patches: tiles * mask * mask,
+        tokens,
+        features: tokens,
+        tiles,
+    })
 }
 
 impl VisionFacts {
@@ -157,6 +316,71 @@ impl VisionFacts {
             };
             let (height, width) = (side("height", height)?, side("width", width)?);
             self.processor = ImageProcessor::Fixed { height, width, tokens };
+            return Ok(());
+        }
+        if let ImageProcessor::Tiled { tile, max_tiles, max_canvas } = self.processor {
+            let number = |key: &str, default: u64, most: u64| -> Result<u64, InputError> {
+                let found = key.split('.').try_fold(&value, |v, k| v.get(k));
+                match found {
+                    None => Ok(default),
+                    Some(found) => found.as_u64().filter(|&n| n > 0 && n <= most).ok_or_else(|| {
+                        InputError::new(
+                            origin,
+                            format!("`{key}` is {found}, not a whole number from 1 to {most}"),
+                        )
+                        .at_key(key)
+                        .with_fix("give the model's preprocessor_config.json as published")
+                    }),
+                }
+            };
+            let (height, width) =
+                (number("size.height", tile, MAX_SIDE)?, number("size.width", tile, MAX_SIDE)?);
+            if height != width {
+                return Err(InputError::new(
+                    origin,
+                    format!("tiles of {height} × {width} pixels are not square"),
+                )
+                .at_key("size")
+                .with_fix("Llama4ImageProcessor takes square tiles (`size` must be square)"));
+            }
+            let max_tiles = number("max_patches", max_tiles, 4096)?;
+            let max_canvas = match value.get("resize_to_max_canvas") {
+                None => max_canvas,
+                Some(found) => found.as_bool().ok_or_else(|| {
+                    InputError::new(origin, format!("`resize_to_max_canvas` is {found}, not true or false"))
+                        .at_key("resize_to_max_canvas")
+                        .with_fix("give true or false")
+                })?,
+            };
+            self.processor = ImageProcessor::Tiled { tile: height, max_tiles, max_canvas };
+            return Ok(());
+        }
+        if let ImageProcessor::DynamicHd { crop, max_crops } = self.processor {
+            let number = |path: &[&str], default: u64, most: u64| -> Result<u64, InputError> {
+                match path.iter().try_fold(&value, |v, k| v.get(k)) {
+                    None => Ok(default),
+                    Some(found) => found.as_u64().filter(|&n| n > 0 && n <= most).ok_or_else(|| {
+                        InputError::new(
+                            origin,
+                            format!("`{}` is {found}, not a whole number from 1 to {most}", path.join(".")),
+                        )
+                        .at_key(path.join("."))
+                        .with_fix("give the model's preprocessor_config.json as published")
+                    }),
+                }
+            };
+            let height = number(&["size", "height"], crop, MAX_SIDE)?;
+            let width = number(&["size", "width"], crop, MAX_SIDE)?;
+            if height != width {
+                return Err(InputError::new(
+                    origin,
+                    format!("crops of {height} × {width} pixels are not square"),
+                )
+                .at_key("size")
+                .with_fix("Phi4MultimodalImageProcessor takes square crops (`size` must be square)"));
+            }
+            let max_crops = number(&["dynamic_hd"], max_crops, 4096)?;
+            self.processor = ImageProcessor::DynamicHd { crop: height, max_crops };
             return Ok(());
         }
         if let ImageProcessor::LongestEdge { longest_edge } = self.processor {
@@ -206,7 +430,8 @@ impl VisionFacts {
 
     /// The processor's resize of a `width × height` image (`smart_resize`) and the patches and
     /// tokens it gives. Refuses (`None`) an image whose sides differ by more than 200 times, as
-    /// the processor does, or with a side past [`MAX_SIDE`].
+    /// the processor does, or with a side past [`MAX_SIDE`]; Phi-4 multimodal's dynamic HD one
+    /// with a side under 10 pixels once fitted to its crops, as its processor does.
     pub fn image_tokens(&self, width: u64, height: u64) -> Option<ImageTokens> {
         if let ImageProcessor::Fixed { height, width, tokens } = self.processor {
             let patch = self.patch_size.max(1);
@@ -215,9 +440,36 @@ impl VisionFacts {
                 patches: (height / patch) * (width / patch),
                 tokens,
                 features: tokens,
+                tiles: 1,
             });
         }
         let (w, h) = (width.max(1), height.max(1));
+        if let ImageProcessor::Tiled { tile, max_tiles, max_canvas } = self.processor {
+            if w.max(h) > MAX_SIDE {
+                return None;
+            }
+            let (rows, cols) = best_canvas(h, w, tile, max_tiles, max_canvas);
+            let tiles = rows * cols + u64::from(rows * cols > 1);
+            let side = tile / self.patch_size.max(1);
+            let per_tile = side * side / (self.merge_size * self.merge_size).max(1);
+            let features = tiles * per_tile;
+            // `<|image_start|>`, `<|image|>`, `<|image_end|>`; a separator between the tiles of
+            // a row and after each row, where there is more than one tile.
+            let separators = if rows * cols > 1 { rows * cols } else { 0 };
+            return Some(ImageTokens {
+                resized: (rows * tile, cols * tile),
+                patches: tiles * side * side,
+                tokens: features + separators + 3,
+                features,
+                tiles,
+            });
+        }
+        if let ImageProcessor::DynamicHd { crop, max_crops } = self.processor {
+            if w.max(h) > MAX_SIDE {
+                return None;
+            }
+            return dynamic_hd(w, h, crop, max_crops, self.patch_size);
+        }
         if let ImageProcessor::LongestEdge { longest_edge } = self.processor {
             if w.max(h) > MAX_SIDE {
                 return None;
@@ -237,6 +489,7 @@ impl VisionFacts {
                 patches: features * self.merge_size * self.merge_size,
                 tokens: features + rows,
                 features,
+                tiles: 1,
             });
         }
         // Past MAX_SIDE (the workload's bound) the products below could overflow.
@@ -258,7 +511,25 @@ impl VisionFacts {
         }
         let patches = (h_bar / self.patch_size) * (w_bar / self.patch_size);
         let tokens = patches / (self.merge_size * self.merge_size);
-        Some(ImageTokens { resized: (h_bar, w_bar), patches, tokens, features: tokens })
+        Some(ImageTokens { resized: (h_bar, w_bar), patches, tokens, features: tokens, tiles: 1 })
+    }
+
+    /// The processor's settings that size an image, in its config's words
+    /// (`min_pixels 3136, max_pixels 12845056`; `size 896 × 896`).
+    pub fn processor_settings(&self) -> String {
+        match self.processor {
+            ImageProcessor::SmartResize => {
+                format!("min_pixels {}, max_pixels {}", self.min_pixels, self.max_pixels)
+            }
+            ImageProcessor::Fixed { height, width, .. } => format!("size {height} × {width}"),
+            ImageProcessor::LongestEdge { longest_edge } => format!("longest_edge {longest_edge}"),
+            ImageProcessor::Tiled { tile, max_tiles, max_canvas } => {
+                format!("size {tile} × {tile}, max_patches {max_tiles}, resize_to_max_canvas {max_canvas}")
+            }
+            ImageProcessor::DynamicHd { crop, max_crops } => {
+                format!("size {crop} × {crop}, dynamic_hd {max_crops}")
+            }
+        }
     }
 
     /// Head width of the tower's attention.
@@ -320,6 +591,9 @@ mod tests {
             deepstack_blocks: Vec::new(),
             hooked_input_embeddings: true,
             packed_images: false,
+            class_token: false,
+            pixel_value_bytes: 4,
+            idle_paths: Vec::new(),
             min_pixels: 3136,
             max_pixels: 12_845_056,
         }
@@ -368,6 +642,41 @@ mod tests {
     }
 
     #[test]
+    fn tiles_as_llama4() {
+        // transformers 5.24 `Llama4ImageProcessor()` (336-pixel tiles, max_patches 16) on an
+        // image of each size: its `aspect_ratios`, `pixel_values.shape[0]` (the tiles and the
+        // global tile), and the tokens `Llama4Processor._prompt_split_image` writes (all, and
+        // `<|patch|>`), with torchvision 0.29.2.
+        let llama4 = VisionFacts {
+            processor: ImageProcessor::Tiled { tile: 336, max_tiles: 16, max_canvas: false },
+            patch_size: 14,
+            merge_size: 2,
+            ..qwen25()
+        };
+        let cases = [
+            ((1024, 1024), (4, 4), 17, 2467, 2448),
+            ((336, 336), (1, 1), 1, 147, 144),
+            ((200, 300), (1, 1), 1, 147, 144),
+            ((3000, 2000), (3, 5), 16, 2322, 2304),
+            ((640, 480), (2, 2), 5, 727, 720),
+            ((100, 2000), (6, 1), 7, 1017, 1008),
+            ((1024, 768), (3, 4), 13, 1887, 1872),
+            ((4032, 3024), (3, 4), 13, 1887, 1872),
+            ((1000, 1), (1, 3), 4, 582, 576),
+        ];
+        for ((width, height), (rows, cols), tiles, tokens, features) in cases {
+            let image = llama4.image_tokens(width, height).expect("image");
+            assert_eq!(image.resized, (rows * 336, cols * 336), "{width}x{height}");
+            assert_eq!(
+                (image.tiles, image.tokens, image.features),
+                (tiles, tokens, features),
+                "{width}x{height}"
+            );
+            assert_eq!(image.patches, tiles * 576);
+        }
+    }
+
+    #[test]
     fn longest_edge_as_pixtral() {
         // transformers 5.24 `get_resize_output_image_size` with longest_edge 1540 and patch 28
         // (14 × merge 2): 3000 × 2000 → floor(2000 / (3000/1540)) = 1026 → 37 rows of 28,
@@ -382,5 +691,56 @@ mod tests {
         assert_eq!((image.features, image.tokens, image.patches), (37 * 55, 37 * 56, 37 * 55 * 4));
         // Smaller than the edge: no resize, each side rounded up (100 → 4 × 28).
         assert_eq!(pixtral.image_tokens(100, 30).map(|i| i.resized), Some((56, 112)));
+    }
+
+    #[test]
+    fn dynamic_hd_as_phi4_multimodal() {
+        // transformers 5.24 `Phi4MultimodalImageProcessor()` (448-pixel crops, dynamic_hd 36,
+        // patch 14) on a blank RGB image of each width × height, torchvision 0.29.2:
+        // `image_sizes` (the canvas, height × width), `image_pixel_values.shape[1]` (the global
+        // image and the crops) and `num_img_tokens`, printed by
+        //   scripts/reference/.venv5/bin/python -c 'from PIL import Image; from transformers import
+        //   Phi4MultimodalImageProcessor as P; o = P()(Image.new("RGB", (W, H)));
+        //   print(o["image_sizes"], o["image_pixel_values"].shape, o["num_img_tokens"])'
+        let phi4 = VisionFacts {
+            processor: ImageProcessor::DynamicHd { crop: 448, max_crops: 36 },
+            patch_size: 14,
+            ..qwen25()
+        };
+        let cases = [
+            ((448, 448), (448, 448), 2, 545),
+            ((1024, 1024), (1344, 1344), 10, 2625),
+            ((640, 480), (896, 896), 5, 1065),
+            ((1920, 1080), (1344, 2240), 16, 3918),
+            ((3000, 2000), (2240, 3136), 36, 8748),
+            ((4032, 3024), (1344, 1792), 13, 3393),
+            ((100, 2000), (2240, 448), 6, 673),
+            ((5000, 500), (896, 5376), 25, 4133),
+            ((6720, 4480), (1792, 2688), 25, 6481),
+            ((8000, 8000), (2688, 2688), 37, 9585),
+            ((200, 300), (448, 448), 2, 465),
+            ((1024, 768), (896, 1344), 7, 1681),
+            ((1540, 1540), (1792, 1792), 17, 4433),
+            ((896, 896), (896, 896), 5, 1329),
+            ((2000, 50), (448, 2240), 6, 435),
+        ];
+        for ((width, height), resized, crops, tokens) in cases {
+            let image = phi4.image_tokens(width, height).expect("image");
+            assert_eq!(image.resized, resized, "{width}x{height}");
+            assert_eq!(
+                (image.tiles, image.tokens, image.features),
+                (crops, tokens, tokens),
+                "{width}x{height}"
+            );
+            assert_eq!(image.patches, crops * 1024, "{width}x{height}");
+        }
+        // A side under 10 pixels once fitted: the processor's "aspect ratio is very extreme".
+        assert_eq!(phi4.image_tokens(5000, 5), None);
+        let mut read = phi4.clone();
+        read.read_processor_config(r#"{"dynamic_hd": 16, "size": {"height": 448, "width": 448}}"#, "p")
+            .expect("reads");
+        assert_eq!(read.processor, ImageProcessor::DynamicHd { crop: 448, max_crops: 16 });
+        assert!(read.read_processor_config(r#"{"size": {"height": 448, "width": 336}}"#, "p").is_err());
+        assert!(read.read_processor_config(r#"{"dynamic_hd": 0}"#, "p").is_err());
     }
 }

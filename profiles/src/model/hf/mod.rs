@@ -24,8 +24,10 @@ pub(crate) use heads::{TASKS as HEAD_TASKS, class_for as head_class_for};
 mod gpt_neox;
 mod llama;
 mod llama4;
+mod llama4_vl;
 mod opt;
 mod phi;
+mod phi4_mm;
 mod qwen3_vl;
 mod qwen_vl;
 mod t5;
@@ -74,8 +76,10 @@ pub const SUPPORTED: &[&str] = &[
     "Mistral3ForConditionalGeneration",
     "FalconH1ForCausalLM",
     "Llama4ForCausalLM",
+    "Llama4ForConditionalGeneration",
     "Glm4ForCausalLM",
     "Cohere2ForCausalLM",
+    "Phi4MultimodalForCausalLM",
 ];
 
 /// The name transformers loads checkpoint tensor `name` under in class `arch` (in `naming`),
@@ -173,6 +177,7 @@ pub(crate) fn from_config_unquantized(
         "FalconForCausalLM" => falcon::build(config, &arch, options),
         "FalconH1ForCausalLM" => falcon_h1::build(config, &arch, options),
         "Llama4ForCausalLM" => llama4::build(config, &arch, options),
+        "Llama4ForConditionalGeneration" => llama4_vl::build(config, &arch, options),
         "Glm4ForCausalLM" => glm4::build(config, &arch, options),
         "Cohere2ForCausalLM" => cohere2::build(config, &arch, options),
         "OPTForCausalLM" => opt::build(config, &arch, options),
@@ -184,6 +189,7 @@ pub(crate) fn from_config_unquantized(
         "Gemma3ForConditionalGeneration" => gemma3_vl::build(config, &arch, options),
         "Qwen3VLForConditionalGeneration" => qwen3_vl::build(config, &arch, options),
         "Mistral3ForConditionalGeneration" => mistral3_vl::build(config, &arch, options),
+        "Phi4MultimodalForCausalLM" => phi4_mm::build(config, &arch, options),
         // Base models and task heads of every family (`LlamaModel`, `XLNetForQuestionAnswering`).
         head if heads::builds(head) => heads::build(config, head, options),
         other => {

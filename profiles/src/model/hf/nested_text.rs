@@ -52,7 +52,7 @@ impl NestedText {
 }
 
 /// The nested config at `key`, named after its parent in errors.
-fn sub_config(config: &HfConfig, key: &str) -> Result<HfConfig, InputError> {
+pub(super) fn sub_config(config: &HfConfig, key: &str) -> Result<HfConfig, InputError> {
     let object = config.object().get(key).and_then(Value::as_object).cloned().ok_or_else(|| {
         InputError::new(config.origin(), format!("a vision-language config without `{key}`"))
             .at_key(key)
@@ -137,7 +137,8 @@ impl TowerSizes {
     /// frames a patch, `merge` patches a side to a token, `activation` in the MLP; the rest as
     /// a plain tower has them: LayerNorm blocks without rotary embeddings, a two-projection MLP,
     /// every block attending over the whole image, no DeepStack, the patch embedding hooked
-    /// (it is the tower's `get_input_embeddings()`), one sequence an image.
+    /// (it is the tower's `get_input_embeddings()`), one sequence an image without a class
+    /// token, float32 `pixel_values`.
     pub(super) fn facts(
         &self,
         path: &str,
@@ -149,7 +150,9 @@ impl TowerSizes {
         let (min_pixels, max_pixels) = match processor {
             ImageProcessor::SmartResize => (DEFAULT_MIN_PIXELS, DEFAULT_MAX_PIXELS),
             ImageProcessor::Fixed { height, width, .. } => (height * width, height * width),
-            ImageProcessor::LongestEdge { .. } => (1, 1),
+            ImageProcessor::LongestEdge { .. }
+            | ImageProcessor::Tiled { .. }
+            | ImageProcessor::DynamicHd { .. } => (1, 1),
         };
         VisionFacts {
             path: path.into(),
@@ -170,6 +173,9 @@ impl TowerSizes {
             deepstack_blocks: Vec::new(),
             hooked_input_embeddings: true,
             packed_images: false,
+            class_token: false,
+            pixel_value_bytes: 4,
+            idle_paths: Vec::new(),
             min_pixels,
             max_pixels,
         }
