@@ -46,6 +46,16 @@ pub fn read_device_map(
     entries_from_text(&text, &path.display().to_string(), model, hardware)
 }
 
+/// As [`read_device_map`], for device-map JSON `text` read from `origin` (a map given in memory).
+pub fn read_device_map_text(
+    text: &str,
+    origin: &str,
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+) -> Result<Vec<(String, Target)>, InputError> {
+    entries_from_text(text, origin, model, hardware)
+}
+
 fn read_text(path: &Path) -> Result<String, InputError> {
     std::fs::read_to_string(path).map_err(|e| {
         InputError::io(path, &e).with_fix(
@@ -55,8 +65,9 @@ fn read_text(path: &Path) -> Result<String, InputError> {
 }
 
 /// Parses device-map JSON `text` read from `origin` into a placement, refusing a name listed
-/// twice and tensors left on no device.
-pub(crate) fn placement_from_device_map_text(
+/// twice and tensors left on no device (a map given in memory, as [`placement_from_device_map`]
+/// reads a file).
+pub fn placement_from_device_map_text(
     text: &str,
     origin: &str,
     model: &ModelDescription,
