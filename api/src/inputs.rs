@@ -1,0 +1,211 @@
+//! What every command that simulates reads: the model ([`ModelSource`]), the hardware, and the
+//! workload (a YAML file with the flags over it), read and checked into [`Loaded`]; and what
+//! the runtime holds of a pre-quantized checkpoint on the hardware ([`held_by_runtime`]).
+
+use std::path::{Path, PathBuf};
+use vramplan_profiles::InputError;
+use vramplan_profiles::hardware::{self, HardwareProfile};
+use vramplan_profiles::model::{self, ImportOptions, ModelDescription, Naming};
+use vramplan_sim::input::{self, WorkloadFlags};
+use vramplan_sim::workload::{Engine, Workload};
+
+/// Where a model's description comes from.
+#[derive(Debug, Clone)]
+pub enum ModelSource {
+    /// What the command line takes: a built-in name (`mixtral-8x7b`), a config.json, a model
+    /// folder, a custom YAML, a Hugging Face Hub id (`org/name[@revision]`, `org/name:Q4_K_M`
+    /// for a GGUF file), or a GGUF file.
+    Spec(String),
+    /// A `config.json` given as text (a Python `dict` or `PretrainedConfig` serialised);
+    /// `origin` names it in errors and becomes the model's name.
+    ConfigJson {
+        /// The config's JSON text.
+        text: String,
+        /// What to call it: the model's name and the origin of errors.
+        origin: String,
+    },
+    /// A description already built (by the binding, from a torch module). Used as it is: the
+    /// module naming a command asks for does not change it.
+    Description(Box<ModelDescription>),
+}
+
+impl Default for ModelSource {
+    fn default() -> ModelSource {
+        ModelSource::Spec(String::new())
+    }
+}
+
+impl From<&str> for ModelSource {
+    fn from(spec: &str) -> ModelSource {
+        ModelSource::Spec(spec.to_string())
+    }
+}
+
+impl ModelSource {
+    /// The description, with `options` (the module naming) where the source is read here.
+    pub fn load(&self, options: ImportOptions) -> Result<ModelDescription, InputError> {
+        match self {
+            ModelSource::Spec(spec) => model::load(spec, options),
+            ModelSource::ConfigJson { text, origin } => model::hf::from_config_text(text, origin, options),
+            ModelSource::Description(description) => Ok((**description).clone()),
+        }
+    }
+
+    /// How the model is named where a spec is written: in a plan file (`model:`), in a fix's
+    /// command line. The spec as given, a config's origin, or a description's name.
+    pub fn spec(&self) -> &str {
+        match self {
+            ModelSource::Spec(spec) => spec,
+            ModelSource::ConfigJson { origin, .. } => origin,
+            ModelSource::Description(description) => &description.name,
+        }
+    }
+}
+
+/// The model, the hardware and the workload, as the flags give them.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    /// The model.
+    pub model: ModelSource,
+    /// A built-in profile (`t4x2`, `a100-80gb-x4`), a short form (`2xt4`) or a YAML file; for
+    /// `whatif cheapest` and `grid`, a comma list or `all`.
+    pub hardware: String,
+    /// A workload YAML file (docs/workloads.md); the flags override it.
+    pub workload: Option<PathBuf>,
+    /// The workload flags (docs/workloads.md), as typed.
+    pub flags: WorkloadFlags,
+    /// The activations a script measured (`vramplan validate --script FILE.py --trace-out
+    /// FILE`), in place of declared or modelled ones (docs/validate-script.md).
+    pub activations: Option<PathBuf>,
+}
+
+/// The inputs, read and checked.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The model, as the runtime holds it on this hardware.
+    pub model: ModelDescription,
+    /// The hardware profile.
+    pub hardware: HardwareProfile,
+    /// The workload: the file (or a plan's, or the defaults) with the flags over it.
+    pub workload: Workload,
+    /// What the workload checks found odd for this model and hardware.
+    pub warnings: Vec<String>,
+}
+
+impl Inputs {
+    /// Reads the model with `naming` and the hardware, and the workload: the workload file,
+    /// else `fallback` (a plan file's), else the defaults, with the flags over it.
+    pub fn load(&self, naming: Naming, fallback: Option<Workload>) -> Result<Loaded, InputError> {
+        self.load_on(naming, fallback, &self.hardware)
+    }
+
+    /// As [`Inputs::load`], on the hardware `spec` instead of [`Inputs::hardware`] (one of a
+    /// list).
+    pub fn load_on(
+        &self,
+        naming: Naming,
+        fallback: Option<Workload>,
+        spec: &str,
+    ) -> Result<Loaded, InputError> {
+        let mut model = self.model.load(ImportOptions { naming })?;
+        if let Some(path) = &self.activations {
+            measured_activations(&mut model, path)?;
+        }
+        let hardware = hardware::load(spec)?;
+        let base = match (&self.workload, fallback) {
+            (Some(path), _) => input::workload_from_yaml(path)?,
+            (None, Some(workload)) => workload,
+            (None, None) => Workload::default(),
+        };
+        let mut workload = self.flags.apply(base)?;
+        let seq_given = self.flags.seq.is_some() || self.workload.is_some();
+        let note = input::fit_default_seq(&mut workload, seq_given, &model);
+        let mut warnings = input::validate(&workload, &model, &hardware)?;
+        warnings.extend(note);
+        let model = held_by_runtime(model, &hardware, &workload, &mut warnings)?;
+        Ok(Loaded { model, hardware, workload, warnings })
+    }
+}
+
+/// Declares on `model` the activations of the run `path` (a `--trace-out` file) measured.
+fn measured_activations(model: &mut ModelDescription, path: &Path) -> Result<(), InputError> {
+    let file = crate::script::read_trace_file(path, "--activations")?;
+    let shown = path.display().to_string();
+    let Some(measured) = &file.activations else {
+        return Err(InputError::new(
+            &shown,
+            "holds no activations: the run never trained (no forward was followed by a backward)",
+        )
+        .at_key("activations")
+        .with_fix("measure a training script: `vramplan validate --script train.py --trace-out FILE`"));
+    };
+    vramplan_validate::declare_measured(model, measured).map(|_| ()).map_err(|why| match why {
+        vramplan_validate::ActivationsMismatch::NoBatch => {
+            InputError::new(&shown, "the run's forward took no tensor with a batch dimension")
+                .at_key("activations.batch")
+                .with_fix("measure a script whose model takes its batch as a tensor")
+        }
+        vramplan_validate::ActivationsMismatch::NoCommonModule { measured, model: names } => InputError::new(
+            &shown,
+            format!(
+                "none of the run's modules ({}) is a module of `{}` ({})",
+                measured.join(", "),
+                model.name,
+                names.join(", ")
+            ),
+        )
+        .at_key("activations.modules")
+        .with_fix("describe the model with the names the script's modules have (`named_modules()`)"),
+    })
+}
+
+/// A device map places one copy of the model; `key` is the option that asked for another
+/// parallelism.
+pub(crate) fn device_map_needs_one_copy(key: &str, fix: &str) -> InputError {
+    InputError::new(
+        key,
+        "a device map spreads one copy of the model over GPUs (naive model parallelism); DDP, ZeRO, \
+         FSDP and tensor parallelism place the model themselves",
+    )
+    .with_fix(fix)
+}
+
+/// What the runtime holds of a pre-quantized checkpoint on these GPUs (the oldest one
+/// decides: every GPU loads the same weights): the stored layout where it has the kernels, the
+/// dequantized model where it falls back (with a warning), or a refusal where it stops.
+/// llama.cpp reads GGUF files, not the checkpoint's layout.
+pub(crate) fn held_by_runtime(
+    model: ModelDescription,
+    hardware: &HardwareProfile,
+    workload: &Workload,
+    warnings: &mut Vec<String>,
+) -> Result<ModelDescription, InputError> {
+    use vramplan_profiles::model::quantization::held::{Loader, held_on};
+    let loader = match workload.engine {
+        Engine::Transformers => Loader::Transformers,
+        Engine::Vllm { .. } => Loader::Vllm,
+        Engine::LlamaCpp { .. } => return Ok(model),
+    };
+    // vLLM runs on its tensor-parallel group, transformers on any of the GPUs.
+    let gpus = match workload.engine {
+        Engine::Vllm { .. } => vramplan_sim::engines::vllm::tensor_parallel_size(workload) as usize,
+        _ => hardware.devices.len(),
+    };
+    let Some(capability) = hardware.devices.iter().take(gpus).map(|d| d.compute_capability).min() else {
+        return Ok(model);
+    };
+    let held = held_on(&model, loader, capability, workload.weight_dtype.unwrap_or(model.dtype))?;
+    if let Some(warning) = held.warning(&model, loader, capability) {
+        warnings.push(warning);
+    }
+    Ok(held.model)
+}
+
+/// Adds the warnings of `from` that `into` does not have yet, in order.
+pub(crate) fn merge_warnings(into: &mut Vec<String>, from: Vec<String>) {
+    for warning in from {
+        if !into.contains(&warning) {
+            into.push(warning);
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! `plan`: reads the inputs, asks the solver for a placement, with accelerate's greedy map
+//! beside it for accelerate targets and, after a proof that nothing fits, why and what would
+//! (the remedies), and renders the export `-o` writes. The time limit bounds the whole command:
+//! the ILP and its refinement rounds, the greedy baseline and the remedy probes share one
+//! deadline. Under data parallelism (`--parallel ddp`, `zero1`–`zero3`, `fsdp`) nothing is
+//! placed: each GPU is a rank judged on its own memory, no baseline or remedies are run, and no
+//! device map is exported (only the YAML plan).
+
+use crate::expert_load::read_expert_load;
+use crate::inputs::{Inputs, Loaded};
+use crate::shares::{parse_gap, parse_headroom};
+use crate::{InputError, Outcome};
+use serde::Serialize;
+use std::path::PathBuf;
+use vramplan_profiles::hardware::HardwareProfile;
+use vramplan_solver::Runtime;
+use vramplan_solver::build::{Request, parse_pin};
+use vramplan_solver::explain::{DEFAULT_BUDGET_S, Explanation, explain};
+use vramplan_solver::export::{Export, Format, export};
+use vramplan_solver::plan::{
+    Plan, Settings, SolverKind, Verdict, deadline_after, plan as solve_plan, seconds_left,
+};
+
+/// How a plan is solved: the runtime, the headroom, pins, offload and the solver's limits, as
+/// the flags write them.
+#[derive(Debug, Clone)]
+pub struct SolveOptions {
+    /// The runtime the plan is for: accelerate (default) | accelerate-v4 | llama.cpp |
+    /// expert-parallel | pipeline.
+    pub target: String,
+    /// Share of each GPU's usable memory kept free, 0 to 90 %: `10%` or `0.1`. Default 10 %
+    /// (for `plot sweep` and `plot grid`, 0, as `whatif` judges).
+    pub headroom: Option<String>,
+    /// Modules fixed to devices: `lm_head=0`, `model.layers.28-31=cpu`.
+    pub pin: Vec<String>,
+    /// Never place modules on the CPU or disk.
+    pub no_offload: bool,
+    /// Among equally balanced plans, use the fewest GPUs.
+    pub min_devices: bool,
+    /// Seconds the whole command may take: the best plan found by then, with its gap.
+    pub time_limit: Option<f64>,
+    /// The solver's tolerance, `1%` (default) or `0.01`; `0` for exact.
+    pub gap: Option<String>,
+    /// ilp (exact, default) | greedy (accelerate's `device_map="auto"`).
+    pub solver: String,
+    /// Tokens routed to each expert, per MoE layer: JSON `{"model.layers.3.mlp.experts": [..]}`.
+    pub expert_load: Option<PathBuf>,
+    /// Host RAM offloaded modules may fill (`29GiB`), in place of the profile's.
+    pub host_ram: Option<String>,
+    /// Disk offloaded modules may fill (`73GB`), in place of the profile's.
+    pub disk: Option<String>,
+}
+
+impl Default for SolveOptions {
+    fn default() -> SolveOptions {
+        SolveOptions {
+            target: "accelerate".into(),
+            headroom: None,
+            pin: Vec::new(),
+            no_offload: false,
+            min_devices: false,
+            time_limit: None,
+            gap: None,
+            solver: "ilp".into(),
+            expert_load: None,
+            host_ram: None,
+            disk: None,
+        }
+    }
+}
+
+impl SolveOptions {
+    /// The host figures given, set on every node of `hardware`.
+    fn apply_host(&self, hardware: &mut HardwareProfile) -> Result<(), InputError> {
+        let read = |key: &str, text: &Option<String>| -> Result<Option<u64>, InputError> {
+            text.as_deref()
+                .map(|t| {
+                    vramplan_profiles::units::parse_bytes(t).map_err(|e| {
+                        InputError::new(key, e)
+                            .with_fix(format!("give a size with its unit, e.g. `{key} 32GiB`"))
+                    })
+                })
+                .transpose()
+        };
+        let (ram, disk) = (read("--host-ram", &self.host_ram)?, read("--disk", &self.disk)?);
+        for node in &mut hardware.nodes {
+            node.host.ram_bytes = ram.or(node.host.ram_bytes);
+            node.host.disk_bytes = disk.or(node.host.disk_bytes);
+        }
+        Ok(())
+    }
+}
+
+/// What `plan` reads.
+#[derive(Debug, Clone, Default)]
+pub struct PlanRequest {
+    /// The model, hardware and workload.
+    pub inputs: Inputs,
+    /// How the plan is solved.
+    pub solve: SolveOptions,
+    /// The name of the file `-o` writes, when one is: with the target, its extension picks the
+    /// export's format (`.yaml` for vramplan's plan), and the export is rendered into
+    /// [`PlanResult::export`] when the plan fits.
+    pub output: Option<String>,
+    /// The export's format, in place of the file name's: accelerate | llama.cpp |
+    /// expert-parallel | pipeline | yaml.
+    pub format: Option<String>,
+}
+
+/// A plan, with what it was solved from, accelerate's map beside it and why nothing fits.
+#[derive(Debug, Clone)]
+pub struct PlanResult {
+    /// The inputs as read (the warnings include the host figures a plan assumed).
+    pub loaded: Loaded,
+    /// The plan.
+    pub result: Plan,
+    /// accelerate's `device_map="auto"` for accelerate targets (while time is left).
+    pub baseline: Option<Plan>,
+    /// Why nothing fits and what would, after a proof that nothing does.
+    pub explanation: Option<Explanation>,
+    /// The export for [`PlanRequest::output`] in its format, when the plan fits.
+    pub export: Option<(Format, Export)>,
+}
+
+/// What `plan --json` prints.
+#[derive(Serialize)]
+struct PlanOutput<'a> {
+    #[serde(flatten)]
+    plan: &'a Plan,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    baseline: Option<&'a Plan>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    explanation: Option<&'a Explanation>,
+    warnings: &'a [String],
+    /// A generic model's label (`model::generic`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    generic: Option<vramplan_profiles::model::generic::Generic>,
+}
+
+impl PlanResult {
+    /// What `plan --json` prints.
+    pub fn to_json(&self) -> String {
+        crate::json_text(&PlanOutput {
+            plan: &self.result,
+            baseline: self.baseline.as_ref(),
+            explanation: self.explanation.as_ref(),
+            warnings: &self.loaded.warnings,
+            generic: vramplan_profiles::model::generic::of(&self.loaded.model),
+        })
+    }
+
+    /// Fits (optimal, or the best within the time limit), does not fit (proven), or no answer.
+    pub fn outcome(&self) -> Outcome {
+        match self.result.verdict {
+            Verdict::Fits => Outcome::Positive,
+            Verdict::DoesNotFit => Outcome::Negative,
+            Verdict::Unknown => Outcome::NoAnswer,
+        }
+    }
+}
+
+/// `vramplan plan`: the plan, the baseline, the remedies, and the export for `-o`.
+pub fn plan(request: &PlanRequest) -> Result<PlanResult, InputError> {
+    let refuse = |loaded: &Loaded| {
+        if vramplan_sim::estimate::is_data_parallel(&loaded.workload) {
+            refuse_map_export(request, &loaded.workload)?;
+        }
+        Ok(())
+    };
+    let mut solved = solve(&request.inputs, &request.solve, refuse)?;
+    if let Some(name) = &request.output
+        && solved.result.verdict == Verdict::Fits
+    {
+        let format = match &request.format {
+            Some(f) => Format::parse(f)?,
+            None => Format::for_output(name, &solved.result),
+        };
+        let exported = export(
+            &solved.result,
+            format,
+            request.inputs.model.spec(),
+            &request.inputs.hardware,
+            &solved.loaded.workload,
+        )?;
+        solved.export = Some((format, exported));
+    }
+    Ok(solved)
+}
+
+/// The line a plan that offloads adds where the host figures it used are vramplan's defaults,
+/// not the profile's or the user's.
+fn assumed_host(plan: &Plan, hardware: &HardwareProfile) -> Option<String> {
+    use vramplan_profiles::units::format_bytes;
+    use vramplan_solver::Target;
+    use vramplan_solver::build::{DEFAULT_HOST_DISK, DEFAULT_HOST_RAM};
+    let host = hardware.nodes.first().map(|n| n.host).unwrap_or_default();
+    let on = |tier: Target| plan.device_map.iter().any(|(_, t)| *t == tier);
+    let mut assumed = Vec::new();
+    if on(Target::Cpu) && host.ram_bytes.is_none() {
+        assumed.push(format!("{} of RAM (--host-ram)", format_bytes(DEFAULT_HOST_RAM)));
+    }
+    if on(Target::Disk) && host.disk_bytes.is_none() {
+        assumed.push(format!("{} of disk (--disk)", format_bytes(DEFAULT_HOST_DISK)));
+    }
+    (!assumed.is_empty()).then(|| {
+        format!(
+            "the plan offloads to a host the profile `{}` gives no figures for, and assumes {}: give the \
+             machine's with those flags, or `host:` in a profile (docs/hardware-profiles.md)",
+            hardware.name,
+            assumed.join(" and ")
+        )
+    })
+}
+
+/// Reads the inputs and solves the plan `args` asks for, with the baseline and the
+/// explanation; `before` may refuse the inputs once read, before anything is solved.
+pub(crate) fn solve(
+    inputs: &Inputs,
+    args: &SolveOptions,
+    before: impl FnOnce(&Loaded) -> Result<(), InputError>,
+) -> Result<PlanResult, InputError> {
+    // What is left of the time limit, for the next stage.
+    let deadline = deadline_after(args.time_limit);
+    let left = || seconds_left(deadline);
+    let runtime = Runtime::parse(&args.target)?;
+    let solver = match args.solver.as_str() {
+        "ilp" => SolverKind::Ilp,
+        "greedy" => SolverKind::Greedy,
+        other => {
+            return Err(InputError::new("--solver", format!("unknown solver `{other}`"))
+                .with_fix("use `ilp` (exact) or `greedy` (accelerate's algorithm)"));
+        }
+    };
+    let mut loaded = inputs.load(runtime.naming(), None)?;
+    args.apply_host(&mut loaded.hardware)?;
+    before(&loaded)?;
+    let Loaded { model, hardware, workload, .. } = &loaded;
+    let data_parallel = vramplan_sim::estimate::is_data_parallel(workload);
+    let mut request = Request::new(runtime);
+    request.headroom = parse_headroom(args.headroom.as_deref().unwrap_or("10%"))?;
+    request.offload = !args.no_offload;
+    request.min_devices = args.min_devices;
+    let gpus = hardware.devices.len() as u32;
+    request.pins = args.pin.iter().map(|p| parse_pin(p, gpus)).collect::<Result<_, _>>()?;
+    if let Some(path) = &args.expert_load {
+        request.expert_load = read_expert_load(path, model, runtime)?;
+    }
+    if let Some(limit) = args.time_limit
+        && !(limit > 0.0 && limit.is_finite())
+    {
+        return Err(InputError::new("--time-limit", format!("{limit} is not a positive number of seconds"))
+            .with_fix("give seconds, e.g. `--time-limit 5`"));
+    }
+    let relative_gap = match &args.gap {
+        Some(text) => parse_gap(text)?,
+        None => Settings::default().relative_gap,
+    };
+    let settings = Settings { solver, time_limit_s: left(), relative_gap };
+    let result = solve_plan(model, hardware, workload, &request, &settings)?;
+    // The baseline (no ILP, but a simulation) only while time is left; when the plan already
+    // is accelerate's map (the ILP found nothing within its charges), that map.
+    let baseline = if data_parallel {
+        None
+    } else if solver == SolverKind::Ilp && result.solver.kind == SolverKind::Greedy {
+        Some(result.clone())
+    } else if solver == SolverKind::Ilp
+        && matches!(runtime, Runtime::Accelerate | Runtime::AccelerateV4)
+        && left().is_none_or(|s| s > 0.0)
+    {
+        solve_plan(model, hardware, workload, &request, &Settings { solver: SolverKind::Greedy, ..settings })
+            .ok()
+    } else {
+        None
+    };
+    // Why, and what would fit, only after a proof that nothing does: the ILP's. The greedy
+    // baseline's map running out proves nothing about other maps. The remedies get their usual
+    // budget, or less where less of the time limit is left: a limit is a ceiling, and a longer
+    // one is for the plan, not for more probes.
+    let explanation = (result.verdict == Verdict::DoesNotFit && solver == SolverKind::Ilp && !data_parallel)
+        .then(|| {
+            let budget = left().map_or(DEFAULT_BUDGET_S, |s| s.min(DEFAULT_BUDGET_S));
+            explain(model, hardware, workload, &request, &Settings { time_limit_s: Some(budget), ..settings })
+        });
+    for plan in std::iter::once(&result).chain(baseline.as_ref()) {
+        if let Some(line) = assumed_host(plan, &loaded.hardware)
+            && !loaded.warnings.contains(&line)
+        {
+            loaded.warnings.push(line);
+        }
+    }
+    Ok(PlanResult { loaded, result, baseline, explanation, export: None })
+}
+
+/// Under data parallelism there is no device map to write: every rank loads the whole model on
+/// its own GPU (`device_map={"": local_rank}`, a different map per rank, so no one file serves
+/// them), and DeepSpeed ZeRO-3 and FSDP take none at all. `-o` writes only vramplan's YAML plan
+/// (which `estimate --plan` reads back); any other format is refused before solving.
+fn refuse_map_export(
+    request: &PlanRequest,
+    workload: &vramplan_sim::workload::Workload,
+) -> Result<(), InputError> {
+    let Some(name) = &request.output else { return Ok(()) };
+    let (format, key) = match &request.format {
+        Some(f) => (Format::parse(f)?, "--format"),
+        None if name.ends_with(".yaml") || name.ends_with(".yml") => (Format::Yaml, "-o"),
+        None => (Format::Accelerate, "-o"),
+    };
+    if format == Format::Yaml {
+        return Ok(());
+    }
+    let flag = vramplan_solver::plan::parallel_flag(workload.parallelism);
+    let why = match workload.parallelism {
+        vramplan_sim::workload::Parallelism::Zero { stage: 3, .. } => {
+            "DeepSpeed ZeRO-3 and FSDP shard the weights as they load them and take no device map".to_string()
+        }
+        _ => "every rank loads the whole model on its own GPU (`device_map={\"\": local_rank}`), so there is no \
+              layer split to write"
+            .to_string(),
+    };
+    Err(InputError::new(key, format!("--parallel {flag} needs no device map: {why}"))
+        .with_fix("write the plan as YAML (`-o plan.yaml`), or use `--parallel single` for a map that splits one copy of the model"))
+}
