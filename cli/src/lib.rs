@@ -1,5 +1,6 @@
-//! The command line: parses arguments with clap, loads inputs through `vramplan-profiles`, and
-//! prints what `vramplan-reports` renders. No planning logic lives here.
+//! The command line: parses arguments with clap, turns them into `vramplan-api` requests, calls
+//! the API, and prints its results (text rendered by `vramplan-reports`, or `--json`), writing
+//! the files `-o` names. No loading, planning or orchestration lives here.
 //!
 //! Exit codes (the contract in DESIGN.md): 0 success; 1 the question has a negative answer,
 //! proven; 2 bad input (the message says what and where); 3 no usable device for `validate`;
@@ -19,18 +20,13 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::Path;
-use vramplan_profiles::InputError;
+use vramplan_api::{InputError, InspectRequest, ModelSource};
 use vramplan_profiles::hardware;
-use vramplan_profiles::model::{self, ImportOptions, Naming};
+use vramplan_profiles::model::Naming;
 
-/// Exit code for a negative answer, proven (nothing fits, a mismatch, an OOM).
-pub const EXIT_NEGATIVE: i32 = 1;
-/// Exit code for bad input.
-pub const EXIT_BAD_INPUT: i32 = 2;
+pub use vramplan_api::{EXIT_BAD_INPUT, EXIT_NEGATIVE, EXIT_NO_ANSWER};
 /// Exit code when `validate`'s backend has no usable device here.
 pub const EXIT_NO_DEVICE: i32 = validate::EXIT_NO_DEVICE;
-/// Exit code when `--time-limit` ran out before an answer either way.
-pub const EXIT_NO_ANSWER: i32 = 4;
 
 #[derive(Parser, Debug)]
 #[command(name = "vramplan", version, about = "Plan GPU memory before you launch", long_about = None)]
@@ -99,6 +95,16 @@ enum ProfilesAction {
 pub(crate) enum NamingArg {
     V5,
     V4,
+}
+
+impl NamingArg {
+    /// The naming it names.
+    pub(crate) fn naming(self) -> Naming {
+        match self {
+            NamingArg::V5 => Naming::V5,
+            NamingArg::V4 => Naming::V4,
+        }
+    }
 }
 
 /// Runs the command line `args` (program name first), writing to `out` and `err`; returns the
@@ -182,21 +188,16 @@ fn finish(result: Result<i32, InputError>, err: &mut dyn Write) -> i32 {
     }
 }
 
-fn json_text<T: serde::Serialize>(value: &T) -> String {
-    // Serializing our own plain data types cannot fail; an empty object is never printed.
-    serde_json::to_string_pretty(value).unwrap_or_default()
-}
-
 fn list_profiles(json: bool, out: &mut dyn Write) -> Result<i32, InputError> {
-    let profiles =
-        hardware::builtin_names().into_iter().map(hardware::load).collect::<Result<Vec<_>, _>>()?;
-    let text = if json { json_text(&profiles) } else { vramplan_reports::profiles_table(&profiles) };
+    let profiles = vramplan_api::profiles()?;
+    let text =
+        if json { vramplan_api::json_text(&profiles) } else { vramplan_reports::profiles_table(&profiles) };
     print(out, &text)
 }
 
 fn show_profile(name: &str, json: bool, out: &mut dyn Write) -> Result<i32, InputError> {
-    let profile = hardware::load(name)?;
-    let text = if json { json_text(&profile) } else { hardware::to_yaml(&profile) };
+    let profile = vramplan_api::profile(name)?;
+    let text = if json { vramplan_api::json_text(&profile) } else { hardware::to_yaml(&profile) };
     print(out, &text)
 }
 
@@ -207,16 +208,14 @@ fn inspect(
     json: bool,
     out: &mut dyn Write,
 ) -> Result<i32, InputError> {
-    let naming = match naming {
-        NamingArg::V5 => Naming::V5,
-        NamingArg::V4 => Naming::V4,
+    let request = InspectRequest {
+        model: ModelSource::Spec(spec.to_string()),
+        dtype: dtype.map(str::to_string),
+        naming: naming.naming(),
     };
-    let mut description = model::load(spec, ImportOptions { naming })?;
-    if let Some(name) = dtype {
-        description = description.cast(vramplan_profiles::DType::parse_input("--dtype", name)?);
-    }
-    let summary = description.summary();
-    let text = if json { json_text(&summary) } else { vramplan_reports::inspect_table(&summary) };
+    let summary = vramplan_api::inspect(&request)?;
+    let text =
+        if json { vramplan_api::json_text(&summary) } else { vramplan_reports::inspect_table(&summary) };
     print(out, &text)
 }
 

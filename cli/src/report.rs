@@ -1,21 +1,14 @@
 //! `vramplan report MODEL --hardware HW [WORKLOAD] [--device-map F | --plan F] [plan's
-//! options] -o report.md|report.html`: where one copy of the model spans several GPUs, the plan
-//! beside accelerate's map; the estimate of that map (or of the map given) and the step's
-//! timeline; as Markdown with the drawings as SVG files beside it (`report-breakdown.svg`, …), or as
-//! one self-contained HTML file. Every file is written atomically; prints what it wrote.
+//! options] -o report.md|report.html`: the options as a `vramplan-api` request; writes the
+//! report (Markdown with its SVG drawings beside it, or one HTML file), each file atomically,
+//! and prints what it wrote.
 
-use crate::estimate::{Inputs, MapSource, simulate};
-use crate::plan::{SolveOptions, Solved, solve};
+use crate::estimate::{Inputs, MapSource};
+use crate::plan::SolveOptions;
 use clap::Args;
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use vramplan_profiles::InputError;
-use vramplan_profiles::units::format_bytes;
-use vramplan_reports::document::{self, Drawing, Section};
-use vramplan_reports::plot::{self, Breakdown, Figure, ImageFormat, PlacementFigure, TimelineFigure};
-use vramplan_sim::Placement;
-use vramplan_solver::check::map_findings;
-use vramplan_solver::plan::Verdict;
+use std::path::PathBuf;
+use vramplan_api::{InputError, ReportRequest};
 
 #[derive(Args, Debug)]
 pub(crate) struct ReportArgs {
@@ -30,170 +23,22 @@ pub(crate) struct ReportArgs {
     output: PathBuf,
 }
 
-/// The report's kinds, from the output's extension.
-#[derive(Clone, Copy, PartialEq)]
-enum Kind {
-    Markdown,
-    Html,
-}
-
 /// Runs `vramplan report`.
 pub(crate) fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<i32, InputError> {
-    let extension = args.output.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
-    let kind = match extension.as_deref() {
-        Some("md") => Kind::Markdown,
-        Some("html" | "htm") => Kind::Html,
-        _ => {
-            return Err(InputError::new(
-                "-o",
-                format!("`{}` is neither .md nor .html", args.output.display()),
-            )
-            .with_fix("name the report `report.md` (SVG files beside it) or `report.html` (one file)"));
-        }
+    let request = ReportRequest {
+        inputs: args.inputs.request(),
+        map: args.map.request(),
+        solve: args.solve.request(),
+        output: args.output.clone(),
     };
-    // One copy of the model over several GPUs, without a map given: the plan's map (the
-    // estimate is of it), beside accelerate's. Otherwise the estimate of the map given, or of
-    // the default placement.
-    let simulated = simulate(&args.inputs, &args.map)?;
-    let spans_gpus = simulated.loaded.hardware.devices.len() > 1
-        && !vramplan_sim::estimate::is_data_parallel(&simulated.loaded.workload)
-        && !args.map.given();
-    let solved = if spans_gpus { Some(solve(&args.inputs, &args.solve, |_| Ok(()))?) } else { None };
-    let (loaded, estimate) = match &solved {
-        Some(Solved { loaded, result, .. }) if result.verdict == Verdict::Fits => {
-            let placement = Placement::from_entries(result.device_map.clone());
-            (loaded, vramplan_sim::estimate(&loaded.model, &loaded.hardware, &loaded.workload, &placement)?)
-        }
-        _ => (&simulated.loaded, simulated.estimate.clone()),
-    };
-    let words = plot::workload_words(&loaded.workload, None);
-    let title = format!("{} on {}: {words}", loaded.model.name, args.inputs.hardware);
-    let stem = args.output.file_stem().map_or("report".into(), |s| s.to_string_lossy().into_owned());
-    let mut sections = Vec::new();
-    if let Some(Solved { result, baseline, explanation, loaded }) = &solved {
-        sections.push(Section {
-            heading: "Device map".into(),
-            lead: "The plan `vramplan plan` solves, with accelerate's `device_map=\"auto\"` for the same inputs.".into(),
-            table: vramplan_reports::plan_table_untimed(result, baseline.as_ref(), explanation.as_ref(), &loaded.warnings),
-            drawing: Some(drawing(
-                &PlacementFigure { title: format!("device map · {title}"), plan: result, baseline: baseline.as_ref() },
-                format!("{stem}-plan.svg"),
-                "one column per device, its units in order, against the plan's limit",
-            )?),
-        });
-    }
-    let placed = if solved.as_ref().is_some_and(|s| s.result.verdict == Verdict::Fits) {
-        " of the plan's map"
-    } else {
-        ""
-    };
-    // A map given is checked as `vramplan check` does: its findings go with its memory, so a
-    // map the runtime stops on is never reported as fitting alone.
-    let given = args.map.given().then(|| {
-        let entries = simulated.placement.entries();
-        let findings = map_findings(
-            &loaded.model,
-            entries,
-            simulated.runtime,
-            &loaded.workload,
-            loaded.hardware.devices.len(),
-        );
-        (entries, findings)
-    });
-    let memory = match &given {
-        Some((_, findings)) => {
-            vramplan_reports::check_table(simulated.runtime, Some(&estimate), None, findings)
-        }
-        None => vramplan_reports::estimate_table(&estimate),
-    };
-    if let Some((entries, _)) = &given {
-        let lines: Vec<String> = entries
-            .iter()
-            .map(|(key, target)| {
-                format!("  {}: {}", serde_json::Value::from(key.as_str()), crate::json_text(target).trim())
-            })
-            .collect();
-        sections.push(Section {
-            heading: "Device map".into(),
-            lead: "The map given, as `from_pretrained` reads it, and the call that loads it.".into(),
-            table: format!(
-                "{{\n{}\n}}\n\nsaved as device_map.json, it loads with\n  {}\n",
-                lines.join(",\n"),
-                vramplan_reports::accelerate_load_call(
-                    "device_map.json",
-                    &loaded.model,
-                    entries,
-                    &loaded.workload
-                )
-                .join("\n  ")
-            ),
-            drawing: None,
-        });
-    }
-    sections.push(Section {
-        heading: "Memory at the peak".into(),
-        lead: format!(
-            "{}Each GPU's bytes by component at its peak{placed}, against what PyTorch may use (`vramplan estimate`){}.",
-            vramplan_profiles::model::generic::line(&loaded.model).replace('\n', " "),
-            if given.is_some() { ", and what `vramplan check` finds in the map" } else { "" }
-        ),
-        table: crate::estimate::data_parallel_heading(&loaded.workload, &loaded.hardware) + &memory,
-        drawing: Some(drawing(
-            &Breakdown { title: format!("memory at the peak · {title}"), devices: &estimate.devices, measured: None },
-            format!("{stem}-breakdown.svg"),
-            "one stacked bar per GPU by component, with the capacity and usable lines",
-        )?),
-    });
-    let placement = match &solved {
-        Some(Solved { result, .. }) if result.verdict == Verdict::Fits => {
-            Placement::from_entries(result.device_map.clone())
-        }
-        _ => simulated.placement.clone(),
-    };
-    if let Ok(trace) = vramplan_sim::trace::trace(
-        &loaded.model,
-        &loaded.hardware,
-        &loaded.workload,
-        &placement,
-        crate::plot::TIMELINE_POINTS,
-    ) {
-        let peaks: Vec<String> = trace
-            .devices
-            .iter()
-            .map(|d| format!("GPU {}: {} at {}", d.device, format_bytes(d.peak.allocated), d.peak_at))
-            .collect();
-        sections.push(Section {
-            heading: "The step over time".into(),
-            lead: "Allocated and reserved bytes over the step's operations, the phases shaded.".into(),
-            table: format!("peak allocated\n{}\n", peaks.join("\n")),
-            drawing: Some(drawing(
-                &TimelineFigure { title: format!("the step over time · {title}"), trace: &trace },
-                format!("{stem}-timeline.svg"),
-                "allocated and reserved bytes over the step, per GPU, with the peak marked",
-            )?),
-        });
-    }
+    let report = vramplan_api::report(&request)?;
     let mut written = Vec::new();
-    match kind {
-        Kind::Markdown => {
-            let folder = args.output.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-            for d in sections.iter().filter_map(|s| s.drawing.as_ref()) {
-                let path = folder.join(&d.file);
-                crate::write_atomic(&path, d.svg.as_bytes())?;
-                written.push(path.display().to_string());
-            }
-            crate::write_atomic(&args.output, document::markdown(&title, &sections).as_bytes())?;
-        }
-        Kind::Html => crate::write_atomic(&args.output, document::html(&title, &sections).as_bytes())?,
+    for (path, svg) in &report.drawings {
+        crate::write_atomic(path, svg.as_bytes())?;
+        written.push(path.display().to_string());
     }
-    written.insert(0, args.output.display().to_string());
+    let (path, text) = &report.document;
+    crate::write_atomic(path, text.as_bytes())?;
+    written.insert(0, path.display().to_string());
     crate::print(out, &format!("wrote {}", written.join(", ")))
-}
-
-/// `figure` as an SVG drawing named `file`.
-fn drawing(figure: &impl Figure, file: String, caption: &str) -> Result<Drawing, InputError> {
-    let bytes =
-        plot::render(figure, ImageFormat::Svg).map_err(|e| InputError::new("report", e.to_string()))?;
-    let svg = String::from_utf8(bytes).map_err(|e| InputError::new("report", e.to_string()))?;
-    Ok(Drawing { file, caption: caption.to_string(), svg })
 }

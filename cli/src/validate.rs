@@ -1,34 +1,19 @@
 //! `vramplan validate PLAN [--backend cuda|torch|cpu] [--python PATH] [--steps N] [--fake-gpus] [--run-anyway] [--json]`:
-//! runs a plan written by
-//! `vramplan plan -o plan.yaml` (its model, hardware, target, workload and device map) on a
-//! backend, after `check`'s static rules, and prints the prediction beside what the run
-//! measured. Exit 0 when every allocation of the step succeeded; 1 when the static check finds
-//! a mismatch (nothing is allocated then) or the run runs out of memory; 2 for bad input; 3 when
-//! the backend cannot run here (no CUDA driver, too few devices), with what is missing.
+//! the plan (a file `vramplan plan -o plan.yaml` wrote, or a model with `--device-map`) and the
+//! backend as a `vramplan-api` request; prints the prediction beside what the run measured.
+//! Exit 0 when every allocation of the step succeeded; 1 when the static check finds a mismatch
+//! (nothing is allocated then) or the run runs out of memory; 2 for bad input; 3 when the
+//! backend cannot run here (no CUDA driver, too few devices), with what is missing.
 
-use crate::estimate::held_by_runtime;
 use clap::{Args, ValueEnum};
-use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;
-use vramplan_profiles::DType;
-use vramplan_profiles::InputError;
-use vramplan_profiles::hardware;
-use vramplan_profiles::hardware::HardwareProfile;
-use vramplan_profiles::model::{self, ImportOptions, ModelDescription};
-use vramplan_sim::estimate::{DeviceEstimate, is_data_parallel};
-use vramplan_sim::input::{WorkloadFlags, lora_target_modules};
-use vramplan_sim::program::step_program;
-use vramplan_sim::workload::{Engine, Finetune, GradCheckpointing, Mode, Quant, Workload};
-use vramplan_sim::{Placement, device_map, input};
-use vramplan_solver::Runtime;
-use vramplan_solver::check::{Finding, map_findings};
-use vramplan_solver::export::PlanTarget;
-use vramplan_solver::export::{DeviceMapEntries, PlanFile, read_plan_file};
-use vramplan_validate::{Backend, TorchLora, TorchRequest, Unavailable, Validation};
+use vramplan_api::{DeviceMapSource, InputError, MapPlan, ModelSource, PlanSource, ValidateRequest};
+use vramplan_sim::input::WorkloadFlags;
+use vramplan_validate::Backend;
 
 /// Exit code when the backend has no usable device here.
-pub const EXIT_NO_DEVICE: i32 = 3;
+pub const EXIT_NO_DEVICE: i32 = vramplan_api::EXIT_NO_DEVICE;
 
 #[derive(Args, Debug)]
 pub(crate) struct ValidateArgs {
@@ -131,130 +116,6 @@ impl BackendArg {
     }
 }
 
-/// What `validate --json` prints.
-#[derive(Serialize)]
-struct ValidateOutput<'a> {
-    /// The static check's findings (nothing ran when there is one).
-    findings: &'a [Finding],
-    /// The prediction per device, as `estimate --json` gives it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    predicted: Option<&'a [DeviceEstimate]>,
-    /// What the run measured.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    run: Option<&'a Validation>,
-    /// Why the backend could not run.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    unavailable: Option<&'a Unavailable>,
-    /// No finding, and the run completed.
-    ok: bool,
-}
-
-/// A fix that offers the cuda backend only where a CUDA driver loads, beside `otherwise`.
-fn cuda_or(otherwise: &str) -> String {
-    if vramplan_validate::cuda_driver_present().is_ok() {
-        format!("use --backend cuda, or {otherwise}")
-    } else {
-        format!("{otherwise}; --backend cuda runs it on a machine with an NVIDIA GPU (none here)")
-    }
-}
-
-/// What the torch backend's harness runs for `plan`: the model's raw config (a built-in's, or
-/// the `config.json` of a file or folder), the plan's map as written, and the workload.
-fn torch_request(
-    plan: &PlanFile,
-    model: &ModelDescription,
-    workload: &Workload,
-    steps: u32,
-    origin: &str,
-) -> Result<TorchRequest, InputError> {
-    let unsupported = |what: &str| {
-        InputError::new(format!("{origin}: workload"), format!("the torch backend does not run {what} yet"))
-            .with_fix(cuda_or("use a plan without it"))
-    };
-    let Some(text) = model::config_text(&plan.model)? else {
-        return Err(InputError::new(
-            origin,
-            format!(
-                "the torch backend builds transformers models from a config.json; `{}` has none",
-                plan.model
-            ),
-        )
-        .with_fix(cuda_or("check its map with `vramplan check`, or the cpu backend (`--backend cpu`)")));
-    };
-    let config: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| InputError::new(plan.model.clone(), format!("not a JSON config: {e}")))?;
-    if workload.quant != Quant::None {
-        return Err(unsupported("quantized weights"));
-    }
-    if workload.engine != Engine::Transformers {
-        return Err(unsupported("another engine than transformers"));
-    }
-    let dtype = workload.weight_dtype.unwrap_or(model.dtype);
-    let dtype = match dtype {
-        DType::BF16 => "bf16",
-        DType::F16 => "fp16",
-        DType::F32 => "fp32",
-        _ => return Err(unsupported(&format!("{dtype} weights"))),
-    };
-    // The modules the simulation adapts, by full path (PEFT matches a path exactly), so the
-    // runtime adapts the same ones (no targets means PEFT's default for the architecture).
-    let lora = match &workload.finetune {
-        Finetune::Lora { rank, alpha, .. } => {
-            Some(TorchLora { rank: *rank, alpha: *alpha, targets: lora_target_modules(workload, model)? })
-        }
-        Finetune::Full => None,
-    };
-    Ok(TorchRequest {
-        config,
-        device_map: plan.device_map.clone(),
-        mode: if workload.mode == Mode::Train { "train" } else { "inference" }.to_string(),
-        batch: workload.batch,
-        seq: workload.seq,
-        dtype: dtype.to_string(),
-        lora,
-        grad_checkpointing: workload.grad_checkpointing != GradCheckpointing::Off,
-        steps,
-        fake_gpus: 0,
-    })
-}
-
-/// The plan `validate MODEL --device-map FILE --hardware HW [workload]` stands for: the map as
-/// read for the model, with the workload from the file and the flags.
-fn plan_of_map(
-    args: &ValidateArgs,
-    map: &std::path::Path,
-    hardware_spec: &str,
-) -> Result<(PlanFile, ModelDescription, HardwareProfile), InputError> {
-    let runtime = Runtime::parse(&args.target)?;
-    let model_arg = args.plan.clone().unwrap_or_default();
-    let model = model::load(&model_arg, ImportOptions { naming: runtime.naming() })?;
-    let hardware = hardware::load(hardware_spec)?;
-    let base = match &args.workload {
-        Some(path) => input::workload_from_yaml(path)?,
-        None => Workload::default(),
-    };
-    let mut workload = args.flags.apply(base)?;
-    let seq_given = args.flags.seq.is_some() || args.workload.is_some();
-    // The default sequence as estimate takes it (validate prints no workload notes).
-    let _ = input::fit_default_seq(&mut workload, seq_given, &model);
-    // In file order: the first GPU the map lists runs what it offloads.
-    let device_map = DeviceMapEntries(
-        device_map::read_device_map(map, &model, &hardware)?
-            .into_iter()
-            .map(|(module, target)| (module, PlanTarget::of(target)))
-            .collect(),
-    );
-    let plan = PlanFile {
-        vramplan_plan: 1,
-        model: model_arg,
-        hardware: hardware_spec.to_string(),
-        target: runtime.name().to_string(),
-        workload,
-        device_map,
-    };
-    Ok((plan, model, hardware))
-}
-
 /// Runs `vramplan validate`.
 pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<i32, InputError> {
     if let Some(script) = &args.script {
@@ -266,12 +127,15 @@ pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write)
             "a plan file names its hardware: leave --hardware out, or give --device-map or --script",
         ));
     }
-    // The plan, and the model and hardware where reading the map has loaded them already.
-    let (plan, loaded) = match (&args.device_map, &args.hardware) {
-        (Some(map), Some(hardware)) => {
-            let (plan, model, hardware) = plan_of_map(args, map, hardware)?;
-            (plan, Some((model, hardware)))
-        }
+    let plan = match (&args.device_map, &args.hardware) {
+        (Some(map), Some(hardware)) => PlanSource::Map(Box::new(MapPlan {
+            model: ModelSource::Spec(plan_arg),
+            device_map: DeviceMapSource::File(map.clone()),
+            hardware: hardware.clone(),
+            workload: args.workload.clone(),
+            flags: args.flags.clone(),
+            target: args.target.clone(),
+        })),
         _ => {
             if args.target != "accelerate" || args.flags != WorkloadFlags::default() {
                 return Err(InputError::new(
@@ -281,160 +145,52 @@ pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write)
                 )
                 .with_fix("leave them out, or give MODEL --device-map FILE --hardware HW with them"));
             }
-            (read_plan_file(std::path::Path::new(&plan_arg))?, None)
+            PlanSource::File(PathBuf::from(plan_arg))
         }
     };
-    let origin = args.device_map.as_ref().map_or_else(|| plan_arg.clone(), |m| m.display().to_string());
-    let runtime = Runtime::parse(&plan.target).map_err(|e| InputError::new(&origin, e.to_string()))?;
-    let (model, hardware) = match loaded {
-        Some(loaded) => loaded,
-        None => (
-            model::load(&plan.model, ImportOptions { naming: runtime.naming() })?,
-            hardware::load(&plan.hardware)?,
-        ),
+    let request = ValidateRequest {
+        plan,
+        backend: args.backend.backend(),
+        python: args.python.clone(),
+        steps: args.steps,
+        cpu: args.cpu,
+        fake_gpus: args.fake_gpus,
+        fold_devices: args.fold_devices,
+        run_anyway: args.run_anyway,
     };
-    let workload = plan.workload.clone();
-    if is_data_parallel(&workload) {
-        return Err(InputError::new(
-            format!("{origin}: workload.parallelism"),
-            "validate runs a plan's device map; a data-parallel plan has none",
-        )
-        .with_fix("estimate each rank with `vramplan estimate` and the same workload"));
+    let result = vramplan_api::validate(&request)?;
+    if let Some(why) = &result.unavailable {
+        let _ = writeln!(err, "{}", vramplan_reports::unavailable_message(result.backend, why));
+        if args.json {
+            crate::print(out, &result.to_json())?;
+        }
+        return Ok(result.outcome().exit_code());
     }
-    let mut warnings = input::validate(&workload, &model, &hardware)?;
-    let model = held_by_runtime(model, &hardware, &workload, &mut warnings)?;
-    let gpus = u32::try_from(hardware.devices.len()).unwrap_or(u32::MAX);
-    let entries = plan.entries(&origin, gpus)?;
-    let backend = args.backend.backend();
-    if args.fold_devices && backend != Backend::Cuda {
-        return Err(InputError::new(
-            "validate --fold-devices",
-            "only the cuda backend runs a plan's GPUs on fewer devices",
-        )
-        .with_fix("drop --fold-devices, or use --backend cuda"));
-    }
-
-    // Static first: a mismatch the rules find needs no device.
-    let findings = map_findings(&model, &entries, runtime, &workload, hardware.devices.len());
-    if !findings.is_empty() && !args.run_anyway {
-        let text = if args.json {
-            crate::json_text(&ValidateOutput {
-                findings: &findings,
-                predicted: None,
-                run: None,
-                unavailable: None,
-                ok: false,
-            })
-        } else {
-            vramplan_reports::check_table(
-                runtime,
-                None,
-                Some("the static check found a mismatch, so nothing was run"),
-                &findings,
-            )
-        };
-        crate::print(out, &text)?;
-        return Ok(crate::EXIT_NEGATIVE);
-    }
-
-    let placement = Placement::from_entries(entries.clone());
-    let estimate = vramplan_sim::estimate(&model, &hardware, &workload, &placement)?;
-    let outcome = match backend {
-        Backend::Cuda => {
-            let program = step_program(&model, &hardware, &workload, &placement);
-            vramplan_validate::run_cuda(&program, &model, &workload, &hardware, args.fold_devices)
-        }
-        Backend::Torch => {
-            let mut request = torch_request(&plan, &model, &workload, args.steps, &origin)?;
-            if args.cpu {
-                request.device_map = DeviceMapEntries(vec![(String::new(), PlanTarget::Host("cpu".into()))]);
+    let text = if args.json {
+        result.to_json()
+    } else {
+        match (&result.run, &result.estimate) {
+            (Some(run), Some(estimate)) if result.findings.is_empty() => {
+                vramplan_reports::validate_table(estimate, run)
             }
-            if args.fake_gpus {
-                request.fake_gpus = gpus;
-            }
-            vramplan_validate::run_torch(&request, &args.python)
-        }
-        Backend::Cpu => {
-            if !matches!(runtime, Runtime::Accelerate | Runtime::AccelerateV4) {
-                return Err(InputError::new(
-                    format!("{origin}: target"),
-                    format!(
-                        "the cpu backend runs accelerate's placement; `{}` is another runtime's",
-                        runtime.name()
-                    ),
-                )
-                .with_fix("validate a plan for --target accelerate or accelerate-v4 on it"));
-            }
-            if workload.quant != Quant::None {
-                return Err(InputError::new(
-                    format!("{origin}: workload.quant"),
-                    "the cpu backend runs every weight at full precision, so a quantized plan's \
-                     placement and bytes would not be the plan's",
-                )
-                .with_fix(
-                    "run `vramplan check` on the map for the runtime's device rules, or --backend cuda where \
-                     there is a GPU",
-                ));
-            }
-            let steps = (workload.mode == Mode::Train).then_some(args.steps);
-            // LoRA adapts the model for training, as the torch backend's harness does.
-            let targets = match (&workload.finetune, steps) {
-                (Finetune::Lora { .. }, Some(_)) => Some(lora_target_modules(&workload, &model)?),
-                _ => None,
-            };
-            let request = vramplan_validate::CpuRequest {
-                model: &model,
-                entries: &entries,
-                train_steps: steps,
-                lora_targets: targets.as_deref(),
-            };
-            Ok(vramplan_validate::run_cpu(&request).map_err(|e| {
-                InputError::new("validate --backend cpu", format!("candle failed: {e}"))
-                    .with_fix("this is a fault of vramplan's cpu backend; please report it with the plan")
-            })?)
-        }
-    };
-    match outcome {
-        Err(why) => {
-            let _ = writeln!(err, "{}", vramplan_reports::unavailable_message(backend, &why));
-            if args.json {
-                let output = ValidateOutput {
-                    findings: &findings,
-                    predicted: Some(&estimate.devices),
-                    run: None,
-                    unavailable: Some(&why),
-                    ok: false,
-                };
-                crate::print(out, &crate::json_text(&output))?;
-            }
-            Ok(EXIT_NO_DEVICE)
-        }
-        Ok(run) => {
-            // Findings reach a run only under --run-anyway, which asks what the runtime does: the
-            // run's outcome decides.
-            let ok = run.outcome == vramplan_validate::Outcome::Completed;
-            let text = if args.json {
-                let output = ValidateOutput {
-                    findings: &findings,
-                    predicted: Some(&estimate.devices),
-                    run: Some(&run),
-                    unavailable: None,
-                    ok,
-                };
-                crate::json_text(&output)
-            } else if findings.is_empty() {
-                vramplan_reports::validate_table(&estimate, &run)
-            } else {
+            (Some(run), Some(estimate)) => {
                 let checked = vramplan_reports::check_table(
-                    runtime,
+                    result.runtime,
                     None,
                     Some("--run-anyway: the run went ahead, and its outcome is below"),
-                    &findings,
+                    &result.findings,
                 );
-                format!("{checked}\n{}", vramplan_reports::validate_table(&estimate, &run))
-            };
-            crate::print(out, &text)?;
-            Ok(if ok { 0 } else { crate::EXIT_NEGATIVE })
+                format!("{checked}\n{}", vramplan_reports::validate_table(estimate, run))
+            }
+            // Static first: a mismatch the rules find needs no device.
+            _ => vramplan_reports::check_table(
+                result.runtime,
+                None,
+                Some("the static check found a mismatch, so nothing was run"),
+                &result.findings,
+            ),
         }
-    }
+    };
+    crate::print(out, &text)?;
+    Ok(result.outcome().exit_code())
 }

@@ -1,23 +1,19 @@
-//! `vramplan whatif QUERY MODEL --hardware HW [WORKLOAD] [--json|--csv]`: reads the inputs and
-//! the query's options, asks `vramplan_solver::whatif`, and prints the answer. Exit 0 when the
-//! query has an answer (something fits), 1 when nothing does (proven by simulation).
+//! `vramplan whatif QUERY MODEL --hardware HW [WORKLOAD] [--json|--csv]`: the query and its
+//! options as a `vramplan-api` request; prints the answer. Exit 0 when the query has an answer
+//! (something fits), 1 when nothing does (proven by simulation).
 //!
 //! `grid` takes its axes as the workload flags with a range or a list for a value (`--batch
 //! 1..128`, `--seq 512..32768`, `--quant none,int8,nf4`, `--hardware t4,t4x2`); those values are
 //! moved to the grid's own options before clap reads the line ([`grid_axis_args`]), so that the
 //! workload flags keep their types everywhere else.
 
-use crate::estimate::{Inputs, Loaded};
+use crate::estimate::Inputs;
 use clap::{Args, ValueEnum};
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use vramplan_profiles::hardware::{self, Prices};
-use vramplan_profiles::{DType, InputError};
-use vramplan_sim::workload::Quant;
-use vramplan_solver::Runtime;
-use vramplan_solver::build::Request;
-use vramplan_solver::whatif::{self, Axis, AxisValue, Question};
+use std::sync::OnceLock;
+use vramplan_api::{InputError, WhatifAnswer, WhatifRequest};
 
 #[derive(Copy, Clone, Debug, PartialEq, ValueEnum)]
 pub(crate) enum Query {
@@ -37,6 +33,22 @@ pub(crate) enum Query {
     Frontier,
     /// Every point of two or three axes (`--batch 1..128 --seq 512..4096 --quant none,nf4`).
     Grid,
+}
+
+impl Query {
+    /// The API's query.
+    fn query(self) -> vramplan_api::Query {
+        match self {
+            Query::MaxBatch => vramplan_api::Query::MaxBatch,
+            Query::MaxSeq => vramplan_api::Query::MaxSeq,
+            Query::MaxConcurrency => vramplan_api::Query::MaxConcurrency,
+            Query::MinGpus => vramplan_api::Query::MinGpus,
+            Query::Cheapest => vramplan_api::Query::Cheapest,
+            Query::BestQuant => vramplan_api::Query::BestQuant,
+            Query::Frontier => vramplan_api::Query::Frontier,
+            Query::Grid => vramplan_api::Query::Grid,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -80,9 +92,9 @@ pub(crate) struct WhatifArgs {
 #[derive(Args, Debug)]
 pub(crate) struct GridAxes {
     #[arg(long = "grid-batch", hide = true)]
-    pub grid_batch: Option<String>,
+    grid_batch: Option<String>,
     #[arg(long = "grid-seq", hide = true)]
-    pub grid_seq: Option<String>,
+    grid_seq: Option<String>,
     #[arg(long = "grid-quant", hide = true)]
     grid_quant: Option<String>,
     #[arg(long = "grid-kv-dtype", hide = true)]
@@ -90,12 +102,14 @@ pub(crate) struct GridAxes {
 }
 
 impl GridAxes {
-    /// Whether any axis was given.
-    pub(crate) fn given(&self) -> bool {
-        self.grid_batch.is_some()
-            || self.grid_seq.is_some()
-            || self.grid_quant.is_some()
-            || self.grid_kv_dtype.is_some()
+    /// The API's axes.
+    pub(crate) fn request(&self) -> vramplan_api::GridAxes {
+        vramplan_api::GridAxes {
+            batch: self.grid_batch.clone(),
+            seq: self.grid_seq.clone(),
+            quant: self.grid_quant.clone(),
+            kv_dtype: self.grid_kv_dtype.clone(),
+        }
     }
 }
 
@@ -143,213 +157,80 @@ pub(crate) fn grid_axis_args(args: Vec<OsString>) -> Vec<OsString> {
 
 /// Runs `vramplan whatif`.
 pub(crate) fn run(args: &WhatifArgs, out: &mut dyn Write) -> Result<i32, InputError> {
-    let runtime = Runtime::parse(&args.target)?;
-    let specs = hardware_list(&args.inputs.hardware)?;
-    let many = specs.len() > 1;
-    if many && !matches!(args.query, Query::Cheapest | Query::Grid) {
-        return Err(InputError::new("--hardware", "a list of profiles is for `cheapest` and `grid`")
-            .with_fix("give one profile, e.g. `--hardware t4x2`"));
-    }
-    let Loaded { model, hardware, workload, .. } = args.inputs.load_on(runtime.naming(), None, &specs[0])?;
-    let mut request = Request::new(runtime);
-    request.headroom = crate::plan::parse_headroom(&args.headroom)?;
-    request.offload = args.offload;
-    let question = Question { model: &model, hardware: &hardware, workload: &workload, request: &request };
     if args.csv && !matches!(args.query, Query::Grid | Query::Frontier) {
         return Err(InputError::new("--csv", "CSV is for the tables of `grid` and `frontier`")
             .with_fix("use --json for this query, or leave --csv out"));
     }
-    let (text, found) = match args.query {
-        Query::MaxBatch => {
-            let a = whatif::max_batch(&question)?;
-            (render(args, &a, || vramplan_reports::largest_text(&a)), a.value.is_some())
-        }
-        Query::MaxSeq => {
-            let a = whatif::max_seq(&question, args.past_positions)?;
-            (render(args, &a, || vramplan_reports::largest_text(&a)), a.value.is_some())
-        }
-        Query::MaxConcurrency => {
-            let a = whatif::max_concurrency(&question, workload.seq);
-            let found = a.iter().any(|c| c.sequences.is_some());
-            (render(args, &a, || vramplan_reports::concurrency_text(&a)), found)
-        }
-        Query::MinGpus => {
-            let a = whatif::min_gpus(&question, args.gpu.as_deref())?;
-            (render(args, &a, || vramplan_reports::fewest_text(&a)), a.gpus.is_some())
-        }
-        Query::BestQuant => {
-            let a = whatif::best_quant(&question);
-            let found = a.iter().any(|c| c.fit.as_ref().is_some_and(|f| f.fits));
-            (render(args, &a, || vramplan_reports::quant_text(&a)), found)
-        }
-        Query::Cheapest => {
-            let prices = match &args.prices {
-                Some(path) => Prices::from_file(path)?,
-                None => Prices::builtin()?,
-            };
-            let a = whatif::cheapest(&question, &specs, &prices)?;
-            (render(args, &a, || vramplan_reports::cheapest_text(&a, &prices.currency)), a.answer.is_some())
-        }
-        Query::Frontier => {
-            let a = whatif::frontier(&question)?;
-            let text = if args.csv {
-                vramplan_reports::frontier_csv(&a)
-            } else {
-                render(args, &a, || vramplan_reports::frontier_text(&a))
-            };
-            (text, !a.points.is_empty())
-        }
-        Query::Grid => {
-            let axes = grid_axes(&args.axes, &specs, "whatif grid")?;
-            let total: usize = axes.iter().map(Vec::len).product();
-            let bar = progress_bar(total as u64);
-            let a = whatif::grid(&question, &axes, &|n| bar.inc(n as u64))?;
-            bar.finish_and_clear();
-            let text = if args.csv {
-                vramplan_reports::grid_csv(&a)
-            } else {
-                render(args, &a, || vramplan_reports::grid_text(&a))
-            };
-            (text, a.points.iter().any(|p| p.fits))
-        }
+    let request = WhatifRequest {
+        query: args.query.query(),
+        inputs: args.inputs.request(),
+        headroom: args.headroom.clone(),
+        target: args.target.clone(),
+        offload: args.offload,
+        past_positions: args.past_positions,
+        gpu: args.gpu.clone(),
+        prices: args.prices.clone(),
+        axes: args.axes.request(),
     };
-    // A generic model says so (and its measured error) above the answer, as estimate and plan do;
-    // in JSON, as a `generic` field beside the answer's.
+    let bar = Progress::default();
+    let result = vramplan_api::whatif_with_progress(&request, &|done, total| bar.advance(done, total));
+    bar.finish();
+    let result = result?;
     let text = if args.csv {
-        text
-    } else if args.json {
-        match serde_json::from_str::<serde_json::Value>(&text) {
-            Ok(value) if vramplan_profiles::model::generic::of(&model).is_some() => {
-                crate::estimate::json_labelled(&value, &model)
-            }
-            _ => text,
+        match &result.answer {
+            WhatifAnswer::Grid(a) => vramplan_reports::grid_csv(a),
+            WhatifAnswer::Frontier(a) => vramplan_reports::frontier_csv(a),
+            _ => String::new(),
         }
+    } else if args.json {
+        result.to_json()
     } else {
-        vramplan_profiles::model::generic::line(&model) + &text
+        let text = match &result.answer {
+            WhatifAnswer::MaxBatch(a) | WhatifAnswer::MaxSeq(a) => vramplan_reports::largest_text(a),
+            WhatifAnswer::MaxConcurrency(a) => vramplan_reports::concurrency_text(a),
+            WhatifAnswer::MinGpus(a) => vramplan_reports::fewest_text(a),
+            WhatifAnswer::BestQuant(a) => vramplan_reports::quant_text(a),
+            WhatifAnswer::Cheapest { answer, currency } => vramplan_reports::cheapest_text(answer, currency),
+            WhatifAnswer::Frontier(a) => vramplan_reports::frontier_text(a),
+            WhatifAnswer::Grid(a) => vramplan_reports::grid_text(a),
+        };
+        // A generic model says so (and its measured error) above the answer, as estimate and
+        // plan do.
+        vramplan_profiles::model::generic::line(&result.model) + &text
     };
     crate::print(out, &text)?;
-    Ok(if found { 0 } else { crate::EXIT_NEGATIVE })
+    Ok(result.outcome().exit_code())
 }
 
-/// The answer as JSON with `--json`, else as `text` makes it.
-fn render<T: serde::Serialize>(args: &WhatifArgs, answer: &T, text: impl FnOnce() -> String) -> String {
-    if args.json { crate::json_text(answer) } else { text() }
-}
+/// A progress bar on stderr for a grid's points, made when the API says how many there are:
+/// shown when stderr is a terminal and there is more than one point.
+#[derive(Default)]
+pub(crate) struct Progress(OnceLock<indicatif::ProgressBar>);
 
-/// A bar on stderr when it is a terminal; hidden otherwise.
-pub(crate) fn progress_bar(total: u64) -> indicatif::ProgressBar {
-    if std::io::stderr().is_terminal() && total > 1 {
-        indicatif::ProgressBar::new(total)
-    } else {
-        indicatif::ProgressBar::hidden()
-    }
-}
-
-/// `--hardware`: one profile, a comma list, or `all` (every built-in profile).
-pub(crate) fn hardware_list(text: &str) -> Result<Vec<String>, InputError> {
-    if text.trim() == "all" {
-        return Ok(hardware::builtin_names().into_iter().map(String::from).collect());
-    }
-    let specs: Vec<String> = text.split(',').map(|s| s.trim().to_string()).collect();
-    if specs.iter().any(String::is_empty) {
-        return Err(InputError::new("--hardware", format!("`{text}` has an empty profile in its list"))
-            .with_fix("separate profiles with single commas: `--hardware t4,t4x2,rtx4090`"));
-    }
-    Ok(specs)
-}
-
-/// The grid's axes, in the order batch, seq, quant, kv dtype, hardware; at least one
-/// (`command` names the command in the message when there is none).
-pub(crate) fn grid_axes(args: &GridAxes, specs: &[String], command: &str) -> Result<Vec<Axis>, InputError> {
-    let mut axes: Vec<Axis> = Vec::new();
-    if let Some(text) = &args.grid_batch {
-        axes.push(numbers("--batch", text)?.into_iter().map(AxisValue::Batch).collect());
-    }
-    if let Some(text) = &args.grid_seq {
-        axes.push(numbers("--seq", text)?.into_iter().map(AxisValue::Seq).collect());
-    }
-    if let Some(text) = &args.grid_quant {
-        let quants: Result<Vec<Quant>, InputError> =
-            text.split(',').map(|q| vramplan_sim::input::parse_quant(q, &Quant::None)).collect();
-        axes.push(quants?.into_iter().map(AxisValue::Quant).collect());
-    }
-    if let Some(text) = &args.grid_kv_dtype {
-        let dtypes: Result<Vec<DType>, InputError> =
-            text.split(',').map(|d| DType::parse_input("--kv-dtype", d.trim())).collect();
-        axes.push(dtypes?.into_iter().map(AxisValue::KvDtype).collect());
-    }
-    if specs.len() > 1 {
-        axes.push(specs.iter().cloned().map(AxisValue::Hardware).collect());
-    }
-    if axes.is_empty() {
-        return Err(InputError::new(command, "no axis to sweep").with_fix(
-            "give one to three axes as ranges or lists: `--batch 1..128 --seq 512..4096 --quant none,nf4 \
-             --hardware t4,t4x2`",
-        ));
-    }
-    Ok(axes)
-}
-
-/// The most points one axis may have.
-const MAX_AXIS_POINTS: u64 = 100_000;
-
-/// `A..B` (doubling from A, B included), `A..B+S` (steps of S), or a list `1,2,8`.
-fn numbers(flag: &str, text: &str) -> Result<Vec<u64>, InputError> {
-    let bad = |what: &str| {
-        InputError::new(flag, format!("`{text}` {what}"))
-            .with_fix("write `1..128` (doubling), `128..4096+128` (steps of 128) or a list `1,2,8`")
-    };
-    let number = |s: &str| s.trim().parse::<u64>().ok().filter(|&n| n > 0);
-    if let Some((a, rest)) = text.split_once("..") {
-        let (b, step) = match rest.split_once('+') {
-            Some((b, s)) => {
-                (b, Some(number(s).ok_or_else(|| bad("has a step that is not a positive whole number"))?))
+impl Progress {
+    /// `done` more points of `total`.
+    pub(crate) fn advance(&self, done: u64, total: u64) {
+        let bar = self.0.get_or_init(|| {
+            if std::io::stderr().is_terminal() && total > 1 {
+                indicatif::ProgressBar::new(total)
+            } else {
+                indicatif::ProgressBar::hidden()
             }
-            None => (rest, None),
-        };
-        let (a, b) = (number(a), number(b));
-        let (Some(a), Some(b)) = (a, b) else {
-            return Err(bad("has an end that is not a positive whole number"));
-        };
-        if a > b {
-            return Err(bad("runs backwards"));
-        }
-        let mut values: Vec<u64> = match step {
-            // A doubling range has at most 64 points; a stepped one is bounded here.
-            Some(s) => {
-                let count = (b - a) / s + 1;
-                if count > MAX_AXIS_POINTS {
-                    return Err(bad(&format!("has {count} points, more than {MAX_AXIS_POINTS}")));
-                }
-                (0..count).map(|k| a + k * s).collect()
-            }
-            None => std::iter::successors(Some(a), |v| v.checked_mul(2)).take_while(|&v| v <= b).collect(),
-        };
-        if values.last() != Some(&b) {
-            values.push(b);
-        }
-        return Ok(values);
+        });
+        bar.inc(done);
     }
-    text.split(',')
-        .map(|v| number(v).ok_or_else(|| bad("has a value that is not a positive whole number")))
-        .collect()
+
+    /// Clears the bar, if there was one.
+    pub(crate) fn finish(&self) {
+        if let Some(bar) = self.0.get() {
+            bar.finish_and_clear();
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ranges_and_lists() {
-        assert_eq!(numbers("--batch", "1..128").unwrap(), vec![1, 2, 4, 8, 16, 32, 64, 128]);
-        assert_eq!(numbers("--batch", "3..20").unwrap(), vec![3, 6, 12, 20]);
-        assert_eq!(numbers("--seq", "128..512+128").unwrap(), vec![128, 256, 384, 512]);
-        assert_eq!(numbers("--seq", "100..250+100").unwrap(), vec![100, 200, 250]);
-        assert_eq!(numbers("--batch", "1,2,8").unwrap(), vec![1, 2, 8]);
-        for bad in ["0..4", "8..4", "1..x", "1..9+0", "1,,2", "1..1000000000+1"] {
-            assert!(numbers("--batch", bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn only_grid_values_move() {
