@@ -49,6 +49,7 @@ fn crates_depend_only_on_crates_listed_before_them() {
         "vramplan-solver",
         "vramplan-validate",
         "vramplan-reports",
+        "vramplan-api",
     ] {
         assert!(names.contains(&required), "ARCHITECTURE.md has no section for {required}: {names:?}");
     }
