@@ -92,7 +92,7 @@ pub fn plot(request: &PlotRequest) -> Result<Vec<u8>, InputError> {
     plot_with_progress(request, &|_, _| {})
 }
 
-/// As [`plot`], calling `progress(points_done, total)` as a grid's points are done.
+/// As [`plot()`], calling `progress(points_done, total)` as a grid's points are done.
 pub fn plot_with_progress(
     request: &PlotRequest,
     progress: &(dyn Fn(u64, u64) + Sync),

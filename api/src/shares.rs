@@ -3,7 +3,7 @@
 use crate::InputError;
 
 /// `--headroom`: `10%` (an explicit percentage) or `0.1` (a share below 1) → 0.1, from 0 to
-/// 90 % ([`parse_share`]).
+/// 90 %.
 pub fn parse_headroom(text: &str) -> Result<f64, InputError> {
     parse_share("--headroom", text, 0.9, "of memory")
 }

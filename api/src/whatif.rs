@@ -203,7 +203,7 @@ pub fn whatif(request: &WhatifRequest) -> Result<WhatifResult, InputError> {
     whatif_with_progress(request, &|_, _| {})
 }
 
-/// As [`whatif`], calling `progress(points_done, total)` as a grid's points are done (first
+/// As [`whatif()`], calling `progress(points_done, total)` as a grid's points are done (first
 /// with 0 done, then with each batch of points finished).
 pub fn whatif_with_progress(
     request: &WhatifRequest,
