@@ -147,6 +147,13 @@ pub struct VisionFacts {
     /// not a vramplan workload): their weights are held, nothing of theirs is charged as
     /// activations. Empty for other models.
     pub idle_paths: Vec<String>,
+    /// The module that holds the tower with what runs beside it (its projections, its
+    /// separators), where it is defined after the language model's layers but runs before them
+    /// (Phi-4 multimodal's `model.embed_tokens_extend.image_embed`, which the model's forward
+    /// runs on the input embeddings): the step and the plans take it ahead of the first layer,
+    /// so a projection is never placed after the layers it feeds. `None` where the tower's own
+    /// path says it.
+    pub runs_first: Option<String>,
     /// The fewest pixels the processor scales an image up to (`min_pixels`, its
     /// `size.shortest_edge`).
     pub min_pixels: u64,
@@ -594,6 +601,7 @@ mod tests {
             class_token: false,
             pixel_value_bytes: 4,
             idle_paths: Vec::new(),
+            runs_first: None,
             min_pixels: 3136,
             max_pixels: 12_845_056,
         }

@@ -203,13 +203,17 @@ pub(crate) fn units(
     }
     // A vision tower defined after the language model's layers (Phi-4 multimodal's, under
     // `model.embed_tokens_extend`, which `Phi4MultimodalModel.forward` runs on the input
-    // embeddings before its first layer) runs before them: its units move ahead of the first
+    // embeddings before its first layer) runs before them: its units, and those of the module
+    // holding it with its projections (`VisionFacts::runs_first`), move ahead of the first
     // language block.
+    let runs_first = model.facts.vision.as_ref().and_then(|v| v.runs_first.as_deref());
     let language = |u: &Unit| matches!(u.kind, UnitKind::Block(layer) if model.facts.layers[layer].stack != StackKind::Vision);
     if let Some(first) = out.iter().position(language) {
         let (mut moved, mut i) = (0, first);
         while i < out.len() {
-            if super::vision::in_tower(model, &out[i].path) {
+            let path = out[i].path.as_str();
+            let beside = runs_first.is_some_and(|first| covers(first, path));
+            if super::vision::in_tower(model, path) || beside {
                 let unit = out.remove(i);
                 out.insert(first + moved, unit);
                 moved += 1;

@@ -4,6 +4,8 @@
 //! accelerate's hooks and PyTorch's device rule, not the model's numbers.
 //!
 //! How a module runs (`Run::module`), by its kind in the model description:
+//! - a module the forward does not run without its input (Phi-4 multimodal's audio embedding)
+//!   is skipped;
 //! - an accelerate hook first moves the module's inputs to its execution device; a weight
 //!   accelerate streams (`cpu`/`disk` offload) is a new copy on that device for each forward;
 //! - `Embedding`, `Linear`, `Norm`, `Router`: one operation on the input and the module's tensors;
@@ -87,6 +89,8 @@ struct Run<'a> {
     running: Vec<String>,
     /// LoRA's adapters, by the path of the linear module they adapt.
     adapters: BTreeMap<String, lora::Adapter>,
+    /// Modules the forward does not run in this step (`VisionFacts::idle_paths`).
+    idle: &'a [String],
 }
 
 impl Run<'_> {
@@ -159,6 +163,11 @@ impl Run<'_> {
         // A module holding no tensor (a dropout, an activation) gets no hook and takes only the
         // hidden states: it runs wherever they are (GPT-NeoX's `emb_dropout`).
         if holds_nothing(m) {
+            return Ok(input);
+        }
+        // A module the forward does not run in this step (Phi-4 multimodal's audio embedding,
+        // without audio: `VisionFacts::idle_paths`) is left out, as the model's forward leaves it.
+        if self.idle.contains(&m.path) {
             return Ok(input);
         }
         if let Some(adapter) = self.adapters.get(&m.path).cloned() {
@@ -335,7 +344,8 @@ pub(crate) fn run(request: &CpuRequest) -> candle_core::Result<Validation> {
         Some(targets) => lora::adapt(targets, &dispatched, &mut weights, &mut trainable)?,
         None => BTreeMap::new(),
     };
-    let mut run = Run { dispatched: &dispatched, weights, trainable, running: Vec::new(), adapters };
+    let idle = request.model.facts.vision.as_ref().map_or(&[][..], |v| v.idle_paths.as_slice());
+    let mut run = Run { dispatched: &dispatched, weights, trainable, running: Vec::new(), adapters, idle };
     let ids = Tensor::ones((TOKENS, WIDTH), DType::F32, &host)?;
     let steps = request.train_steps.unwrap_or(1);
     let mut outcome = Outcome::Completed;

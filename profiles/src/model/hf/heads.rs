@@ -455,6 +455,9 @@ fn move_facts(model: &mut ModelDescription, from: &str, to: &str) {
         for idle in &mut vision.idle_paths {
             *idle = moved_path(idle, from, to);
         }
+        if let Some(first) = &mut vision.runs_first {
+            *first = moved_path(first, from, to);
+        }
     }
 }
 

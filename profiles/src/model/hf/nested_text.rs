@@ -176,6 +176,7 @@ impl TowerSizes {
             class_token: false,
             pixel_value_bytes: 4,
             idle_paths: Vec::new(),
+            runs_first: None,
             min_pixels,
             max_pixels,
         }

@@ -446,6 +446,7 @@ pub(crate) fn build(
     // The audio embedding never runs on images and text.
     let vision_facts = VisionFacts {
         idle_paths: vec![format!("{extend}.audio_embed")],
+        runs_first: Some(format!("{extend}.image_embed")),
         ..v.facts(&tower, processor, 1, 2, activation)
     };
     vision_facts.attach(&mut model.facts, &layers, v.depth);
