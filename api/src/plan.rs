@@ -135,6 +135,10 @@ struct PlanOutput<'a> {
     /// A generic model's label (`model::generic`).
     #[serde(skip_serializing_if = "Option::is_none")]
     generic: Option<vramplan_profiles::model::generic::Generic>,
+    /// `from_pretrained`'s other arguments that load the map as it is (accelerate targets,
+    /// where a transformers class loads the model).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    load_kwargs: Option<vramplan_solver::whatif::LoadKwargs>,
 }
 
 impl PlanResult {
@@ -146,7 +150,19 @@ impl PlanResult {
             explanation: self.explanation.as_ref(),
             warnings: &self.loaded.warnings,
             generic: vramplan_profiles::model::generic::of(&self.loaded.model),
+            load_kwargs: self.load_kwargs(),
         })
+    }
+
+    /// `from_pretrained`'s other keyword arguments that load the plan's device map as it is
+    /// (`dtype`, the quantization config, `offload_folder`): for a map of an accelerate target
+    /// that a transformers class loads; `None` otherwise.
+    pub fn load_kwargs(&self) -> Option<vramplan_solver::whatif::LoadKwargs> {
+        let map = &self.result.device_map;
+        let accelerate = matches!(self.result.target, Runtime::Accelerate | Runtime::AccelerateV4);
+        let loads = vramplan_solver::whatif::pretrained_source(&self.loaded.model).is_some();
+        (accelerate && loads && !map.is_empty())
+            .then(|| vramplan_solver::whatif::LoadKwargs::of(map, &self.loaded.workload))
     }
 
     /// Fits (optimal, or the best within the time limit), does not fit (proven), or no answer.

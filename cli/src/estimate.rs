@@ -7,7 +7,7 @@ use crate::NamingArg;
 use clap::Args;
 use std::io::Write;
 use std::path::PathBuf;
-use vramplan_api::{DeviceMapSource, EstimateRequest, InputError, ModelSource};
+use vramplan_api::{DeviceMapSource, EstimateRequest, InputError};
 use vramplan_sim::input::WorkloadFlags;
 
 #[derive(Args, Debug)]
@@ -82,7 +82,7 @@ impl Inputs {
     /// The API's inputs.
     pub(crate) fn request(&self) -> vramplan_api::Inputs {
         vramplan_api::Inputs {
-            model: ModelSource::Spec(self.model.clone()),
+            model: crate::model_source(&self.model),
             hardware: self.hardware.clone(),
             workload: self.workload.clone(),
             flags: self.flags.clone(),

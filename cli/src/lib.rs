@@ -17,6 +17,7 @@ mod validate_script;
 mod whatif;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use std::cell::RefCell;
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::Path;
@@ -114,17 +115,106 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
+    match dispatch(args, out, err) {
+        Ok(code) => code,
+        Err(Failure::Parse(e)) => {
+            let _ = write!(err, "{}", e.render());
+            EXIT_BAD_INPUT
+        }
+        Err(Failure::Input(e)) => {
+            let _ = writeln!(err, "error: {e}");
+            EXIT_BAD_INPUT
+        }
+    }
+}
+
+/// The MODEL argument that stands for the model [`run_captured`] is given in memory (the Python
+/// package's config or `torch.nn.Module`).
+pub const IN_MEMORY_MODEL: &str = "<python object>";
+
+thread_local! {
+    /// The in-memory model of the [`run_captured`] call running on this thread.
+    static IN_MEMORY: RefCell<Option<ModelSource>> = const { RefCell::new(None) };
+}
+
+/// The model a MODEL argument names: the in-memory model where the argument is
+/// [`IN_MEMORY_MODEL`] and [`run_captured`] was given one, else the argument as a spec.
+pub(crate) fn model_source(spec: &str) -> ModelSource {
+    if spec == IN_MEMORY_MODEL
+        && let Some(model) = IN_MEMORY.with(|m| m.borrow().clone())
+    {
+        return model;
+    }
+    ModelSource::Spec(spec.to_string())
+}
+
+/// What [`run_captured`] returns: the exit code, what the command printed, and the bad input
+/// that stopped it (its message is not printed: the caller raises it).
+#[derive(Debug)]
+pub struct Captured {
+    /// The process exit code the command line would have.
+    pub code: i32,
+    /// What the command printed to stdout.
+    pub out: Vec<u8>,
+    /// What it printed to stderr (warnings, `--verbose`), bad input aside.
+    pub err: Vec<u8>,
+    /// The bad input, when the exit code is [`EXIT_BAD_INPUT`]: an argument the parser refused
+    /// (origin `command line`) or an input the command refused.
+    pub error: Option<InputError>,
+}
+
+/// Runs the command line `args` (program name first) with its output captured, `model` standing
+/// for a MODEL argument of [`IN_MEMORY_MODEL`]: the Python package's entry, which parses with
+/// the same parser, calls the same API and gets the same `--json`.
+pub fn run_captured(args: Vec<String>, model: Option<ModelSource>) -> Captured {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    IN_MEMORY.with(|m| *m.borrow_mut() = model);
+    let result = dispatch(args, &mut out, &mut err);
+    IN_MEMORY.with(|m| *m.borrow_mut() = None);
+    let (code, error) = match result {
+        Ok(code) => (code, None),
+        Err(Failure::Input(e)) => (EXIT_BAD_INPUT, Some(e)),
+        Err(Failure::Parse(e)) => (EXIT_BAD_INPUT, Some(parse_error(&e))),
+    };
+    Captured { code, out, err, error }
+}
+
+/// Why a command stopped without an exit code of its own.
+enum Failure {
+    /// The parser refused the arguments.
+    Parse(clap::Error),
+    /// The command refused an input.
+    Input(InputError),
+}
+
+/// A parser refusal as bad input: clap's message (without its `error: ` and usage) as the
+/// problem, its tip, or the command's `--help`, as the fix.
+fn parse_error(e: &clap::Error) -> InputError {
+    let text = e.render().to_string();
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let problem = lines.next().unwrap_or("the arguments were refused");
+    let problem = problem.strip_prefix("error: ").unwrap_or(problem);
+    let tip = lines.find_map(|l| l.strip_prefix("tip: "));
+    let fix = tip.map_or_else(
+        || "see `vramplan --help` for the arguments each command takes".to_string(),
+        str::to_string,
+    );
+    InputError::new("command line", problem).with_fix(fix)
+}
+
+/// Parses `args` and runs the command, writing to `out` and `err`.
+fn dispatch<I, T>(args: I, out: &mut dyn Write, err: &mut dyn Write) -> Result<i32, Failure>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
     let args = whatif::grid_axis_args(args.into_iter().map(Into::into).collect());
     if plot::draws_a_trace(&args) {
-        return match plot::TraceArgs::try_parse_from(&args) {
-            Ok(trace) => finish(plot::run_trace(&trace, out), err),
-            Err(e) => parse_failed(&e, out, err),
-        };
+        let trace = parse_or_help(plot::TraceArgs::try_parse_from(&args), out)?;
+        let Some(trace) = trace else { return Ok(0) };
+        return plot::run_trace(&trace, out).map_err(Failure::Input);
     }
-    let cli = match Cli::try_parse_from(args) {
-        Ok(cli) => cli,
-        Err(e) => return parse_failed(&e, out, err),
-    };
+    let Some(cli) = parse_or_help(Cli::try_parse_from(args), out)? else { return Ok(0) };
     vramplan_hub::take_activity();
     let verbose = cli.verbose;
     let result = match cli.command {
@@ -146,7 +236,20 @@ where
     if verbose {
         print_hub_activity(err);
     }
-    finish(result, err)
+    result.map_err(Failure::Input)
+}
+
+/// The parsed arguments; `None` where the parser printed `--help` or `--version` to `out`
+/// (exit 0).
+fn parse_or_help<A>(parsed: Result<A, clap::Error>, out: &mut dyn Write) -> Result<Option<A>, Failure> {
+    match parsed {
+        Ok(args) => Ok(Some(args)),
+        Err(e) if e.exit_code() == 0 => {
+            let _ = write!(out, "{}", e.render());
+            Ok(None)
+        }
+        Err(e) => Err(Failure::Parse(e)),
+    }
 }
 
 /// `--verbose`: what this command read from the Hub, a line each, then the totals.
@@ -163,29 +266,6 @@ fn print_hub_activity(err: &mut dyn Write) {
         vramplan_profiles::units::format_bytes(activity.bytes_read),
         activity.cache_hits
     );
-}
-
-/// A parse failure's text and exit code: `--help` and `--version` arrive here too, with exit
-/// code 0, for stdout.
-fn parse_failed(e: &clap::Error, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let text = e.render().to_string();
-    if e.exit_code() == 0 {
-        let _ = write!(out, "{text}");
-        return 0;
-    }
-    let _ = write!(err, "{text}");
-    EXIT_BAD_INPUT
-}
-
-/// A command's exit code, its input error printed.
-fn finish(result: Result<i32, InputError>, err: &mut dyn Write) -> i32 {
-    match result {
-        Ok(code) => code,
-        Err(e) => {
-            let _ = writeln!(err, "error: {e}");
-            EXIT_BAD_INPUT
-        }
-    }
 }
 
 fn list_profiles(json: bool, out: &mut dyn Write) -> Result<i32, InputError> {
@@ -209,7 +289,7 @@ fn inspect(
     out: &mut dyn Write,
 ) -> Result<i32, InputError> {
     let request = InspectRequest {
-        model: ModelSource::Spec(spec.to_string()),
+        model: model_source(spec),
         dtype: dtype.map(str::to_string),
         naming: naming.naming(),
     };

@@ -8,7 +8,7 @@
 use clap::{Args, ValueEnum};
 use std::io::Write;
 use std::path::PathBuf;
-use vramplan_api::{DeviceMapSource, InputError, MapPlan, ModelSource, PlanSource, ValidateRequest};
+use vramplan_api::{DeviceMapSource, InputError, MapPlan, PlanSource, ValidateRequest};
 use vramplan_sim::input::WorkloadFlags;
 use vramplan_validate::Backend;
 
@@ -129,7 +129,7 @@ pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write)
     }
     let plan = match (&args.device_map, &args.hardware) {
         (Some(map), Some(hardware)) => PlanSource::Map(Box::new(MapPlan {
-            model: ModelSource::Spec(plan_arg),
+            model: crate::model_source(&plan_arg),
             device_map: DeviceMapSource::File(map.clone()),
             hardware: hardware.clone(),
             workload: args.workload.clone(),

@@ -27,8 +27,8 @@ pub use queries::{
     best_quant, cheapest, max_batch, max_concurrency, max_seq, min_gpus,
 };
 pub use run_flags::{
-    RunFlags, accumulation, keeps_effective_batch, map_loading, pretrained_source, quantization_config,
-    run_flags,
+    LoadKwargs, QuantizationConfig, RunFlags, accumulation, keeps_effective_batch, map_loading,
+    pretrained_source, quantization_config, run_flags,
 };
 
 use crate::build::Request;

@@ -362,8 +362,6 @@ pub fn map_loading(
     device_map: &[(String, vramplan_sim::placement::Target)],
     workload: &Workload,
 ) -> Vec<RunFlags> {
-    use vramplan_sim::placement::Target;
-    let on = |tier: Target| device_map.iter().any(|(_, t)| *t == tier);
     let map = format!("json.load(open({file:?}))");
     let Some(source) = pretrained_source(model) else {
         let mut note = RunFlags::new("#");
@@ -382,19 +380,18 @@ pub fn map_loading(
     load.import("transformers", &model.architecture);
     load.positional.push(format!("{source:?}"));
     load.arg("device_map", map);
-    if let Some(dtype) = workload.weight_dtype.filter(|d| d.is_float()) {
-        load.import("torch", "");
-        load.arg("dtype", format!("torch.{}", dtype.torch_name()));
-    }
     // bitsandbytes quantizes at load; pre-quantized checkpoints carry their own config.
-    let bitsandbytes = matches!(workload.quant, Quant::Int8 | Quant::Nf4 { .. } | Quant::Fp4 { .. });
-    let host = on(Target::Cpu) || on(Target::Disk);
-    if let Some(config) = quantization_config(&workload.quant, host).filter(|_| bitsandbytes) {
-        load.import("transformers", config.split('(').next().unwrap_or_default());
-        load.arg("quantization_config", config);
+    let kwargs = LoadKwargs::of(device_map, workload);
+    if let Some(dtype) = &kwargs.dtype {
+        load.import("torch", "");
+        load.arg("dtype", format!("torch.{dtype}"));
     }
-    if on(Target::Disk) {
-        load.arg("offload_folder", "\"offload\"");
+    if let Some(config) = &kwargs.quantization_config {
+        load.import("transformers", config.class);
+        load.arg("quantization_config", config.python());
+    }
+    if let Some(folder) = &kwargs.offload_folder {
+        load.arg("offload_folder", format!("{folder:?}"));
     }
     vec![load]
 }
@@ -403,17 +400,119 @@ pub fn map_loading(
 /// or `FineGrainedFP8Config` for fp8); `cpu_offload` adds bitsandbytes' switch for modules kept
 /// on the CPU (`llm_int8_enable_fp32_cpu_offload`). `None` for weights loaded as stored.
 pub fn quantization_config(quant: &Quant, cpu_offload: bool) -> Option<String> {
-    let offload = if cpu_offload { ", llm_int8_enable_fp32_cpu_offload=True" } else { "" };
-    Some(match quant {
-        Quant::Int8 => format!("BitsAndBytesConfig(load_in_8bit=True{offload})"),
-        Quant::Nf4 { double_quant } | Quant::Fp4 { double_quant } => {
-            let kind = if matches!(quant, Quant::Nf4 { .. }) { "nf4" } else { "fp4" };
-            let double = if *double_quant { ", bnb_4bit_use_double_quant=True" } else { "" };
-            format!("BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"{kind}\"{double}{offload})")
+    QuantizationConfig::of(quant, cpu_offload).map(|config| config.python())
+}
+
+/// A transformers quantization config as data: its class and keyword arguments in order
+/// ([`quantization_config`] writes it as Python; `plan --json` carries it in `load_kwargs`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuantizationConfig {
+    /// `BitsAndBytesConfig`, `FineGrainedFP8Config`.
+    pub class: &'static str,
+    /// Each keyword argument and its value (booleans, strings, integer tuples as lists).
+    pub kwargs: Vec<(&'static str, serde_json::Value)>,
+}
+
+impl QuantizationConfig {
+    /// The config transformers loads `quant` with (see [`quantization_config`]).
+    pub fn of(quant: &Quant, cpu_offload: bool) -> Option<QuantizationConfig> {
+        use serde_json::Value;
+        let mut kwargs = Vec::new();
+        let class = match quant {
+            Quant::Int8 => {
+                kwargs.push(("load_in_8bit", Value::Bool(true)));
+                "BitsAndBytesConfig"
+            }
+            Quant::Nf4 { double_quant } | Quant::Fp4 { double_quant } => {
+                let kind = if matches!(quant, Quant::Nf4 { .. }) { "nf4" } else { "fp4" };
+                kwargs.push(("load_in_4bit", Value::Bool(true)));
+                kwargs.push(("bnb_4bit_quant_type", Value::from(kind)));
+                if *double_quant {
+                    kwargs.push(("bnb_4bit_use_double_quant", Value::Bool(true)));
+                }
+                "BitsAndBytesConfig"
+            }
+            Quant::Fp8 { block } => {
+                return Some(QuantizationConfig {
+                    class: "FineGrainedFP8Config",
+                    kwargs: vec![("weight_block_size", Value::from(vec![*block, *block]))],
+                });
+            }
+            _ => return None,
+        };
+        if cpu_offload {
+            kwargs.push(("llm_int8_enable_fp32_cpu_offload", Value::Bool(true)));
         }
-        Quant::Fp8 { block } => format!("FineGrainedFP8Config(weight_block_size=({block}, {block}))"),
-        _ => return None,
-    })
+        Some(QuantizationConfig { class, kwargs })
+    }
+
+    /// The config as a Python expression: `BitsAndBytesConfig(load_in_4bit=True, …)`.
+    pub fn python(&self) -> String {
+        fn literal(value: &serde_json::Value) -> String {
+            match value {
+                serde_json::Value::Bool(true) => "True".into(),
+                serde_json::Value::Bool(false) => "False".into(),
+                serde_json::Value::String(s) => format!("{s:?}"),
+                serde_json::Value::Array(items) => {
+                    format!("({})", items.iter().map(literal).collect::<Vec<_>>().join(", "))
+                }
+                other => other.to_string(),
+            }
+        }
+        let args: Vec<String> = self.kwargs.iter().map(|(k, v)| format!("{k}={}", literal(v))).collect();
+        format!("{}({})", self.class, args.join(", "))
+    }
+}
+
+impl serde::Serialize for QuantizationConfig {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        struct Kwargs<'a>(&'a [(&'static str, serde_json::Value)]);
+        impl serde::Serialize for Kwargs<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let mut map = serializer.serialize_map(Some(self.0.len()))?;
+                for (k, v) in self.0 {
+                    map.serialize_entry(k, v)?;
+                }
+                map.end()
+            }
+        }
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry("class", self.class)?;
+        map.serialize_entry("kwargs", &Kwargs(&self.kwargs))?;
+        map.end()
+    }
+}
+
+/// `from_pretrained`'s other keyword arguments that load an accelerate map as it is, as data
+/// (what [`map_loading`] writes as Python): the load dtype, bitsandbytes' or fp8's
+/// quantization config, and `offload_folder` once a module is on `disk`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LoadKwargs {
+    /// torch's name of the load dtype (`bfloat16`), for `dtype=torch.bfloat16`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<String>,
+    /// The quantization config transformers quantizes with while loading.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quantization_config: Option<QuantizationConfig>,
+    /// The folder for the modules on `disk`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offload_folder: Option<String>,
+}
+
+impl LoadKwargs {
+    /// The arguments that load `device_map` for `workload` (see [`map_loading`]).
+    pub fn of(device_map: &[(String, vramplan_sim::placement::Target)], workload: &Workload) -> LoadKwargs {
+        use vramplan_sim::placement::Target;
+        let on = |tier: Target| device_map.iter().any(|(_, t)| *t == tier);
+        let bitsandbytes = matches!(workload.quant, Quant::Int8 | Quant::Nf4 { .. } | Quant::Fp4 { .. });
+        let host = on(Target::Cpu) || on(Target::Disk);
+        LoadKwargs {
+            dtype: workload.weight_dtype.filter(|d| d.is_float()).map(|d| d.torch_name().to_string()),
+            quantization_config: QuantizationConfig::of(&workload.quant, host).filter(|_| bitsandbytes),
+            offload_folder: on(Target::Disk).then(|| "offload".to_string()),
+        }
+    }
 }
 
 /// The Trainer's `optim` name for the optimizer.
