@@ -50,6 +50,8 @@ fn crates_depend_only_on_crates_listed_before_them() {
         "vramplan-validate",
         "vramplan-reports",
         "vramplan-api",
+        "vramplan",
+        "vramplan-python",
     ] {
         assert!(names.contains(&required), "ARCHITECTURE.md has no section for {required}: {names:?}");
     }
