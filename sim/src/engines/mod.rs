@@ -2,7 +2,7 @@
 //! compute them, so vramplan's answer matches what the engine will log:
 //! - [`vllm`]: the paged KV cache vLLM sizes from `gpu_memory_utilization` after a profiling
 //!   forward pass, per tensor-parallel rank; [`vllm_bnb`]: bitsandbytes weights as vLLM loads
-//!   them;
+//!   them; [`vllm_quant`]: fp8, GPTQ, AWQ and the other checkpoints' weights as vLLM holds them;
 //! - [`llamacpp`]: llama.cpp's model, KV and compute buffers for a GGUF file;
 //!   [`layer_split`]: llama.cpp's rule for which device holds each layer;
 //!   [`llamacpp_split`]: the buffers of each GPU when the layers are split over several;
@@ -19,6 +19,7 @@ pub mod llamacpp;
 pub mod llamacpp_split;
 pub mod vllm;
 pub mod vllm_bnb;
+pub mod vllm_quant;
 
 use vramplan_profiles::DType;
 use vramplan_profiles::model::ModelDescription;

@@ -12,7 +12,8 @@
 //! environment (NCCL communicators, custom all-reduce buffers) exist:
 //! - **weights**: the torch memory of loading the model (`Model loading took X GiB`): the rank's
 //!   shard ([`crate::tensor_parallel::shard_bytes`]) of the model as vLLM holds it (bitsandbytes:
-//!   [`super::vllm_bnb`]) plus the rotary `cos_sin_cache` vLLM builds (`max_position ×
+//!   [`super::vllm_bnb`]; fp8, GPTQ, AWQ and checkpoints' own quantizations:
+//!   [`super::vllm_quant`]) plus the rotary `cos_sin_cache` vLLM builds (`max_position ×
 //!   rotary_dim` in the model dtype, one per model);
 //! - **activation peak** (`torch_peak_increase`): the torch peak of `profile_run`, a forward pass
 //!   over `max_num_batched_tokens` tokens followed by a sampler run over `max_num_seqs`
@@ -36,6 +37,7 @@
 
 use super::activation_dtype;
 use super::vllm_bnb::{self, Bnb, Transients};
+use super::vllm_quant;
 use crate::tensor_parallel::{kv_bytes_per_token, kv_heads_per_rank, query_heads_per_rank, shard_bytes};
 use crate::workload::{Engine, Parallelism, Workload};
 use serde::Serialize;
@@ -102,6 +104,13 @@ pub struct VllmBudget {
     /// Torch memory of loading the model on this rank (`Model loading took X GiB`): the weight
     /// shard plus the rotary `cos_sin_cache`.
     pub weights_bytes: u64,
+    /// The torch peak while loading: the weights plus the largest transient one layer's
+    /// quantization or repacking adds on this rank ([`vllm_quant::Held::load_transient_bytes`];
+    /// the weights alone for plain weights). Freed before profiling.
+    pub load_peak_bytes: u64,
+    /// The kernel that holds quantized weights (`MarlinLinearKernel`, `FP8 Marlin`), and what
+    /// vLLM did to them; `None` for plain weights and bitsandbytes.
+    pub quantization: Option<String>,
     /// Torch peak of `profile_run`: a forward pass over `max_num_batched_tokens` tokens, then the
     /// sampler over `max_num_seqs` sequences.
     pub activation_peak_bytes: u64,
@@ -125,9 +134,10 @@ pub struct VllmBudget {
     pub kv_capacity_tokens: u64,
     /// Sequences per step: the profile run samples this many.
     pub max_num_seqs: u64,
-    /// One request of `max_model_len` (the workload's `seq`) fits in the KV cache, and the CUDA
+    /// One request of `max_model_len` (the workload's `seq`) fits in the KV cache, the CUDA
     /// context, the distributed environment and the CUDA graphs fit in the memory left outside
-    /// `gpu_memory_utilization`.
+    /// `gpu_memory_utilization`, and the load peak fits beside the context and the distributed
+    /// environment.
     pub fits: bool,
     /// The longest context the KV cache holds (vLLM's "estimated maximum model length"), capped
     /// at the model's positions.
@@ -158,20 +168,28 @@ pub fn budget(
         ));
     };
     check(model, gpu_memory_utilization, max_num_batched_tokens, tp)?;
+    let act_dtype = activation_dtype(model, workload.weight_dtype);
+    let kv_dtype = workload.kv_dtype.unwrap_or(act_dtype);
+    vllm_quant::check(model, &workload.quant, device, act_dtype)?;
     let bnb = Bnb::of(&workload.quant);
     if let Some(bnb) = bnb {
         vllm_bnb::check(model, bnb, tp)?;
     }
+    // A checkpoint's own quantization is held as stored; the flag quantizes plain weights only.
+    let bnb_loads = bnb.filter(|_| model.quantization.is_none());
     let cast: Cow<ModelDescription> = match workload.weight_dtype {
         Some(dtype) if dtype != model.dtype => Cow::Owned(model.cast(dtype)),
         _ => Cow::Borrowed(model),
     };
-    let weights: Cow<ModelDescription> = match bnb {
-        Some(bnb) => Cow::Owned(vllm_bnb::loaded(&cast, bnb)),
-        None => cast,
+    let held =
+        if bnb_loads.is_some() { None } else { vllm_quant::held(&cast, &workload.quant, device, act_dtype) };
+    let load_transient = held.as_ref().map_or(0, |h| h.load_transient_bytes.div_ceil(u64::from(tp.max(1))));
+    let quantization = held.as_ref().map(|h| format!("{}: {}", h.kernel.name(), h.note));
+    let weights: Cow<ModelDescription> = match (bnb_loads, held) {
+        (Some(bnb), _) => Cow::Owned(vllm_bnb::loaded(&cast, bnb)),
+        (None, Some(held)) => Cow::Owned(held.model),
+        (None, None) => cast,
     };
-    let act_dtype = activation_dtype(model, workload.weight_dtype);
-    let kv_dtype = workload.kv_dtype.unwrap_or(act_dtype);
 
     let total_bytes = device.memory_bytes.saturating_sub(device.driver_reserve_bytes);
     let requested_bytes = (total_bytes as f64 * gpu_memory_utilization).floor() as u64;
@@ -197,14 +215,19 @@ pub fn budget(
     let positions = if model.facts.max_positions > 0 { model.facts.max_positions } else { u64::MAX };
     let outside =
         device.context_reserve_bytes.saturating_add(distributed_init_bytes).saturating_add(CUDA_GRAPH_BYTES);
+    let load_peak_bytes = weights_bytes.saturating_add(load_transient);
+    let before_load = device.context_reserve_bytes.saturating_add(distributed_init_bytes);
     let fits = kv_capacity_tokens >= workload.seq
         && kv_capacity_tokens > 0
-        && outside <= total_bytes.saturating_sub(requested_bytes);
+        && outside <= total_bytes.saturating_sub(requested_bytes)
+        && load_peak_bytes.saturating_add(before_load) <= total_bytes;
     Ok(VllmBudget {
         tensor_parallel: tp,
         total_bytes,
         requested_bytes,
         weights_bytes,
+        load_peak_bytes,
+        quantization,
         activation_peak_bytes,
         activation_peak_at,
         non_torch_bytes,

@@ -125,13 +125,13 @@ fn constant(weight: &str, what: &str, values: u64) -> Tensor {
     }
 }
 
-/// Modules whose weights vLLM's bitsandbytes loader quantizes.
-fn quantizable(kind: ModuleKind) -> bool {
+/// Modules whose weights vLLM's bitsandbytes loader quantizes (also fp8's, [`super::vllm_quant`]).
+pub(crate) fn quantizable(kind: ModuleKind) -> bool {
     matches!(kind, ModuleKind::Linear | ModuleKind::Experts { .. })
 }
 
 /// A float matrix parameter (not a bias, not tied).
-fn is_weight(tensor: &Tensor) -> bool {
+pub(crate) fn is_weight(tensor: &Tensor) -> bool {
     tensor.kind == TensorKind::Parameter
         && tensor.dtype.is_float()
         && tensor.shape.len() >= 2

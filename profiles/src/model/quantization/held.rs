@@ -4,12 +4,12 @@
 //!
 //! | method | transformers | vLLM (`get_min_capability`) |
 //! |---|---|---|
-//! | fp8 | 5.x: kept from 8.9 (Ada, Hopper), dequantized to the load dtype below (`quantizer_finegrained_fp8.py`, PR #42926); 4.x: refused below 8.9 | kept from 8.0 (`Fp8Config`: 80; Marlin W8A16 below 8.9) |
+//! | fp8 | 5.x: kept from 8.9 (Ada, Hopper), dequantized to the load dtype below (`quantizer_finegrained_fp8.py`, PR #42926); 4.x: refused below 8.9 | kept from 7.5 (vLLM 0.19 `Fp8Config.get_min_capability`: 75; FP8 Marlin W8A16 below 8.9, `is_fp8_marlin_supported`) |
 //! | MXFP4 | kept from 7.5 (`quantizer_mxfp4.py`, with triton ≥ 3.4 and `kernels` installed), dequantized to bf16 below or when the config says `dequantize: true` | kept from 8.0 (`Mxfp4Config`: 80) |
 //! | GPTQ | kept | kept from 6.0 (`GPTQConfig`: 60) |
 //! | AWQ | kept | kept from 7.5 (`AWQConfig`: 75) |
 //! | bitsandbytes | kept | kept from 7.0 (`BitsAndBytesConfig`: 70) |
-//! | compressed-tensors | kept (`CompressedLinear`, `run_compressed`) | 8-bit float and 4/8-bit integer weight-only from 8.0 (Marlin), int8 W8A8 from 7.5 |
+//! | compressed-tensors | kept (`CompressedLinear`, `run_compressed`) | from 7.5 (vLLM 0.19: W8A8 fp8 needs 8.9 and falls back to the W8A16 Marlin scheme, 75; wNa16 and int8 W8A8: 75) |
 //!
 //! transformers' MXFP4 fallback to bf16 also happens on a capable GPU when triton ≥ 3.4 or the
 //! `kernels` package is missing; that is the environment, not the GPU, and is not modelled.
@@ -90,7 +90,7 @@ pub fn handling(
             (true, Naming::V5) => Handling::Dequantized { to: load_dtype, needs: Some(cc(8, 9)) },
             (true, Naming::V4) => Handling::Refused { needs: cc(8, 9) },
         },
-        (Method::Fp8 { .. }, Loader::Vllm) => refused_below(cc(8, 0)),
+        (Method::Fp8 { .. }, Loader::Vllm) => refused_below(cc(7, 5)),
         (Method::Mxfp4 { dequantize: true }, Loader::Transformers) => {
             Handling::Dequantized { to: DType::BF16, needs: None }
         }
@@ -101,10 +101,7 @@ pub fn handling(
         (Method::Gptq { .. }, Loader::Vllm) => refused_below(cc(6, 0)),
         (Method::Awq { .. }, Loader::Vllm) => refused_below(cc(7, 5)),
         (Method::Bitsandbytes4 { .. } | Method::Bitsandbytes8, Loader::Vllm) => refused_below(cc(7, 0)),
-        (Method::CompressedTensors { groups, .. }, Loader::Vllm) => {
-            let int8_activations = groups.iter().all(|g| !g.float && g.bits == 8 && g.static_input);
-            refused_below(if int8_activations { cc(7, 5) } else { cc(8, 0) })
-        }
+        (Method::CompressedTensors { .. }, Loader::Vllm) => refused_below(cc(7, 5)),
         _ => Handling::Kept,
     }
 }

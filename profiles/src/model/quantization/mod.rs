@@ -68,6 +68,12 @@ pub enum Method {
         bits: u32,
         /// Inputs per group; `None` for one group per row (`group_size: -1`).
         group_size: Option<u64>,
+        /// `sym`: symmetric quantization (`GPTQConfig` default true). vLLM's Marlin kernels take
+        /// symmetric checkpoints only and then drop the stored zeros.
+        sym: bool,
+        /// `desc_act`: act-order, inputs permuted by `g_idx` (`GPTQConfig` default false). vLLM
+        /// keeps `g_idx` (sorted, with its sort indices) only then.
+        desc_act: bool,
     },
     /// `quant_method: "awq"` (`AwqConfig`).
     Awq {
@@ -222,6 +228,21 @@ pub(crate) fn apply(config: &HfConfig, model: &mut ModelDescription) -> Result<(
     Ok(())
 }
 
+/// `model`, given unquantized, described as a checkpoint quantized with `quantization` would be:
+/// the modules the method converts hold its stored layout, exactly as [`apply`] describes a
+/// config's `quantization_config`. Sizes a quantization a runtime loads only pre-quantized (vLLM
+/// has no online GPTQ or AWQ) for a model given in floating point. A model that already holds a
+/// quantization is returned unchanged.
+pub fn converted(model: &ModelDescription, quantization: &Quantization) -> ModelDescription {
+    let mut out = model.clone();
+    if out.quantization.is_none() {
+        let note = convert(&mut out, quantization);
+        out.notes.push(note);
+        out.quantization = Some(quantization.clone());
+    }
+    out
+}
+
 /// Converts the modules `quantization` converts; returns the note saying what was done.
 fn convert(model: &mut ModelDescription, quantization: &Quantization) -> String {
     let naming = model.naming;
@@ -263,7 +284,7 @@ fn convert(model: &mut ModelDescription, quantization: &Quantization) -> String 
                 }
             });
         }
-        Method::Gptq { bits, group_size } => {
+        Method::Gptq { bits, group_size, .. } => {
             // optimum's `GPTQQuantizer.convert_model`: the linear layers inside the blocks.
             convert_in_blocks(&mut model.root, false, &mut |m| {
                 if m.kind == ModuleKind::Linear

@@ -170,6 +170,8 @@ pub(crate) fn read(
             method: Method::Gptq {
                 bits: r.bits(&["bits"], &[2, 3, 4, 8], None)?,
                 group_size: r.group_size(&["group_size"], Some(128))?,
+                sym: r.boolean("sym", true)?,
+                desc_act: r.boolean("desc_act", false)?,
             },
             skip: None,
         },

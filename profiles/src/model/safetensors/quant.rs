@@ -105,7 +105,7 @@ impl QuantConfig {
     pub fn stored_shape(&self, tensor: &str, float: &[u64]) -> Option<StoredTensor> {
         let words = |values: u64, bits: u32| (values * u64::from(bits)).div_ceil(32);
         let (dtype, shape) = match (self.method()?, tensor, float) {
-            (Method::Gptq { bits, group_size }, _, [out, inp]) => {
+            (Method::Gptq { bits, group_size, .. }, _, [out, inp]) => {
                 let groups = group_size.map_or(1, |g| inp.div_ceil(g));
                 match tensor {
                     "qweight" => (DType::I32, vec![words(*inp, *bits), *out]),

@@ -1,0 +1,290 @@
+//! vLLM's quantized weights (`sim/src/engines/vllm_quant.rs`) against closed forms worked out
+//! here from the published Llama-3.1-8B config and vLLM 0.19's loaders, vLLM's own refusals, and
+//! the weights and KV capacities vLLM 0.19 logged for quantized models on H100s
+//! (`fixtures/published/vllm-quant/`, rows of the llm-d-planner campaign that
+//! `fixtures/published/measurements/` does not hold).
+
+use serde_json::{Value, json};
+use vramplan_profiles::hardware::{self, Device};
+use vramplan_profiles::model::{self, ImportOptions, ModelDescription, catalog};
+use vramplan_profiles::{DType, InputError};
+use vramplan_sim::engines::vllm::{self, VllmBudget};
+use vramplan_sim::workload::{Engine, Quant, Workload};
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+// Llama-3.1-8B (meta-llama config.json): per layer q and o 4096², k and v 1024 × 4096,
+// gate/up/down 14336 × 4096; 32 layers.
+const LAYERS: u64 = 32;
+const LINEAR: u64 = LAYERS * (2 * 4096 * 4096 + 2 * 1024 * 4096 + 3 * 14336 * 4096);
+/// Output rows of the seven linears of a layer.
+const ROWS_PER_LAYER: u64 = 4096 + 1024 + 1024 + 4096 + 14336 + 14336 + 4096;
+/// Input features of the seven linears of a layer.
+const INPUTS_PER_LAYER: u64 = 6 * 4096 + 14336;
+/// In 16-bit: the embedding and the untied `lm_head` (128256 × 4096), 65 norms of 4096, and
+/// vLLM's rotary `cos_sin_cache` (131072 positions × 128).
+const UNQUANTIZED: u64 = 2 * 128256 * 4096 * 2 + 65 * 4096 * 2 + 131072 * 128 * 2;
+
+fn device(profile: &str) -> Device {
+    hardware::load(profile).expect("a hardware profile").devices[0].clone()
+}
+
+fn llama() -> ModelDescription {
+    model::load("llama-3.1-8b-instruct", ImportOptions::default()).expect("a built-in model")
+}
+
+/// A built-in config with `changes` merged over it (a checkpoint's `quantization_config`).
+fn with_config(builtin: &str, changes: Value) -> ModelDescription {
+    let text = catalog::builtin_config(builtin).expect("a built-in config");
+    let mut config: Value = serde_json::from_str(text).expect("JSON");
+    for (key, value) in changes.as_object().expect("an object") {
+        config[key] = value.clone();
+    }
+    model::hf::from_config_text(&config.to_string(), builtin, ImportOptions::default()).expect("a config")
+}
+
+fn serve(quant: Quant, utilization: f64) -> Workload {
+    Workload {
+        seq: 8192,
+        quant,
+        engine: Engine::Vllm { gpu_memory_utilization: utilization, max_num_batched_tokens: 8192 },
+        ..Workload::default()
+    }
+}
+
+fn budget(
+    model: &ModelDescription,
+    profile: &str,
+    workload: &Workload,
+    tp: u32,
+) -> Result<VllmBudget, InputError> {
+    vllm::budget(model, &device(profile), workload, tp)
+}
+
+#[test]
+fn fp8_from_a_bf16_checkpoint_is_fp8_weights_and_a_scale_per_layer() {
+    let model = llama();
+    let fp8 = Quant::Fp8 { block: 128 };
+    // H100 (8.9+): per-tensor dynamic quantization, one fp32 scale per layer. vLLM fuses q/k/v and
+    // gate/up into one layer each (4 scales a layer); the description keeps transformers' seven
+    // modules, 12 bytes a layer more.
+    let h100 = budget(&model, "h100-80gb", &serve(fp8.clone(), 0.9), 1).expect("budget");
+    let vllm_layers = LINEAR + 4 * 4 * LAYERS + UNQUANTIZED;
+    assert!(h100.weights_bytes >= vllm_layers && h100.weights_bytes - vllm_layers <= 12 * LAYERS);
+    assert!(
+        h100.quantization.as_deref().is_some_and(|q| q.contains("per tensor")),
+        "{:?}",
+        h100.quantization
+    );
+    // The load peak: the largest layer materialized in bf16 before it is quantized (gate_proj,
+    // up_proj or down_proj, 14336 × 4096 × 2 B).
+    assert_eq!(h100.load_peak_bytes - h100.weights_bytes, 14336 * 4096 * 2);
+
+    // A100 (8.0): FP8 Marlin, weight-only: the scale becomes one bf16 value per output row.
+    let a100 = budget(&model, "a100-80gb", &serve(fp8, 0.9), 1).expect("budget");
+    assert_eq!(a100.weights_bytes, LINEAR + 2 * LAYERS * ROWS_PER_LAYER + UNQUANTIZED);
+    let bf16 = budget(&model, "h100-80gb", &serve(Quant::None, 0.9), 1).expect("budget");
+    assert_eq!(bf16.weights_bytes, 2 * LINEAR + UNQUANTIZED);
+    println!(
+        "Llama-3.1-8B under vLLM: bf16 {:.2} GiB, --quant fp8 {:.2} GiB (H100), {:.2} GiB (A100)",
+        bf16.weights_bytes as f64 / GIB,
+        h100.weights_bytes as f64 / GIB,
+        a100.weights_bytes as f64 / GIB
+    );
+}
+
+#[test]
+fn gptq_is_repacked_for_machete_on_hopper_and_marlin_on_ampere() {
+    let model = llama();
+    let gptq = Quant::Gptq { bits: 4, group_size: 128 };
+    let packed = LINEAR / 2;
+    let scales = 2 * LINEAR / 128; // fp16 per group of 128 and output
+    let qzeros = LINEAR / 128 / 2; // 4-bit per group and output, packed in int32
+    let g_idx = 4 * LAYERS * INPUTS_PER_LAYER;
+    // Machete keeps qzeros and g_idx as loaded; Marlin empties both (symmetric, no act-order).
+    let h100 = budget(&model, "h100-80gb", &serve(gptq.clone(), 0.9), 1).expect("budget");
+    assert_eq!(h100.weights_bytes, packed + scales + qzeros + g_idx + UNQUANTIZED);
+    assert!(h100.quantization.as_deref().is_some_and(|q| q.contains("Machete")), "{:?}", h100.quantization);
+    let a100 = budget(&model, "a100-80gb", &serve(gptq, 0.9), 1).expect("budget");
+    assert_eq!(a100.weights_bytes, packed + scales + UNQUANTIZED);
+    // The repack writes a new qweight beside the loaded one: the largest is gate/up/down's.
+    assert_eq!(a100.load_peak_bytes - a100.weights_bytes, 14336 * 4096 / 2);
+    // An asymmetric checkpoint is not Marlin-compatible: the ExLlama kernel keeps the stored
+    // zeros and empties `g_idx` (no act-order).
+    let asym = with_config(
+        "llama-3.1-8b-instruct",
+        json!({"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128,
+               "sym": false, "desc_act": false}}),
+    );
+    let exllama = budget(&asym, "a100-80gb", &serve(Quant::None, 0.9), 1).expect("budget");
+    assert_eq!(exllama.weights_bytes, packed + scales + qzeros + UNQUANTIZED);
+}
+
+#[test]
+fn awq_zero_points_become_16_bit_under_machete() {
+    let model = llama();
+    let awq = Quant::Awq { bits: 4, group_size: 128 };
+    let packed = LINEAR / 2;
+    let scales = 2 * LINEAR / 128;
+    // Marlin converts the packed zeros to its own packing (same bytes); Machete pre-multiplies
+    // them by the scales into a [groups, out] tensor in the activation dtype.
+    let a100 = budget(&model, "a100-80gb", &serve(awq.clone(), 0.9), 1).expect("budget");
+    assert_eq!(a100.weights_bytes, packed + scales + LINEAR / 128 / 2 + UNQUANTIZED);
+    let h100 = budget(&model, "h100-80gb", &serve(awq, 0.9), 1).expect("budget");
+    assert_eq!(h100.weights_bytes, packed + 2 * scales + UNQUANTIZED);
+}
+
+#[test]
+fn an_fp8_block_checkpoint_takes_group_scales_under_fp8_marlin() {
+    // An fp8 checkpoint with 128 × 128 block scales (the `quant_method: fp8` layout of
+    // DeepSeek-V3 and Qwen3-FP8): stored on an H100, fp32 scales per 128 × 128 block; on an
+    // A100 FP8 Marlin holds bf16 scales per 128 inputs and output.
+    let model = with_config(
+        "llama-3.1-8b-instruct",
+        json!({"quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic",
+               "weight_block_size": [128, 128]}}),
+    );
+    let linears: [(u64, u64); 7] =
+        [(4096, 4096), (1024, 4096), (1024, 4096), (4096, 4096), (14336, 4096), (14336, 4096), (4096, 14336)];
+    let blocks_per_layer: u64 = linears.iter().map(|(out, inp)| out.div_ceil(128) * inp.div_ceil(128)).sum();
+    let groups_per_layer: u64 = linears.iter().map(|(out, inp)| inp / 128 * out).sum();
+    let h100 = budget(&model, "h100-80gb", &serve(Quant::None, 0.9), 1).expect("budget");
+    assert_eq!(h100.weights_bytes, LINEAR + 4 * LAYERS * blocks_per_layer + UNQUANTIZED);
+    let a100 = budget(&model, "a100-80gb", &serve(Quant::None, 0.9), 1).expect("budget");
+    assert_eq!(a100.weights_bytes, LINEAR + 2 * LAYERS * groups_per_layer + UNQUANTIZED);
+}
+
+#[test]
+fn vllm_refuses_what_its_quantization_configs_refuse() {
+    let model = llama();
+    // `Fp8Config.get_min_capability()` is 75: a V100 (7.0) is refused with vLLM's message.
+    let err = budget(&model, "v100-32gb", &serve(Quant::Fp8 { block: 128 }, 0.9), 1).expect_err("V100");
+    assert_eq!(err.origin, "--hardware");
+    assert!(err.problem.contains("Minimum capability: 75"), "{err}");
+    // A T4 (7.5) runs fp8 through FP8 Marlin.
+    assert!(budget(&model, "t4", &serve(Quant::Fp8 { block: 128 }, 0.9), 1).is_ok());
+    // fp8 and the Marlin kernels take fp16 and bf16 activations only.
+    let fp32 = Workload { weight_dtype: Some(DType::F32), ..serve(Quant::Fp8 { block: 128 }, 0.9) };
+    assert_eq!(budget(&model, "h100-80gb", &fp32, 1).expect_err("fp32").origin, "--dtype");
+    // A flag that names another method than the checkpoint's `quantization_config`.
+    let gptq = with_config(
+        "llama-3.1-8b-instruct",
+        json!({"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128,
+               "sym": true, "desc_act": false}}),
+    );
+    let err = budget(&gptq, "h100-80gb", &serve(Quant::Awq { bits: 4, group_size: 128 }, 0.9), 1)
+        .expect_err("awq over gptq");
+    assert!(err.problem.contains("does not match"), "{err}");
+    assert!(err.fix.as_deref().is_some_and(|f| f.contains("leave `--quant` out")), "{err}");
+    // The same method, or none, is the checkpoint.
+    let same = budget(&gptq, "h100-80gb", &serve(Quant::Gptq { bits: 4, group_size: 128 }, 0.9), 1);
+    let none = budget(&gptq, "h100-80gb", &serve(Quant::None, 0.9), 1);
+    assert_eq!(same.expect("gptq").weights_bytes, none.expect("none").weights_bytes);
+}
+
+/// One row of `fixtures/published/vllm-quant/vllm_quant.csv`.
+struct Row {
+    id: String,
+    tp: u32,
+    dtype: String,
+    utilization: f64,
+    weights_gib: f64,
+    kv_tokens: u64,
+}
+
+fn rows() -> Vec<Row> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/published/vllm-quant/vllm_quant.csv");
+    let mut reader = csv::Reader::from_path(path).expect("the fixture");
+    reader
+        .records()
+        .map(|r| {
+            let r = r.expect("a row");
+            Row {
+                id: r[0].to_string(),
+                tp: r[5].parse().expect("tp"),
+                dtype: r[6].to_string(),
+                utilization: r[7].parse().expect("utilization"),
+                weights_gib: r[9].parse().expect("weights"),
+                kv_tokens: r[10].parse().expect("tokens"),
+            }
+        })
+        .collect()
+}
+
+/// compressed-tensors' `config_groups` for llm-compressor's preset schemes
+/// (`compressed_tensors/quantization/quant_scheme.py`): `FP8_DYNAMIC` (fp8 weights per channel,
+/// dynamic per-token fp8 activations) and `W8A8` (int8 weights per channel, dynamic per-token
+/// int8 activations), every `Linear` but `lm_head`.
+fn compressed_tensors(float: bool) -> Value {
+    let kind = if float { "float" } else { "int" };
+    json!({"quantization_config": {
+        "quant_method": "compressed-tensors",
+        "format": if float { "float-quantized" } else { "int-quantized" },
+        "ignore": ["lm_head"],
+        "config_groups": {"group_0": {
+            "targets": ["Linear"],
+            "weights": {"num_bits": 8, "type": kind, "strategy": "channel", "symmetric": true, "dynamic": false},
+            "input_activations": {"num_bits": 8, "type": kind, "strategy": "token", "symmetric": true,
+                                  "dynamic": true}
+        }}
+    }})
+}
+
+/// The model each row ran, from the published configs (README of the fixture).
+fn row_model(id: &str) -> (ModelDescription, Quant) {
+    // Qwen/Qwen2.5-7B-Instruct config.json: 32768 positions (the built-in is the base model's).
+    let qwen_instruct = |mut changes: Value| {
+        changes["max_position_embeddings"] = json!(32768);
+        with_config("qwen2.5-7b", changes)
+    };
+    match id {
+        "llama31_8b_qfp8" => (llama(), Quant::Fp8 { block: 128 }),
+        "llama31_8b_w4a16_gptq" => (
+            with_config(
+                "llama-3.1-8b-instruct",
+                json!({"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128,
+                       "sym": true, "desc_act": false}}),
+            ),
+            Quant::None,
+        ),
+        "qwen25_7b_fp8_dynamic" => (qwen_instruct(compressed_tensors(true)), Quant::None),
+        "qwen25_7b_w8a8_int8" => (qwen_instruct(compressed_tensors(false)), Quant::None),
+        "llama33_70b_fp8_dynamic_tp2" | "llama33_70b_fp8_dynamic_tp4" => {
+            (with_config("llama-3.3-70b", compressed_tensors(true)), Quant::None)
+        }
+        "llama31_8b_w8a8_int8" => {
+            (with_config("llama-3.1-8b-instruct", compressed_tensors(false)), Quant::None)
+        }
+        other => panic!("no model for {other}"),
+    }
+}
+
+#[test]
+fn quantized_weights_and_kv_capacity_match_published_vllm_logs() {
+    let mut worst = 0.0f64;
+    for row in rows() {
+        let (model, quant) = row_model(&row.id);
+        let dtype = if row.dtype == "float16" { DType::F16 } else { DType::BF16 };
+        let workload = Workload { weight_dtype: Some(dtype), ..serve(quant, row.utilization) };
+        let profile = if row.tp == 1 { "h100-80gb".to_string() } else { format!("{}xh100-80gb", row.tp) };
+        let b = budget(&model, &profile, &workload, row.tp).expect("budget");
+        let weights = b.weights_bytes as f64 / GIB;
+        let weights_err = (weights - row.weights_gib) / row.weights_gib * 100.0;
+        let kv_err = (b.kv_capacity_tokens as f64 - row.kv_tokens as f64) / row.kv_tokens as f64 * 100.0;
+        println!(
+            "{:<30} weights {:>6.2} / {:>6.2} GiB ({:+.2} %)  KV {:>9} / {:>9} tokens ({:+.2} %)  {}",
+            row.id,
+            weights,
+            row.weights_gib,
+            weights_err,
+            b.kv_capacity_tokens,
+            row.kv_tokens,
+            kv_err,
+            b.quantization.as_deref().unwrap_or("-")
+        );
+        assert!(weights_err.abs() <= 2.0, "{}: weights {weights_err:+.2} %", row.id);
+        assert!(kv_err.abs() <= 2.0, "{}: KV tokens {kv_err:+.2} %", row.id);
+        worst = worst.max(weights_err.abs()).max(kv_err.abs());
+    }
+    println!("worst error {worst:.2} %");
+}
