@@ -193,9 +193,14 @@ pub fn concurrency_text(answers: &[Concurrency]) -> String {
         let kv = a.kv_capacity_tokens.map_or_else(String::new, group_digits);
         let note = match (&a.refused, a.scheduler_limit, &a.search) {
             (Some(why), _, _) => format!("refused: {why}"),
+            _ if a.tensor_parallel.is_some() => format!(
+                "with --parallel tp={}: vLLM runs on one GPU unless told, and one does not hold the model",
+                a.tensor_parallel.unwrap_or(1)
+            ),
             (_, Some(limit), _) => {
                 format!("schedules at most {} per step (--max-num-seqs)", group_digits(limit))
             }
+            _ if a.binding.is_some() => a.binding.as_ref().map(binding_words).unwrap_or_default(),
             (_, _, Some(s)) => s.binding.as_ref().map(binding_words).unwrap_or_default(),
             _ => String::new(),
         };

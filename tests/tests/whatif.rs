@@ -417,3 +417,32 @@ fn frontier_points_are_boundaries_and_none_beats_another() {
         }
     }
 }
+
+/// vLLM runs on one GPU unless told (`--tensor-parallel-size` defaults to 1): on four A100s a
+/// 70B model in bf16 (131 GiB of weights, more than one 80 GB GPU) is served only with tensor
+/// parallelism, and the answer says so and runs it, where it used to answer 0 and blame
+/// `--max-num-seqs`. The answer equals `estimate`'s KV capacity under `--parallel tp=4`.
+#[test]
+fn vllm_over_several_gpus_answers_with_the_tensor_parallelism_it_needs() {
+    let base = ["llama-3.3-70b", "--hardware", "a100-80gb-x4", "--engine", "vllm", "--seq", "4096"];
+    let out = whatif(&[&["max-concurrency"][..], &base, &["--json"]].concat());
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let answers: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
+    let vllm = answers.as_array().and_then(|a| a.iter().find(|r| r["engine"] == "vllm")).expect("a vLLM row");
+    assert_eq!(vllm["tensor_parallel"], 4, "{vllm}");
+    let sequences = vllm["sequences"].as_u64().expect("sequences");
+    let capacity = vllm["kv_capacity_tokens"].as_u64().expect("capacity");
+    assert_eq!(sequences, capacity / 4096);
+    let estimate = vramplan(&[&["estimate"][..], &base, &["--parallel", "tp=4", "--json"]].concat());
+    assert_eq!(estimate.code, 0, "{}", estimate.stderr);
+    assert!(
+        estimate.stdout.contains(&format!("{capacity}")),
+        "estimate under tp=4 holds {capacity} KV tokens"
+    );
+    let text = whatif(&[&["max-concurrency"][..], &base].concat());
+    assert!(
+        text.stdout.contains("--tensor-parallel-size 4") && text.stdout.contains("tp=4"),
+        "{}",
+        text.stdout
+    );
+}

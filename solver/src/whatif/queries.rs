@@ -227,6 +227,13 @@ pub struct Concurrency {
     /// The engine refuses the model or the workload (why).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+    /// vLLM: the tensor-parallel size this answer needs, where the workload named none and the
+    /// model does not fit the one GPU vLLM then uses (its default `--tensor-parallel-size 1`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tensor_parallel: Option<u32>,
+    /// vLLM, where not one sequence fits: what runs out, and by how much.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub binding: Option<Binding>,
     /// What to type to run it.
     pub run: Vec<RunFlags>,
 }
@@ -290,6 +297,8 @@ fn concurrency_by_search(
                 scheduler_limit: None,
                 search: Some(found),
                 refused: None,
+                tensor_parallel: None,
+                binding: None,
                 run,
             }
         }
@@ -306,6 +315,8 @@ fn refused(engine: EngineKind, seq: u64, e: InputError) -> Concurrency {
         scheduler_limit: None,
         search: None,
         refused: Some(e.to_string()),
+        tensor_parallel: None,
+        binding: None,
         run: Vec::new(),
     }
 }
@@ -318,22 +329,47 @@ fn vllm_concurrency(question: &Question, base: &Workload, seq: u64) -> Concurren
         _ => Engine::VLLM_DEFAULT,
     };
     let w = Workload { engine, ..base.clone() };
-    let fit = match probe(question, question.hardware, &w) {
+    let answer = vllm_concurrency_with(question, &w, seq);
+    // vLLM runs on one GPU unless told (`--tensor-parallel-size` defaults to 1): where the
+    // workload names no parallelism and that one GPU holds nothing, the answer over the
+    // profile's GPUs is the one with the largest tensor-parallel size they allow.
+    let gpus = question.hardware.devices.len() as u64;
+    if answer.sequences.is_some()
+        || answer.refused.is_some()
+        || gpus < 2
+        || w.parallelism != Parallelism::Single
+    {
+        return answer;
+    }
+    let heads = question.model.facts.num_attention_heads.max(1);
+    let Some(size) = (2..=gpus).rev().find(|n| heads.is_multiple_of(*n)) else { return answer };
+    let wide = Workload { parallelism: Parallelism::Tensor { size: size as u32 }, ..w.clone() };
+    let mut over = vllm_concurrency_with(question, &wide, seq);
+    if over.refused.is_some() {
+        return answer;
+    }
+    over.tensor_parallel = Some(size as u32);
+    over
+}
+
+/// vLLM's answer for workload `w` as it stands.
+fn vllm_concurrency_with(question: &Question, w: &Workload, seq: u64) -> Concurrency {
+    let fit = match probe(question, question.hardware, w) {
         Ok(fit) => fit,
         Err(e) => return refused(EngineKind::Vllm, seq, e),
     };
-    let tp = vllm::tensor_parallel_size(&w);
+    let tp = vllm::tensor_parallel_size(w);
     let limit = question
         .hardware
         .devices
         .first()
-        .and_then(|d| vllm::budget(question.model, d, &w, tp).ok())
+        .and_then(|d| vllm::budget(question.model, d, w, tp).ok())
         .map(|b| b.max_num_seqs);
     let capacity = fit.kv_capacity_tokens;
     let sequences = capacity.map(|c| c / seq.max(1)).filter(|&n| n > 0 && fit.fits);
     let run = match sequences {
         Some(n) => {
-            let mut run = run_flags(question.model, question.hardware, question.workload, &w, &fit);
+            let mut run = run_flags(question.model, question.hardware, question.workload, w, &fit);
             for flags in &mut run {
                 flags.set("--max-num-seqs", n.min(limit.unwrap_or(n)).to_string());
             }
@@ -346,9 +382,11 @@ fn vllm_concurrency(question: &Question, base: &Workload, seq: u64) -> Concurren
         seq,
         sequences,
         kv_capacity_tokens: capacity,
-        scheduler_limit: limit,
+        scheduler_limit: limit.filter(|_| sequences.is_some()),
         search: None,
         refused: None,
+        tensor_parallel: None,
+        binding: if sequences.is_none() { super::binding(None, &fit) } else { None },
         run,
     }
 }
