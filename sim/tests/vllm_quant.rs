@@ -155,6 +155,21 @@ fn an_fp8_block_checkpoint_takes_group_scales_under_fp8_marlin() {
 }
 
 #[test]
+fn gguf_weights_are_the_files_blocks_embedding_and_head_included() {
+    // Q8_0 (llama-quantize): every 2-D tensor in 34-byte blocks of 32 weights, the token
+    // embedding and the output head too; vLLM's GGUF methods hold the blocks as they are (linear,
+    // embedding), the F32 norms as ordinary parameters in the model dtype.
+    let model = llama();
+    let q8 =
+        budget(&model, "h100-80gb", &serve(Quant::Gguf { quant_type: "Q8_0".into() }, 0.9), 1).expect("q8");
+    let blocks = (LINEAR + 2 * 128256 * 4096) / 32 * 34;
+    assert_eq!(q8.weights_bytes, blocks + 65 * 4096 * 2 + 131072 * 128 * 2);
+    // Tensor parallelism splits the blocks with their rows.
+    let tp2 = budget(&model, "2xh100-80gb", &serve(Quant::Gguf { quant_type: "Q8_0".into() }, 0.9), 2);
+    assert!(tp2.expect("tp2").weights_bytes < q8.weights_bytes * 51 / 100);
+}
+
+#[test]
 fn vllm_refuses_what_its_quantization_configs_refuse() {
     let model = llama();
     // `Fp8Config.get_min_capability()` is 75: a V100 (7.0) is refused with vLLM's message.

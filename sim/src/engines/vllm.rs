@@ -182,7 +182,7 @@ pub fn budget(
         _ => Cow::Borrowed(model),
     };
     let held =
-        if bnb_loads.is_some() { None } else { vllm_quant::held(&cast, &workload.quant, device, act_dtype) };
+        if bnb_loads.is_some() { None } else { vllm_quant::held(&cast, &workload.quant, device, act_dtype)? };
     let load_transient = held.as_ref().map_or(0, |h| h.load_transient_bytes.div_ceil(u64::from(tp.max(1))));
     let quantization = held.as_ref().map(|h| format!("{}: {}", h.kernel.name(), h.note));
     let weights: Cow<ModelDescription> = match (bnb_loads, held) {

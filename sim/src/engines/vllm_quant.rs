@@ -45,6 +45,11 @@
 //!   `torch.empty((sum(output_partition_sizes), 1), dtype=torch.float32)`) where the checkpoint
 //!   stores them in the model dtype. Below 8.9 the fp8 scheme falls back to W8A16 FP8 Marlin
 //!   (not modelled apart: the scales differ by two bytes an output row).
+//! - **GGUF** (`--quant Q4_K_M` and the other llama.cpp types, `gguf.py`: `GGUFLinearMethod`,
+//!   `GGUFEmbeddingMethod`, `GGUFMoEMethod`): each tensor the file stores in a quantized ggml
+//!   type is held as its raw blocks (the file's bytes, [`super::gguf::quantize`]): linears,
+//!   experts, the token embedding and the output head alike; tensors stored as F32/F16/BF16
+//!   (norms, biases, routers) are ordinary parameters in the model dtype (`UNQUANTIZED_TYPES`).
 //! - **MXFP4, bitsandbytes checkpoints**: the stored layout (MXFP4's Marlin padding is not
 //!   modelled, docs/memory-model.md).
 //! - **Load peak**: a transient the loading adds over the weights: online fp8 materializes one
@@ -55,14 +60,16 @@
 //! Refusals (vLLM's own): a `--quant` that names another method than the checkpoint's
 //! `quantization_config` (`ModelConfig._verify_quantization`); a GPU below the method's
 //! `get_min_capability` (`VllmConfig._get_quantization_config`: fp8, AWQ, compressed-tensors
-//! 7.5; GPTQ 6.0; MXFP4 8.0); a `--dtype` the method's kernels do not take
+//! 7.5; GPTQ and GGUF 6.0; MXFP4 8.0); a `--dtype` the method's kernels do not take
 //! (`get_supported_act_dtypes`: fp8 and the Marlin kernels take fp16 and bf16, never fp32).
 
+use super::gguf::{self, FileType};
 use super::vllm_bnb;
 use crate::workload::Quant;
+use std::collections::HashMap;
 use vramplan_profiles::hardware::{ComputeCapability, Device};
 use vramplan_profiles::model::quantization::{Method, Quantization, converted};
-use vramplan_profiles::model::{ModelDescription, Module, Tensor, TensorKind};
+use vramplan_profiles::model::{ModelDescription, Module, Tensor, TensorKind, join};
 use vramplan_profiles::{DType, InputError};
 
 /// Which kernel holds a quantized linear's weights on the device.
@@ -141,7 +148,7 @@ fn checkpoint_name(quantization: &Quantization) -> String {
 fn min_capability(method: &str) -> Option<ComputeCapability> {
     match method {
         "fp8" | "awq" | "compressed-tensors" => Some(cc(7, 5)),
-        "gptq" => Some(cc(6, 0)),
+        "gptq" | "gguf" => Some(cc(6, 0)),
         "mxfp4" => Some(cc(8, 0)),
         "bitsandbytes" => Some(cc(7, 0)),
         _ => None,
@@ -208,13 +215,20 @@ pub fn check(
 
 /// `model` as vLLM holds it under `quant` (a flag) or its own `quantization_config` on `device`,
 /// with activations in `act_dtype`; `None` when neither applies (plain weights, or
-/// bitsandbytes, which [`super::vllm_bnb`] sizes). [`check`] first.
-pub fn held(model: &ModelDescription, quant: &Quant, device: &Device, act_dtype: DType) -> Option<Held> {
+/// bitsandbytes, which [`super::vllm_bnb`] sizes). [`check`] first. A GGUF type that does not
+/// parse, or a GGUF of packed weights, is an [`InputError`].
+pub fn held(
+    model: &ModelDescription,
+    quant: &Quant,
+    device: &Device,
+    act_dtype: DType,
+) -> Result<Option<Held>, InputError> {
     let capability = device.compute_capability;
     let fp8_native = capability >= cc(8, 9);
     let checkpoint = match (&model.quantization, quant) {
         (Some(q), _) => q.clone(),
-        (None, Quant::Fp8 { .. }) => return Some(online_fp8(model, fp8_native, act_dtype)),
+        (None, Quant::Fp8 { .. }) => return Ok(Some(online_fp8(model, fp8_native, act_dtype))),
+        (None, Quant::Gguf { quant_type }) => return gguf_blocks(model, quant_type).map(Some),
         (None, Quant::Gptq { bits, group_size }) => Quantization {
             method: Method::Gptq {
                 bits: *bits,
@@ -228,15 +242,15 @@ pub fn held(model: &ModelDescription, quant: &Quant, device: &Device, act_dtype:
             method: Method::Awq { bits: *bits, group_size: group_of(*group_size), zero_point: true },
             skip: None,
         },
-        (None, _) => return None,
+        (None, _) => return Ok(None),
     };
     let stored = converted(model, &checkpoint);
-    Some(match checkpoint.method {
+    Ok(Some(match checkpoint.method {
         Method::Gptq { bits, group_size, sym, desc_act } => {
             let marlin_ok =
                 sym && matches!(bits, 4 | 8) && marlin_group(group_size) && capability >= cc(7, 5);
             if !marlin_ok {
-                return Some(exllama(stored, desc_act));
+                return Ok(Some(exllama(stored, desc_act)));
             }
             let kernel = mp_kernel(capability, group_size);
             packed_int(stored, kernel, Zeros::Gptq { desc_act }, act_dtype)
@@ -248,7 +262,41 @@ pub fn held(model: &ModelDescription, quant: &Quant, device: &Device, act_dtype:
         Method::Fp8 { .. } if !fp8_native => fp8_marlin_scales(stored, act_dtype),
         Method::CompressedTensors { .. } => compressed_scales(stored),
         _ => unchanged(stored, "the checkpoint's stored layout"),
-    })
+    }))
+}
+
+/// `model` from a GGUF file of `quant_type` as vLLM holds it: each tensor the file quantizes
+/// replaced by its blocks (uint8, `[rows…, row bytes]`, the output dimension kept so that tensor
+/// parallelism splits it as vLLM does), the float ones left in the model dtype.
+fn gguf_blocks(model: &ModelDescription, quant_type: &str) -> Result<Held, InputError> {
+    let file_type = FileType::parse(quant_type)?;
+    let mut blocks: HashMap<String, u64> = HashMap::new();
+    for tensor in gguf::quantize(model, file_type)?.into_iter().filter(|t| t.ggml_type.is_quantized()) {
+        *blocks.entry(tensor.path).or_default() += tensor.bytes;
+    }
+    let mut out = model.clone();
+    let mut largest = 0u64;
+    out.root.visit_mut(&mut |module| {
+        let path = module.path.clone();
+        for tensor in &mut module.tensors {
+            let Some(&bytes) = blocks.get(&join(&path, &tensor.name)) else { continue };
+            let Some((&inputs, rows)) = tensor.shape.split_last() else { continue };
+            let rows = rows.to_vec();
+            let row_count: u64 = rows.iter().product::<u64>().max(1);
+            let row_bytes = bytes.div_ceil(row_count);
+            let per_element = u32::try_from(inputs.div_ceil(row_bytes.max(1))).unwrap_or(u32::MAX).max(1);
+            tensor.shape = rows.into_iter().chain([row_bytes]).collect();
+            tensor.dtype = DType::U8;
+            tensor.kind = TensorKind::PackedParameter { per_element };
+            tensor.follows_load_dtype = false;
+            largest = largest.max(bytes);
+        }
+    });
+    let note = format!(
+        "the {} GGUF file's quantized tensors held as their ggml blocks (embedding and output included)",
+        file_type.name()
+    );
+    Ok(Held { model: out, kernel: Kernel::Stored, load_transient_bytes: 0, note })
 }
 
 /// A GPTQ checkpoint under the ExLlama kernel (`GPTQLinearMethod.process_weights_after_loading`):

@@ -326,12 +326,12 @@ fn check_quant(w: &Workload) -> Result<(), InputError> {
         ),
         Quant::Gguf { quant_type } => {
             FileType::parse(quant_type)?;
-            if !matches!(w.engine, Engine::LlamaCpp { .. }) {
+            if !matches!(w.engine, Engine::LlamaCpp { .. } | Engine::Vllm { .. }) {
                 return bad(
                     "quant",
-                    format!("GGUF weights ({quant_type}) with an engine other than llama.cpp"),
-                    "add `--engine llama.cpp` (transformers dequantizes a GGUF file when it loads it: for plain \
-                     weights give `--dtype` instead)",
+                    format!("GGUF weights ({quant_type}) with an engine other than llama.cpp or vLLM"),
+                    "add `--engine llama.cpp` or `--engine vllm` (transformers dequantizes a GGUF file when it \
+                     loads it: for plain weights give `--dtype` instead)",
                 );
             }
             Ok(())
