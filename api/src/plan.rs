@@ -4,7 +4,7 @@
 //! the ILP and its refinement rounds, the greedy baseline and the remedy probes share one
 //! deadline. Under data parallelism (`--parallel ddp`, `zero1`–`zero3`, `fsdp`) nothing is
 //! placed: each GPU is a rank judged on its own memory, no baseline or remedies are run, and no
-//! device map is exported (only the YAML plan).
+//! device map is exported (only the YAML plan and the launch exports: DeepSpeed, FSDP, torchrun).
 
 use crate::expert_load::read_expert_load;
 use crate::inputs::{Inputs, Loaded};
@@ -16,7 +16,8 @@ use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_solver::Runtime;
 use vramplan_solver::build::{Request, parse_pin};
 use vramplan_solver::explain::{DEFAULT_BUDGET_S, Explanation, explain};
-use vramplan_solver::export::{Export, Format, export};
+use vramplan_solver::export::launch::Launch;
+use vramplan_solver::export::{Export, Format, Source, export};
 use vramplan_solver::plan::{
     Plan, Settings, SolverKind, Verdict, deadline_after, plan as solve_plan, seconds_left,
 };
@@ -103,7 +104,7 @@ pub struct PlanRequest {
     /// [`PlanResult::export`] when the plan fits.
     pub output: Option<String>,
     /// The export's format, in place of the file name's: accelerate | llama.cpp |
-    /// expert-parallel | pipeline | yaml.
+    /// expert-parallel | pipeline | yaml | vllm | sglang | deepspeed | fsdp | torchrun.
     pub format: Option<String>,
 }
 
@@ -189,15 +190,24 @@ pub fn plan(request: &PlanRequest) -> Result<PlanResult, InputError> {
     {
         let format = match &request.format {
             Some(f) => Format::parse(f)?,
-            None => Format::for_output(name, &solved.result),
+            None => Format::for_output(name, &solved.result, &solved.loaded.workload),
         };
-        let exported = export(
-            &solved.result,
-            format,
-            request.inputs.model.spec(),
-            &request.inputs.hardware,
-            &solved.loaded.workload,
-        )?;
+        let hardware = &solved.loaded.hardware;
+        let source = Source {
+            model: request.inputs.model.spec(),
+            hardware: &request.inputs.hardware,
+            file: name,
+            launch: Launch {
+                source: vramplan_solver::whatif::pretrained_source(&solved.loaded.model),
+                gpus_per_node: hardware
+                    .nodes
+                    .iter()
+                    .map(|n| hardware.devices_of(n.index).count() as u32)
+                    .collect(),
+                workload: &solved.loaded.workload,
+            },
+        };
+        let exported = export(&solved.result, format, &source)?;
         solved.export = Some((format, exported));
     }
     Ok(solved)
@@ -319,9 +329,10 @@ fn refuse_map_export(
     let (format, key) = match &request.format {
         Some(f) => (Format::parse(f)?, "--format"),
         None if name.ends_with(".yaml") || name.ends_with(".yml") => (Format::Yaml, "-o"),
+        None if name.ends_with(".sh") => return Ok(()),
         None => (Format::Accelerate, "-o"),
     };
-    if format == Format::Yaml {
+    if format == Format::Yaml || format.launches() {
         return Ok(());
     }
     let flag = vramplan_solver::plan::parallel_flag(workload.parallelism);

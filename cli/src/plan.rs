@@ -21,8 +21,10 @@ pub(crate) struct PlanArgs {
     /// Write the plan here (atomically).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     output: Option<PathBuf>,
-    /// accelerate | llama.cpp | expert-parallel | pipeline | yaml (default: from the file name
-    /// and the target).
+    /// accelerate | llama.cpp | expert-parallel | pipeline | yaml | vllm | sglang | deepspeed |
+    /// fsdp | torchrun (default: from the file name and the target; `.sh` is the workload's
+    /// launch: vllm serving, torchrun training). deepspeed and fsdp write their launch lines
+    /// beside the config (`ds.json` → `ds.sh`).
     #[arg(long)]
     format: Option<String>,
     /// Print JSON instead of a table.
@@ -109,6 +111,9 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
     let mut written_map = None;
     if let (Some(path), Some((format, exported))) = (&args.output, &solved.export) {
         crate::write_atomic(path, exported.text.as_bytes())?;
+        if let Some(script) = &exported.launch {
+            crate::write_atomic(&vramplan_solver::export::launch_path(path), script.as_bytes())?;
+        }
         if *format == Format::Accelerate {
             written_map = Some(path.display().to_string());
         }

@@ -14,6 +14,11 @@
 //! - `pipeline`: per GPU its contiguous stage of layers, and DeepSpeed's `parts` boundaries.
 //! - `yaml`: vramplan's own plan (model, hardware, target, workload, device map), read back by
 //!   `estimate --plan` and `validate`.
+//! - `vllm`, `sglang`, `deepspeed`, `fsdp`, `torchrun`: what launches the plan on that engine
+//!   or launcher ([`launch`]): a shell script (`.sh`), or a config file (DeepSpeed's JSON,
+//!   accelerate's FSDP YAML) with its launch script written beside it.
+
+pub mod launch;
 
 use crate::plan::Plan;
 use serde::{Deserialize, Serialize};
@@ -35,6 +40,16 @@ pub enum Format {
     Pipeline,
     /// vramplan's plan file, read back by `estimate --plan`.
     Yaml,
+    /// A `vllm serve` command line (`.sh`).
+    Vllm,
+    /// SGLang's `python -m sglang.launch_server` line(s) (`.sh`).
+    Sglang,
+    /// A DeepSpeed config JSON, with its `torchrun` lines beside it.
+    DeepSpeed,
+    /// An accelerate FSDP config YAML, with its `accelerate launch` lines beside it.
+    Fsdp,
+    /// `torchrun` lines for DDP, one per node (`.sh`).
+    Torchrun,
 }
 
 impl Format {
@@ -44,19 +59,33 @@ impl Format {
             "accelerate" | "json" => Format::Accelerate,
             "llama.cpp" | "llamacpp" | "llama-cpp" => Format::LlamaCpp,
             "expert-parallel" => Format::ExpertParallel,
-            "pipeline" | "deepspeed" => Format::Pipeline,
+            "pipeline" | "deepspeed-pipeline" => Format::Pipeline,
             "yaml" | "yml" => Format::Yaml,
+            "vllm" => Format::Vllm,
+            "sglang" => Format::Sglang,
+            "deepspeed" => Format::DeepSpeed,
+            "fsdp" | "accelerate-fsdp" => Format::Fsdp,
+            "torchrun" | "ddp" => Format::Torchrun,
             other => {
-                return Err(InputError::new("--format", format!("unknown format `{other}`"))
-                    .with_fix("use one of accelerate, llama.cpp, expert-parallel, pipeline, yaml"));
+                return Err(InputError::new("--format", format!("unknown format `{other}`")).with_fix(
+                    "use one of accelerate, llama.cpp, expert-parallel, pipeline, yaml, vllm, sglang, deepspeed, fsdp, torchrun",
+                ));
             }
         })
     }
 
-    /// The format a file name implies (`.yaml` → yaml), else the target's own.
-    pub fn for_output(path: &str, plan: &Plan) -> Format {
+    /// The format a file name implies (`.yaml` → yaml; `.sh` → the launch of the workload:
+    /// `vllm serve` under `--engine vllm`, torchrun for training), else the target's own.
+    /// The FSDP config is YAML too, so it is asked for by `--format fsdp`, never by extension.
+    pub fn for_output(path: &str, plan: &Plan, workload: &Workload) -> Format {
         if path.ends_with(".yaml") || path.ends_with(".yml") {
             return Format::Yaml;
+        }
+        if path.ends_with(".sh") {
+            return match (workload.mode, &workload.engine) {
+                (vramplan_sim::workload::Mode::Train, _) => Format::Torchrun,
+                _ => Format::Vllm,
+            };
         }
         match plan.target {
             crate::Runtime::LlamaCpp => Format::LlamaCpp,
@@ -140,27 +169,77 @@ impl PlanTarget {
     }
 }
 
+impl Format {
+    /// Whether the format launches the plan (a command line or a launcher's config) rather than
+    /// placing modules: these are written for data-parallel plans too, which have no map.
+    pub fn launches(self) -> bool {
+        matches!(self, Format::Vllm | Format::Sglang | Format::DeepSpeed | Format::Fsdp | Format::Torchrun)
+    }
+}
+
 /// One export: the document to write.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Export {
     /// The document, as written.
     pub text: String,
+    /// The launch script written beside a config file (`ds.json` → `ds.sh`, see
+    /// [`launch_path`]): DeepSpeed's and accelerate's launch lines.
+    pub launch: Option<String>,
 }
 
-/// Renders `plan` in `format`. `model`, `hardware` and `workload` are what the plan was made
-/// from, written into the YAML plan.
-pub fn export(
-    plan: &Plan,
-    format: Format,
-    model: &str,
-    hardware: &str,
-    workload: &Workload,
-) -> Result<Export, InputError> {
+/// Where the launch script beside the export `path` goes: the same name with `.sh` in place
+/// of its extension (`ds_config.json` → `ds_config.sh`), or `.launch.sh` added where that is the
+/// export itself.
+pub fn launch_path(path: &std::path::Path) -> std::path::PathBuf {
+    let sibling = path.with_extension("sh");
+    if sibling == path {
+        let mut name = path.as_os_str().to_owned();
+        name.push(".launch.sh");
+        return name.into();
+    }
+    sibling
+}
+
+/// What an export is made from beside the plan: the inputs as given (written into the YAML
+/// plan) and what the launch exports need.
+#[derive(Debug, Clone)]
+pub struct Source<'a> {
+    /// The model as given to `plan` (a built-in name or a path).
+    pub model: &'a str,
+    /// The hardware as given to `plan`.
+    pub hardware: &'a str,
+    /// The file name the export is written as (a launch script refers to its config by it).
+    pub file: &'a str,
+    /// The launch exports' view: the model's source, the GPUs per node, the workload.
+    pub launch: launch::Launch<'a>,
+}
+
+/// Renders `plan` in `format`, from `source`.
+pub fn export(plan: &Plan, format: Format, source: &Source) -> Result<Export, InputError> {
     if !plan.feasible {
         return Err(InputError::new("-o", "the plan does not fit; there is nothing to export")
             .with_fix("apply one of the remedies printed above and plan again"));
     }
+    let (model, hardware, workload) = (source.model, source.hardware, source.launch.workload);
+    let plan_gpus = {
+        let mut gpus: Vec<u32> = plan
+            .device_map
+            .iter()
+            .filter_map(|(_, t)| if let Target::Gpu(g) = t { Some(*g) } else { None })
+            .collect();
+        gpus.sort_unstable();
+        gpus.dedup();
+        gpus.len()
+    };
+    let config_name = std::path::Path::new(source.file)
+        .file_name()
+        .map_or_else(|| source.file.to_string(), |n| n.to_string_lossy().into_owned());
     let text = match format {
+        Format::Vllm => return launch::vllm(&source.launch, plan_gpus),
+        Format::Sglang => return launch::sglang(&source.launch, plan_gpus),
+        Format::DeepSpeed => return launch::deepspeed(&source.launch, &config_name),
+        Format::Fsdp => return launch::fsdp(&source.launch, &config_name),
+        Format::Torchrun => return launch::torchrun(&source.launch),
         Format::Accelerate => {
             serde_json::to_string_pretty(&InOrder(&plan.device_map)).unwrap_or_default() + "\n"
         }
@@ -187,7 +266,7 @@ pub fn export(
                 .map_err(|e| InputError::new("-o", format!("cannot write YAML: {e}")))?
         }
     };
-    Ok(Export { text })
+    Ok(Export { text, launch: None })
 }
 
 /// Pairs written as a JSON object in their order (a device map in model order; a [`Target`]

@@ -1,0 +1,195 @@
+//! Every runnable export `plan -o` writes is one the real tool accepted:
+//! `fixtures/reference/exports/v5.json` holds, for 17 plans over vLLM, SGLang, DeepSpeed, FSDP
+//! (accelerate) and torchrun, every file the export wrote and what the tool's own parser made of
+//! each (`scripts/reference/exports.py`: vLLM's `make_arg_parser`, SGLang's
+//! `ServerArgs.add_cli_args`, DeepSpeed's `DeepSpeedConfig`, accelerate's config loader and
+//! `accelerate launch`'s validation, torchrun's `get_args_parser`, `bash -n`), checked against
+//! values written by hand from each plan's flags. The plans must write exactly the recorded
+//! files, and every recorded verdict must be an acceptance.
+
+use serde_json::Value;
+use vramplan_tests::vramplan;
+
+fn fixture() -> Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/reference/exports/v5.json");
+    serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON")
+}
+
+#[test]
+fn every_export_is_written_as_the_real_parser_accepted_it() {
+    let data = fixture();
+    let records = data["records"].as_array().expect("records");
+    assert!(records.len() >= 12, "{} plans", records.len());
+    let mut failures = Vec::new();
+    for record in records {
+        let name = record["name"].as_str().expect("name");
+        assert!(record.get("error").is_none(), "{name}: recorded without an export: {}", record["error"]);
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = record["file"].as_str().expect("file");
+        let out = dir.path().join(file);
+        let mut args: Vec<String> = vec!["plan".into()];
+        args.extend(
+            record["args"].as_array().expect("args").iter().map(|a| a.as_str().expect("arg").to_string()),
+        );
+        args.push("-o".into());
+        args.push(out.display().to_string());
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let run = vramplan(&argv);
+        if run.code != 0 {
+            failures.push(format!("{name}: exit {}: {}", run.code, run.stderr));
+            continue;
+        }
+        let recorded = record["files"].as_object().expect("files");
+        let mut written: Vec<String> = std::fs::read_dir(dir.path())
+            .expect("read dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        written.sort();
+        let mut names: Vec<String> = recorded.keys().cloned().collect();
+        names.sort();
+        if written != names {
+            failures.push(format!("{name}: wrote {written:?}, recorded {names:?}"));
+            continue;
+        }
+        for (fname, text) in recorded {
+            let now = std::fs::read_to_string(dir.path().join(fname)).expect("written file");
+            if now != text.as_str().expect("text") {
+                failures.push(format!(
+                    "{name}: {fname} differs from the recorded one (run scripts/reference/run exports):\n{now}"
+                ));
+            }
+        }
+        let verdicts = record["verdicts"].as_array().expect("verdicts");
+        // Every file was parsed: each script by bash and its lines by their tool, each config by
+        // its tool.
+        for fname in recorded.keys() {
+            if !verdicts.iter().any(|v| v["where"].as_str().is_some_and(|w| w.starts_with(fname.as_str()))) {
+                failures.push(format!("{name}: {fname} has no verdict"));
+            }
+        }
+        for v in verdicts {
+            if v["accepted"] != Value::Bool(true) {
+                failures.push(format!("{name}: {} refused {}: {}", v["tool"], v["where"], v));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Every engine and launcher was parsed by its own tool, at a recorded version.
+#[test]
+fn the_four_engines_and_torchrun_each_parsed_some_export() {
+    let data = fixture();
+    let versions = &data["versions"];
+    for tool in ["vllm", "sglang", "deepspeed", "accelerate", "torch"] {
+        let v = versions[tool].as_str().unwrap_or("");
+        assert!(!v.is_empty() && !v.starts_with("unavailable"), "{tool}: {v}");
+    }
+    let tools: std::collections::BTreeSet<&str> = data["records"]
+        .as_array()
+        .expect("records")
+        .iter()
+        .flat_map(|r| r["verdicts"].as_array().into_iter().flatten())
+        .filter_map(|v| v["tool"].as_str())
+        .collect();
+    for tool in
+        ["vllm", "sglang", "deepspeed", "accelerate config", "accelerate launch", "torchrun", "bash -n"]
+    {
+        assert!(tools.contains(tool), "no export parsed by {tool}: {tools:?}");
+    }
+    // The checks can fail: each tool refused an export with one value broken.
+    let controls = data["controls"].as_array().expect("controls");
+    for tool in ["vllm", "sglang", "deepspeed", "accelerate config", "torchrun", "bash -n"] {
+        assert!(controls.iter().any(|c| c["tool"] == tool), "no control for {tool}");
+    }
+    for c in controls {
+        assert_eq!(c["refused"], Value::Bool(true), "a broken export was accepted: {c}");
+    }
+}
+
+/// Where an export does not apply to the plan, it is refused with the reason and the fix
+/// (exit 2), and nothing is written.
+#[test]
+fn an_export_that_does_not_apply_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cases: [(&[&str], &str, &str); 5] = [
+        (
+            &[
+                "llama-3.2-1b",
+                "--hardware",
+                "a100-80gb-x4",
+                "--mode",
+                "train",
+                "--parallel",
+                "ddp",
+                "--format",
+                "vllm",
+            ],
+            "a.sh",
+            "trains",
+        ),
+        (
+            &[
+                "llama-3.2-1b",
+                "--hardware",
+                "a100-80gb",
+                "--mode",
+                "inference",
+                "--engine",
+                "vllm",
+                "--gpu-memory-utilization",
+                "0.8",
+                "--format",
+                "fsdp",
+            ],
+            "a.yaml",
+            "serves",
+        ),
+        (
+            &["llama-3.2-1b", "--hardware", "a100-80gb", "--mode", "inference", "--format", "vllm"],
+            "a.sh",
+            "--engine vllm",
+        ),
+        (
+            &[
+                "llama-3.2-1b",
+                "--hardware",
+                "a100-80gb-x4",
+                "--mode",
+                "train",
+                "--parallel",
+                "zero1",
+                "--format",
+                "fsdp",
+            ],
+            "a.yaml",
+            "ZeRO-1",
+        ),
+        (
+            &[
+                "llama-3.2-1b",
+                "--hardware",
+                "a100-80gb-x4",
+                "--mode",
+                "train",
+                "--parallel",
+                "zero2",
+                "--format",
+                "torchrun",
+            ],
+            "a.sh",
+            "deepspeed",
+        ),
+    ];
+    for (args, file, says) in cases {
+        let out = dir.path().join(file);
+        let out = out.display().to_string();
+        let mut argv = vec!["plan"];
+        argv.extend_from_slice(args);
+        argv.extend_from_slice(&["-o", &out]);
+        let run = vramplan(&argv);
+        assert_eq!(run.code, 2, "{args:?}: {}{}", run.stdout, run.stderr);
+        assert!(run.stderr.contains(says), "{args:?}: {}", run.stderr);
+        assert!(!std::path::Path::new(&out).exists(), "{args:?} wrote {out}");
+    }
+}
