@@ -65,20 +65,18 @@ fn budget(
 fn fp8_from_a_bf16_checkpoint_is_fp8_weights_and_a_scale_per_layer() {
     let model = llama();
     let fp8 = Quant::Fp8 { block: 128 };
-    // H100 (8.9+): per-tensor dynamic quantization, one fp32 scale per layer. vLLM fuses q/k/v and
-    // gate/up into one layer each (4 scales a layer); the description keeps transformers' seven
-    // modules, 12 bytes a layer more.
+    // H100 (8.9+): per-tensor dynamic quantization, one fp32 scale per vLLM layer (qkv_proj,
+    // o_proj, gate_up_proj, down_proj).
     let h100 = budget(&model, "h100-80gb", &serve(fp8.clone(), 0.9), 1).expect("budget");
-    let vllm_layers = LINEAR + 4 * 4 * LAYERS + UNQUANTIZED;
-    assert!(h100.weights_bytes >= vllm_layers && h100.weights_bytes - vllm_layers <= 12 * LAYERS);
+    assert_eq!(h100.weights_bytes, LINEAR + 4 * 4 * LAYERS + UNQUANTIZED);
     assert!(
         h100.quantization.as_deref().is_some_and(|q| q.contains("per tensor")),
         "{:?}",
         h100.quantization
     );
-    // The load peak: the largest layer materialized in bf16 before it is quantized (gate_proj,
-    // up_proj or down_proj, 14336 × 4096 × 2 B).
-    assert_eq!(h100.load_peak_bytes - h100.weights_bytes, 14336 * 4096 * 2);
+    // The load peak: the largest layer materialized in bf16 before it is quantized (the fused
+    // gate_up_proj, 2 × 14336 × 4096 × 2 B).
+    assert_eq!(h100.load_peak_bytes - h100.weights_bytes, 2 * 14336 * 4096 * 2);
 
     // A100 (8.0): FP8 Marlin, weight-only: the scale becomes one bf16 value per output row.
     let a100 = budget(&model, "a100-80gb", &serve(fp8, 0.9), 1).expect("budget");
@@ -107,8 +105,9 @@ fn gptq_is_repacked_for_machete_on_hopper_and_marlin_on_ampere() {
     assert!(h100.quantization.as_deref().is_some_and(|q| q.contains("Machete")), "{:?}", h100.quantization);
     let a100 = budget(&model, "a100-80gb", &serve(gptq, 0.9), 1).expect("budget");
     assert_eq!(a100.weights_bytes, packed + scales + UNQUANTIZED);
-    // The repack writes a new qweight beside the loaded one: the largest is gate/up/down's.
-    assert_eq!(a100.load_peak_bytes - a100.weights_bytes, 14336 * 4096 / 2);
+    // The repack writes a new qweight beside the loaded one: the largest is the fused
+    // gate_up_proj's, 2 × 14336 × 4096 4-bit values.
+    assert_eq!(a100.load_peak_bytes - a100.weights_bytes, 2 * 14336 * 4096 / 2);
     // An asymmetric checkpoint is not Marlin-compatible: the ExLlama kernel keeps the stored
     // zeros and empties `g_idx` (no act-order).
     let asym = with_config(

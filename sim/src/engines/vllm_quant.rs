@@ -8,7 +8,8 @@
 //!   `fp8.py`): every `LinearBase` and `FusedMoE` not in `ignored_layers` is created on the meta
 //!   device, materialized in the model dtype as its shard loads, then quantized per tensor
 //!   (`ops.scaled_fp8_quant(weight, scale=None)`): an fp8 e4m3 weight and one fp32 scale per
-//!   layer. The vocab-parallel embedding, `lm_head`, norms and routers stay in the model dtype.
+//!   vLLM layer (`qkv_proj` and `gate_up_proj` are fused: one scale for transformers' `q_proj`,
+//!   `k_proj`, `v_proj`; per expert for `FusedMoE`, `Fp8OnlineMoEMethod`). The vocab-parallel embedding, `lm_head`, norms and routers stay in the model dtype.
 //!   Below compute capability 8.9 the FP8 Marlin kernel takes over
 //!   (`MarlinFP8ScaledMMLinearKernel`, `prepare_fp8_layer_for_marlin`): the weight is repacked
 //!   (same bytes) and the scale becomes one value per output channel in the model dtype.
@@ -353,38 +354,57 @@ fn online_fp8(model: &ModelDescription, native: bool, act_dtype: DType) -> Held 
     let mut out = model.clone();
     let head = crate::model::units::head_path(model);
     let act = act_dtype.bytes_for(1).max(1);
-    let mut transient = 0u64;
+    let mut layers: HashMap<String, u64> = HashMap::new();
     out.root.visit_mut(&mut |module| {
         if !vllm_bnb::quantizable(module.kind) || Some(module.path.as_str()) == head.as_deref() {
             return;
         }
+        let (layer, fused_tail) = fused_layer(&module.path);
         let mut scales = Vec::new();
         let mut float_bytes = 0u64;
         for tensor in module.tensors.iter_mut().filter(|t| vllm_bnb::is_weight(t)) {
             float_bytes += tensor.numel() * act;
-            // One scale per tensor (per expert for stacked experts); Marlin: one per output row.
+            // One scale per layer (per expert for stacked experts), which a fused layer's first
+            // projection carries; Marlin: one per output row.
             let leading: u64 = tensor.shape.iter().rev().skip(2).product();
             let rows = tensor.shape[tensor.shape.len() - 2];
-            scales.push(if native {
-                Tensor::constant(&format!("{}_scale", tensor.name), &[leading], DType::F32)
-            } else {
-                Tensor::constant(&format!("{}_scale", tensor.name), &[leading, rows], act_dtype)
-            });
+            if !native {
+                scales.push(Tensor::constant(&format!("{}_scale", tensor.name), &[leading, rows], act_dtype));
+            } else if !fused_tail {
+                scales.push(Tensor::constant(&format!("{}_scale", tensor.name), &[leading], DType::F32));
+            }
             tensor.dtype = DType::F8E4M3;
             tensor.follows_load_dtype = false;
         }
-        // Online quantization materializes the layer in the model dtype; Marlin then packs the
-        // fp8 weight to int32 and repacks it (two more copies of the fp8 bytes).
+        // Online quantization materializes vLLM's (fused) layer in the model dtype; Marlin then
+        // packs the fp8 weight to int32 and repacks it (two more copies of the fp8 bytes).
         let marlin = if native { 0 } else { 2 * float_bytes / act };
-        transient = transient.max(float_bytes + marlin);
+        *layers.entry(layer).or_default() += float_bytes + marlin;
         module.tensors.extend(scales);
     });
+    let transient = layers.values().copied().max().unwrap_or(0);
     let kernel = if native { Kernel::OnlineFp8 } else { Kernel::Fp8Marlin };
     let note = format!(
         "the linear and expert weights are quantized to fp8 on load; embeddings, lm_head and norms stay in {}",
         act_dtype.name()
     );
     Held { model: out, kernel, load_transient_bytes: transient, note }
+}
+
+/// The vLLM layer a transformers module belongs to, and whether it is a later part of a fused
+/// one: `QKVParallelLinear` takes `q_proj`, `k_proj`, `v_proj`; `MergedColumnParallelLinear`
+/// `gate_proj` and `up_proj` (Mixtral's experts: `w1` and `w3`).
+fn fused_layer(path: &str) -> (String, bool) {
+    let (parent, name) = path.rsplit_once('.').unwrap_or(("", path));
+    match name {
+        "q_proj" => (format!("{parent}.qkv_proj"), false),
+        "k_proj" | "v_proj" => (format!("{parent}.qkv_proj"), true),
+        "gate_proj" => (format!("{parent}.gate_up_proj"), false),
+        "up_proj" => (format!("{parent}.gate_up_proj"), true),
+        "w1" => (format!("{parent}.w13"), false),
+        "w3" => (format!("{parent}.w13"), true),
+        _ => (path.to_string(), false),
+    }
 }
 
 /// What becomes of a packed-integer checkpoint's zero points.
@@ -398,7 +418,7 @@ enum Zeros {
 
 /// A GPTQ/AWQ checkpoint's linears after `kernel`'s `process_weights_after_loading`.
 fn packed_int(mut model: ModelDescription, kernel: Kernel, zeros: Zeros, act_dtype: DType) -> Held {
-    let mut transient = 0u64;
+    let mut layers: HashMap<String, u64> = HashMap::new();
     model.root.visit_mut(&mut |module| {
         if !module.tensors.iter().any(|t| t.name == "qweight") {
             return;
@@ -410,7 +430,7 @@ fn packed_int(mut model: ModelDescription, kernel: Kernel, zeros: Zeros, act_dty
             (kernel, _) => kernel,
         };
         let qweight = module.tensors.iter().find(|t| t.name == "qweight").map_or(0, Tensor::bytes);
-        transient = transient.max(qweight);
+        *layers.entry(fused_layer(&module.path).0).or_default() += qweight;
         match (kernel, zeros) {
             (Kernel::Marlin, Zeros::Gptq { desc_act }) => {
                 module.tensors.retain(|t| t.name != "qzeros");
@@ -439,6 +459,7 @@ fn packed_int(mut model: ModelDescription, kernel: Kernel, zeros: Zeros, act_dty
         Zeros::Awq => "AWQ",
     };
     let note = format!("the {what} weights repacked for the kernel");
+    let transient = layers.values().copied().max().unwrap_or(0);
     Held { model, kernel, load_transient_bytes: transient, note }
 }
 
@@ -462,14 +483,14 @@ fn fp8_marlin_scales(mut model: ModelDescription, act_dtype: DType) -> Held {
         Some(Method::Fp8 { block: Some([_, cols]), .. }) => Some(*cols),
         _ => None,
     };
-    let mut transient = 0u64;
+    let mut layers: HashMap<String, u64> = HashMap::new();
     model.root.visit_mut(&mut |module| {
         let Some(weight) = module.tensors.iter().find(|t| t.name == "weight" && t.dtype == DType::F8E4M3)
         else {
             return;
         };
         let [out, inp] = weight.shape[..] else { return };
-        transient = transient.max(2 * weight.bytes());
+        *layers.entry(fused_layer(&module.path).0).or_default() += 2 * weight.bytes();
         let groups = block_in.map_or(1, |b| inp.div_ceil(b.max(1)));
         for tensor in module.tensors.iter_mut() {
             if tensor.name == "weight_scale_inv" || tensor.name == "weight_scale" {
@@ -481,5 +502,6 @@ fn fp8_marlin_scales(mut model: ModelDescription, act_dtype: DType) -> Held {
         "below compute capability 8.9, the fp8 checkpoint's scales per group in {}",
         act_dtype.name()
     );
+    let transient = layers.values().copied().max().unwrap_or(0);
     Held { model, kernel: Kernel::Fp8Marlin, load_transient_bytes: transient, note }
 }
