@@ -142,7 +142,7 @@ fn fp8_is_kept_from_8_9_dequantized_by_transformers_5_and_refused_by_4_below() {
     // `e_score_correction_bias`, 58 × 256, and the two rotary buffers of 32 values).
     let buffers = 58 * 256 * 4 + 2 * 32 * 4;
     assert_eq!(held.model.bytes(), 2 * v5.params() + buffers);
-    // transformers 4.57 raises instead; vLLM keeps fp8 from 8.0 (Marlin W8A16 below 8.9).
+    // transformers 4.57 raises instead; vLLM 0.19 keeps fp8 from 7.5 (FP8 Marlin, weight-only, below 8.9).
     let v4 = builtin("deepseek-v3", Naming::V4);
     let refused = held_on(&v4, Loader::Transformers, a100, DType::BF16).unwrap_err();
     assert!(refused.fix.as_deref().is_some_and(|f| f.contains("--naming v5")), "{refused}");
