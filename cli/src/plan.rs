@@ -23,7 +23,7 @@ pub(crate) struct PlanArgs {
     output: Option<PathBuf>,
     /// accelerate | llama.cpp | expert-parallel | pipeline | yaml | vllm | sglang | deepspeed |
     /// fsdp | torchrun (default: from the file name and the target; `.sh` is the workload's
-    /// launch: vllm serving, torchrun training). deepspeed and fsdp write their launch lines
+    /// launch: torchrun for training, vllm under `--engine vllm`). deepspeed and fsdp write their launch lines
     /// beside the config (`ds.json` → `ds.sh`).
     #[arg(long)]
     format: Option<String>,

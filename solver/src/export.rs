@@ -75,17 +75,21 @@ impl Format {
     }
 
     /// The format a file name implies (`.yaml` → yaml; `.sh` → the launch of the workload:
-    /// `vllm serve` under `--engine vllm`, torchrun for training), else the target's own.
+    /// torchrun for training, `vllm serve` under `--engine vllm`), else the target's own.
     /// The FSDP config is YAML too, so it is asked for by `--format fsdp`, never by extension.
     pub fn for_output(path: &str, plan: &Plan, workload: &Workload) -> Format {
         if path.ends_with(".yaml") || path.ends_with(".yml") {
             return Format::Yaml;
         }
         if path.ends_with(".sh") {
-            return match (workload.mode, &workload.engine) {
-                (vramplan_sim::workload::Mode::Train, _) => Format::Torchrun,
-                _ => Format::Vllm,
-            };
+            if workload.mode == vramplan_sim::workload::Mode::Train {
+                return Format::Torchrun;
+            }
+            match launch::engine_kind(workload).0.as_str() {
+                "vllm" => return Format::Vllm,
+                "sglang" => return Format::Sglang,
+                _ => {} // llama.cpp's flags, or the target's own
+            }
         }
         match plan.target {
             crate::Runtime::LlamaCpp => Format::LlamaCpp,

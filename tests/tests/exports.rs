@@ -193,3 +193,40 @@ fn an_export_that_does_not_apply_is_refused() {
         assert!(!std::path::Path::new(&out).exists(), "{args:?} wrote {out}");
     }
 }
+
+/// A `.sh` name picks the workload's launch only where there is one: a llama.cpp plan's flags
+/// stay llama.cpp's, a DDP training plan's are torchrun's.
+#[test]
+fn a_script_name_picks_the_workloads_launch() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cases: [(&[&str], &str); 2] = [
+        (
+            &[
+                "llama-3.2-1b",
+                "--hardware",
+                "t4",
+                "--target",
+                "llama.cpp",
+                "--engine",
+                "llama.cpp",
+                "--quant",
+                "Q4_K_M",
+            ],
+            "-ngl ",
+        ),
+        (
+            &["llama-3.2-1b", "--hardware", "a100-80gb-x4", "--mode", "train", "--parallel", "ddp"],
+            "torchrun ",
+        ),
+    ];
+    for (args, says) in cases {
+        let out = dir.path().join("run.sh").display().to_string();
+        let mut argv = vec!["plan"];
+        argv.extend_from_slice(args);
+        argv.extend_from_slice(&["-o", &out]);
+        let run = vramplan(&argv);
+        assert_eq!(run.code, 0, "{args:?}: {}{}", run.stdout, run.stderr);
+        let text = std::fs::read_to_string(&out).expect("written");
+        assert!(text.lines().any(|l| l.starts_with(says)), "{args:?}:\n{text}");
+    }
+}

@@ -125,7 +125,7 @@ fn refuse(format: &str, why: impl Into<String>, fix: impl Into<String>) -> Input
 }
 
 /// The engine's `kind` as the workload file writes it (`vllm`, `sglang`, …), and its fields.
-fn engine_kind(workload: &Workload) -> (String, serde_json::Value) {
+pub(crate) fn engine_kind(workload: &Workload) -> (String, serde_json::Value) {
     let value = serde_json::to_value(&workload.engine).unwrap_or_default();
     let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or("transformers").to_string();
     (kind, value)
