@@ -344,7 +344,14 @@ fn zero(w: &Workload, format: &str) -> Result<(u8, bool, bool), InputError> {
         return Err(refuse(
             format,
             "the workload serves (inference); the export launches training",
-            "plan with `--mode train`, or write `--format vllm` / `sglang` for serving",
+            format!(
+                "plan with `--mode train`, or write `--format vllm` / `sglang` for serving{}",
+                if format == "deepspeed" {
+                    " (DeepSpeed's pipeline partition is `--format pipeline`)"
+                } else {
+                    ""
+                }
+            ),
         ));
     }
     match w.parallelism {
@@ -354,7 +361,8 @@ fn zero(w: &Workload, format: &str) -> Result<(u8, bool, bool), InputError> {
         _ => Err(refuse(
             format,
             "the plan is not sharded data parallel",
-            "plan with `--parallel zero1`, `zero2`, `zero3` or `fsdp` (or write `--format torchrun` for DDP)",
+            "plan with `--parallel zero1`, `zero2`, `zero3` or `fsdp` (or write `--format torchrun` for DDP; DeepSpeed's \
+             pipeline partition is `--format pipeline`)",
         )),
     }
 }
