@@ -148,14 +148,33 @@ fn serving_dtype(workload: &Workload, format: &str) -> Result<&'static str, Inpu
     })
 }
 
-/// The `--quantization` method both serving engines name for the workload's quantization.
-fn serving_quantization(workload: &Workload, format: &str) -> Result<Option<&'static str>, InputError> {
-    Ok(match &workload.quant {
-        Quant::None => None,
+/// The `--quantization` method vLLM and SGLang name for `quant` (`None`: weights as stored, or
+/// a quantization they do not take by that flag): the one mapping the exports and `whatif`'s
+/// `vllm serve` lines share.
+pub(crate) fn quantization_flag(quant: &Quant) -> Option<&'static str> {
+    match quant {
         Quant::Fp8 { .. } => Some("fp8"),
         Quant::Awq { .. } => Some("awq"),
         Quant::Gptq { .. } => Some("gptq"),
         Quant::Int8 | Quant::Nf4 { .. } => Some("bitsandbytes"),
+        _ => None,
+    }
+}
+
+/// The `--kv-cache-dtype` value for an fp8 KV cache (`None` for any other: the engines' `auto`).
+pub(crate) fn fp8_kv_cache_flag(kv: Option<DType>) -> Option<&'static str> {
+    match kv {
+        Some(DType::F8E4M3) => Some("fp8_e4m3"),
+        Some(DType::F8E5M2) => Some("fp8_e5m2"),
+        _ => None,
+    }
+}
+
+/// The `--quantization` method both serving engines name for the workload's quantization.
+fn serving_quantization(workload: &Workload, format: &str) -> Result<Option<&'static str>, InputError> {
+    Ok(match &workload.quant {
+        Quant::None => None,
+        quant if quantization_flag(quant).is_some() => quantization_flag(quant),
         other => {
             return Err(refuse(
                 format,
@@ -178,10 +197,11 @@ fn checkpoint_note(workload: &Workload) -> Option<String> {
 
 /// The `--kv-cache-dtype` both serving engines read.
 fn serving_kv_dtype(workload: &Workload, format: &str) -> Result<&'static str, InputError> {
+    if let Some(flag) = fp8_kv_cache_flag(workload.kv_dtype) {
+        return Ok(flag);
+    }
     Ok(match workload.kv_dtype {
         None => "auto",
-        Some(DType::F8E4M3) => "fp8_e4m3",
-        Some(DType::F8E5M2) => "fp8_e5m2",
         Some(d) if Some(d) == workload.weight_dtype => "auto",
         Some(other) => {
             return Err(refuse(

@@ -538,15 +538,15 @@ fn vllm(model: &ModelDescription, answer: &Workload, gpu_memory_utilization: f64
     if let Some(dtype) = answer.weight_dtype {
         serve.arg("--dtype", dtype.torch_name());
     }
-    match answer.quant {
-        Quant::Fp8 { .. } => serve.arg("--quantization", "fp8"),
-        Quant::Nf4 { .. } | Quant::Int8 => serve.arg("--quantization", "bitsandbytes"),
-        _ => {}
-    }
-    if let Some(kv) = answer.kv_dtype
-        && matches!(kv, DType::F8E4M3 | DType::F8E5M2)
+    // fp8 and bitsandbytes quantize a plain checkpoint as vLLM loads it; AWQ and GPTQ name a
+    // checkpoint quantized that way, which vLLM reads from its config.
+    if let Some(method) = crate::export::launch::quantization_flag(&answer.quant)
+        .filter(|_| matches!(answer.quant, Quant::Fp8 { .. } | Quant::Nf4 { .. } | Quant::Int8))
     {
-        serve.arg("--kv-cache-dtype", if kv == DType::F8E4M3 { "fp8_e4m3" } else { "fp8_e5m2" });
+        serve.arg("--quantization", method);
+    }
+    if let Some(kv) = crate::export::launch::fp8_kv_cache_flag(answer.kv_dtype) {
+        serve.arg("--kv-cache-dtype", kv);
     }
     serve
 }
