@@ -163,6 +163,12 @@ pub struct SglangBudget {
     pub weights_bytes: u64,
     /// `pre × (1 − mem_fraction_static)`: kept for activations and CUDA graphs.
     pub slack_bytes: u64,
+    /// The activations of one chunked-prefill forward on the rank (`chunked_prefill_size`
+    /// tokens, the decode graphs' largest batch sampled), modelled as vLLM's profiling forward
+    /// ([`super::vllm::activation_peak`]: the same fused layers), at most the slack.
+    pub activation_peak_bytes: u64,
+    /// Where that peak is.
+    pub activation_peak_at: String,
     /// What is left for the token pool.
     pub kv_cache_bytes: u64,
     /// KV bytes of one token on this rank (`cell_size`).
@@ -237,6 +243,14 @@ pub fn budget(
         total_bytes.saturating_sub(device.context_reserve_bytes).saturating_sub(distributed_init_bytes);
     let weights_bytes = shard_bytes(&weights, tp);
     let slack_bytes = (pre_load_bytes as f64 * (1.0 - fraction)).round() as u64;
+    let (activation_peak_bytes, activation_peak_at) = super::vllm::activation_peak(
+        model,
+        tp,
+        act_dtype,
+        defaults.chunked_prefill_size,
+        defaults.cuda_graph_max_bs,
+    );
+    let activation_peak_bytes = activation_peak_bytes.min(slack_bytes);
     let kv_cache_bytes = pre_load_bytes.saturating_sub(weights_bytes).saturating_sub(slack_bytes);
     let cell = kv_bytes_per_token(model, tp, kv_dtype).max(1);
     let profiled_tokens = kv_cache_bytes / cell;
@@ -256,6 +270,8 @@ pub fn budget(
         pre_load_bytes,
         weights_bytes,
         slack_bytes,
+        activation_peak_bytes,
+        activation_peak_at,
         kv_cache_bytes,
         kv_bytes_per_token: cell,
         profiled_tokens,
