@@ -183,12 +183,14 @@ pub(crate) fn held_by_runtime(
     use vramplan_profiles::model::quantization::held::{Loader, held_on};
     let loader = match workload.engine {
         Engine::Transformers => Loader::Transformers,
-        Engine::Vllm { .. } => Loader::Vllm,
+        // SGLang runs a checkpoint's quantization with the kernels vLLM holds it with.
+        Engine::Vllm { .. } | Engine::Sglang { .. } => Loader::Vllm,
         Engine::LlamaCpp { .. } => return Ok(model),
     };
     // vLLM runs on its tensor-parallel group, transformers on any of the GPUs.
     let gpus = match workload.engine {
         Engine::Vllm { .. } => vramplan_sim::engines::vllm::tensor_parallel_size(workload) as usize,
+        Engine::Sglang { .. } => vramplan_sim::engines::sglang::tensor_parallel_size(workload) as usize,
         _ => hardware.devices.len(),
     };
     let Some(capability) = hardware.devices.iter().take(gpus).map(|d| d.compute_capability).min() else {

@@ -57,7 +57,8 @@ pub fn estimate_table(estimate: &Estimate) -> String {
         text += "\n";
     }
     if let Some(tokens) = estimate.kv_capacity_tokens {
-        text += &format!("KV cache capacity (vLLM): {} tokens\n", group_digits(tokens));
+        // vLLM's paged cache, or SGLang's token pool (`max_total_num_tokens`).
+        text += &format!("KV cache capacity (the serving engine's): {} tokens\n", group_digits(tokens));
     }
     text += &verdict_line(estimate);
     if !estimate.warnings.is_empty() {

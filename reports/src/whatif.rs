@@ -179,6 +179,7 @@ fn engine_name(engine: EngineKind) -> &'static str {
     match engine {
         EngineKind::Transformers => "transformers",
         EngineKind::Vllm => "vLLM",
+        EngineKind::Sglang => "SGLang",
         EngineKind::LlamaCpp => "llama.cpp",
     }
 }

@@ -160,6 +160,7 @@ pub fn estimate_within(
 ) -> Result<Estimate, InputError> {
     match workload.engine {
         Engine::Vllm { .. } => return crate::engines::estimate::vllm_estimate(model, hardware, workload),
+        Engine::Sglang { .. } => return crate::engines::estimate::sglang_estimate(model, hardware, workload),
         Engine::LlamaCpp { .. } => {
             return crate::engines::estimate::llamacpp_estimate(model, hardware, workload, placement);
         }

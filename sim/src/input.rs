@@ -6,6 +6,7 @@
 mod checks;
 mod flags;
 mod lora;
+mod serving;
 
 pub use checks::{validate, validate_configuration, validate_shape};
 pub use flags::{WorkloadFlags, parse_quant};

@@ -198,6 +198,23 @@ pub enum Engine {
         /// `--ubatch-size`, `--n-ubatch`; default 512).
         n_ubatch: u64,
     },
+    /// SGLang: a token pool sized from `mem_fraction_static` of the memory free before loading
+    /// (`engines::sglang`); the context length is the workload's `seq` (`--context-length`).
+    Sglang {
+        /// Fraction of the memory free before loading that weights and the token pool may take
+        /// (`--mem-fraction-static`); none: SGLang's default for the GPU's size.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mem_fraction_static: Option<f64>,
+        /// An upper bound on the pool's tokens (`--max-total-tokens`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_total_tokens: Option<u64>,
+        /// Data-parallel replicas, each on its own tensor-parallel group (`--dp-size`; default 1).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dp_size: Option<u32>,
+        /// Expert-parallel size (`--ep-size`; default 1, else equal to the tensor-parallel size).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ep_size: Option<u32>,
+    },
 }
 
 impl Engine {
@@ -206,6 +223,10 @@ impl Engine {
     pub const VLLM_DEFAULT: Engine =
         Engine::Vllm { gpu_memory_utilization: 0.9, max_num_batched_tokens: 8192 };
 
+    /// SGLang with its defaults (the fraction by GPU size, one replica, no expert parallelism).
+    pub const SGLANG_DEFAULT: Engine =
+        Engine::Sglang { mem_fraction_static: None, max_total_tokens: None, dp_size: None, ep_size: None };
+
     /// llama.cpp's default `--ubatch-size`.
     pub const LLAMACPP_UBATCH: u64 = 512;
 
@@ -213,6 +234,42 @@ impl Engine {
     pub fn llamacpp(n_ctx: u64) -> Engine {
         Engine::LlamaCpp { n_ctx, n_ubatch: Engine::LLAMACPP_UBATCH }
     }
+}
+
+/// vLLM's serving options beyond the engine's budget fractions (`vllm` in the workload file;
+/// flags `--enforce-eager`, `--max-loras`, `--max-lora-rank`, `--kv-cache-memory-bytes`,
+/// `--max-model-len auto`); read only under [`Engine::Vllm`] (`engines::vllm_extras`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct VllmOptions {
+    /// No CUDA graphs are captured (vLLM's `--enforce-eager`).
+    pub enforce_eager: bool,
+    /// Adapter slots vLLM preallocates (`--enable-lora --max-loras N`); 0 serves no LoRA.
+    pub max_loras: u64,
+    /// Rank of each slot (`--max-lora-rank`; vLLM's default 16).
+    pub max_lora_rank: u64,
+    /// The KV cache's size in bytes, replacing the one `gpu_memory_utilization` leaves
+    /// (`--kv-cache-memory-bytes`).
+    pub kv_cache_memory_bytes: Option<u64>,
+    /// `--max-model-len auto`: the context is the longest one request the KV cache holds, not
+    /// the workload's `seq`.
+    pub max_model_len_auto: bool,
+    /// Speculative decoding (`--speculative-config`); none by default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<Speculative>,
+}
+
+/// vLLM's `--speculative-config`: what proposes the tokens the model verifies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Speculative {
+    /// vLLM's `method`: `draft_model`, `eagle`, `eagle3`, `mtp` or `ngram`.
+    pub method: String,
+    /// Tokens proposed per step (`num_speculative_tokens`).
+    pub num_speculative_tokens: u64,
+    /// The draft model (`model`), a built-in config or a config file; `draft_model` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// The training loop, where frameworks differ in what they hold.
@@ -305,6 +362,8 @@ pub struct Workload {
     pub parallelism: Parallelism,
     /// The program that runs inference (`engine`, `--engine`).
     pub engine: Engine,
+    /// vLLM's serving options: CUDA graphs, LoRA slots, the KV-cache override (`vllm`).
+    pub vllm: VllmOptions,
     /// KV-cache dtype (default: the compute dtype).
     pub kv_dtype: Option<DType>,
     /// The training framework (`trainer`, `--trainer`).
@@ -331,6 +390,7 @@ impl Default for Workload {
             attention: AttentionImpl::Sdpa,
             parallelism: Parallelism::Single,
             engine: Engine::Transformers,
+            vllm: VllmOptions::default(),
             kv_dtype: None,
             trainer: Trainer::Transformers,
             switches: Switches::default(),

@@ -278,6 +278,7 @@ pub fn workload_words(workload: &Workload, shape: Option<&str>) -> String {
     match &workload.engine {
         Engine::Transformers => {}
         Engine::Vllm { .. } => words.push("vLLM".to_string()),
+        Engine::Sglang { .. } => words.push("SGLang".to_string()),
         Engine::LlamaCpp { .. } => words.push("llama.cpp".to_string()),
     }
     let data_parallel = matches!(workload.parallelism, Parallelism::Ddp | Parallelism::Zero { .. });

@@ -4,12 +4,15 @@
 //! - **vLLM** shards over `--tensor-parallel-size` GPUs, whose default is 1: without
 //!   `--parallel tp=N` it serves from one GPU (the first visible one) whatever the profile holds,
 //!   and the estimate says so. Every rank holds the same budget.
+//! - **SGLang** runs `--dp-size` replicas of a `--tp-size` group (`--parallel tp=N`, default 1):
+//!   `tp × dp` GPUs, every rank with the same budget ([`sglang::budget`]).
 //! - **llama.cpp** uses every GPU it sees: with no map or plan, its default layer split
 //!   ([`LayerPlacement::default_split`]); with a device map or a `--target llama.cpp` plan, that
 //!   placement ([`LayerPlacement::from_placement`]). Each GPU gets its model buffer, the KV cache
 //!   of its layers and its compute buffer.
 
 use super::llamacpp_split::{self, LayerPlacement};
+use super::sglang;
 use super::vllm;
 use crate::estimate::{Components, DeviceEstimate, Estimate};
 use crate::placement::Placement;
@@ -61,6 +64,81 @@ pub fn vllm_estimate(
         warnings.push(format!(
             "vLLM serves from one GPU unless --tensor-parallel-size is set (its default is 1): GPU 0 only \
              of the {} in `{}`; use `--parallel tp={}` to shard the model over them",
+            hardware.devices.len(),
+            hardware.name,
+            hardware.devices.len()
+        ));
+    }
+    Ok(finish(devices, Some(capacity), warnings))
+}
+
+/// SGLang's estimate: the ranks of `--dp-size` replicas of the tensor-parallel group, each with
+/// the same budget. The token pool and the request pool are the KV cache; the activations are one
+/// chunked-prefill forward's (within the slack the static fraction leaves, which also takes the
+/// CUDA graphs); the CUDA context and the distributed environment are the overhead.
+pub fn sglang_estimate(
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+    workload: &Workload,
+) -> Result<Estimate, InputError> {
+    let tp = sglang::tensor_parallel_size(workload);
+    let dp = match workload.engine {
+        crate::workload::Engine::Sglang { dp_size, .. } => dp_size.unwrap_or(1).max(1),
+        _ => 1,
+    };
+    let gpus = tp as usize * dp as usize;
+    if gpus > hardware.devices.len() {
+        return Err(InputError::new(
+            "--parallel",
+            format!(
+                "SGLang with --tp-size {tp} and --dp-size {dp} runs on {gpus} GPUs, but `{}` has {}",
+                hardware.name,
+                hardware.devices.len()
+            ),
+        )
+        .with_fix("use a profile with enough GPUs, or a smaller --tp-size / --dp-size"));
+    }
+    let group = &hardware.devices[..tp as usize];
+    let custom_all_reduce = tp == 2 || group.iter().all(|d| d.nvlink.is_some());
+    let mut devices = Vec::new();
+    let mut warnings = Vec::new();
+    let mut capacity = u64::MAX;
+    for device in hardware.devices.iter().take(gpus) {
+        let b = sglang::budget(model, device, workload, tp, custom_all_reduce)?;
+        if b.profiled_tokens == 0 && devices.is_empty() {
+            // SGLang's own refusal (`_profile_available_bytes`), with the fraction that would do.
+            let minimum = b.weights_bytes as f64 / b.pre_load_bytes.max(1) as f64;
+            warnings.push(if minimum < 1.0 {
+                format!(
+                    "SGLang refuses to start: \"Loaded weights leave no GPU memory for the KV cache under \
+                     --mem-fraction-static={}\"; raise it above {:.3}, or shard over more GPUs",
+                    b.mem_fraction_static,
+                    (minimum * 1000.0).ceil() / 1000.0
+                )
+            } else {
+                format!(
+                    "SGLang cannot load the model: its {} per GPU exceed the {} free before loading; shard it \
+                     with --parallel tp=N",
+                    format_bytes(b.weights_bytes),
+                    format_bytes(b.pre_load_bytes)
+                )
+            });
+        }
+        capacity = capacity.min(b.max_total_num_tokens);
+        let pool = b.max_total_num_tokens.saturating_mul(b.kv_bytes_per_token);
+        let held = Held {
+            weights: b.weights_bytes,
+            activations: b.activation_peak_bytes,
+            kv_cache: pool.saturating_add(b.req_to_token_bytes),
+            overhead: device.context_reserve_bytes + b.distributed_init_bytes,
+            peak_at: b.activation_peak_at.clone(),
+        };
+        devices.push(held.device(device, b.fits));
+    }
+    if gpus == 1 && hardware.devices.len() > 1 {
+        warnings.push(format!(
+            "SGLang serves from one GPU unless --tp-size or --dp-size is set (both default to 1): GPU 0 \
+             only of the {} in `{}`; use `--parallel tp={}` to shard the model over them",
             hardware.devices.len(),
             hardware.name,
             hardware.devices.len()

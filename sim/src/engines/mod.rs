@@ -3,9 +3,13 @@
 //! - [`vllm`]: the paged KV cache vLLM sizes from `gpu_memory_utilization` after a profiling
 //!   forward pass, per tensor-parallel rank; [`vllm_bnb`]: bitsandbytes weights as vLLM loads
 //!   them; [`vllm_quant`]: fp8, GPTQ, AWQ and the other checkpoints' weights as vLLM holds them;
+//!   [`vllm_extras`]: CUDA-graph captures, LoRA slots, speculative proposers and the KV-cache
+//!   overrides (`--kv-cache-memory-bytes`, `--max-model-len auto`);
 //! - [`llamacpp`]: llama.cpp's model, KV and compute buffers for a GGUF file;
 //!   [`layer_split`]: llama.cpp's rule for which device holds each layer;
 //!   [`llamacpp_split`]: the buffers of each GPU when the layers are split over several;
+//! - [`sglang`]: SGLang's token pool, sized from `--mem-fraction-static` of the memory free
+//!   before loading, its default by GPU size, and the TP / DP / EP sizes it accepts;
 //! - [`gguf`]: GGUF tensor types and the per-tensor type mix of each llama.cpp file type;
 //! - [`estimate`]: each engine's budgets as an [`crate::Estimate`], placed the way the engine
 //!   places the model by default.
@@ -17,8 +21,10 @@ pub mod gguf;
 pub mod layer_split;
 pub mod llamacpp;
 pub mod llamacpp_split;
+pub mod sglang;
 pub mod vllm;
 pub mod vllm_bnb;
+pub mod vllm_extras;
 pub mod vllm_quant;
 
 use vramplan_profiles::DType;

@@ -29,6 +29,11 @@
 //! #30515, "off by default", made default in v0.21.0). They must fit in the
 //! `1 − gpu_memory_utilization` left over, which [`VllmBudget::fits`] checks.
 //!
+//! The workload's `vllm` options add vLLM's other reservations ([`super::vllm_extras`]): no
+//! graphs under `--enforce-eager`, the LoRA slots and punica metadata among the weights, a
+//! speculative proposer's weights and KV, `--kv-cache-memory-bytes` in place of the derived KV
+//! cache, and `--max-model-len auto`.
+//!
 //! The measured constants are medians over the vLLM 0.19 H100 runs of the llm-d-planner campaign
 //! (jgchn/llm-d-planner `accuracy/results/v0.19.0/results_raw.csv`) of models *other* than the
 //! three the accuracy test checks (Llama-3.1-8B, Mixtral-8x7B, DeepSeek-V2-Lite): CodeLlama,
@@ -37,6 +42,7 @@
 
 use super::activation_dtype;
 use super::vllm_bnb::{self, Bnb, Transients};
+use super::vllm_extras;
 use super::vllm_quant;
 use crate::tensor_parallel::{kv_bytes_per_token, kv_heads_per_rank, query_heads_per_rank, shard_bytes};
 use crate::workload::{Engine, Parallelism, Workload};
@@ -102,7 +108,7 @@ pub struct VllmBudget {
     /// `gpu_memory_utilization × total`.
     pub requested_bytes: u64,
     /// Torch memory of loading the model on this rank (`Model loading took X GiB`): the weight
-    /// shard plus the rotary `cos_sin_cache`.
+    /// shard plus the rotary `cos_sin_cache`, and the LoRA slots under `--max-loras`.
     pub weights_bytes: u64,
     /// The torch peak while loading: the weights plus the largest transient one layer's
     /// quantization or repacking adds on this rank ([`vllm_quant::Held::load_transient_bytes`];
@@ -122,8 +128,27 @@ pub struct VllmBudget {
     /// Memory the distributed environment holds before the snapshot: [`DISTRIBUTED_INIT_BYTES`]
     /// at TP ≥ 2, else 0. Outside `gpu_memory_utilization`.
     pub distributed_init_bytes: u64,
-    /// Captured after the KV cache; not part of the identity (see the module docs).
+    /// Batch sizes vLLM captures CUDA graphs for ([`vllm_extras::capture_sizes`]); 0 under
+    /// `--enforce-eager`.
+    pub cuda_graph_sizes: u64,
+    /// Captured after the KV cache; not part of the identity (see the module docs); 0 under
+    /// `--enforce-eager`.
     pub cuda_graph_bytes: u64,
+    /// The LoRA slots and the punica metadata (`--max-loras`), allocated while loading and part
+    /// of [`VllmBudget::weights_bytes`]: [`vllm_extras::lora_slot_bytes`],
+    /// [`vllm_extras::punica_metadata_bytes`].
+    pub lora_bytes: u64,
+    /// The KV cache was given (`--kv-cache-memory-bytes`), not derived from
+    /// `gpu_memory_utilization`.
+    pub kv_cache_given: bool,
+    /// The context vLLM serves: the workload's `seq`, or under `--max-model-len auto` the
+    /// longest one request the KV cache holds.
+    pub max_model_len: u64,
+    /// The speculative proposer (`--speculative-config`): its weights, part of
+    /// [`VllmBudget::weights_bytes`], and its KV per token, part of
+    /// [`VllmBudget::kv_bytes_per_token`] ([`vllm_extras::drafter`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drafter: Option<vllm_extras::Drafter>,
     /// What is left for the paged KV cache (`Available KV cache memory`): requested − weights −
     /// activation peak − non-torch.
     pub kv_cache_bytes: u64,
@@ -168,6 +193,8 @@ pub fn budget(
         ));
     };
     check(model, gpu_memory_utilization, max_num_batched_tokens, tp)?;
+    let options = &workload.vllm;
+    vllm_extras::check(model, options)?;
     let act_dtype = activation_dtype(model, workload.weight_dtype);
     let kv_dtype = workload.kv_dtype.unwrap_or(act_dtype);
     vllm_quant::check(model, &workload.quant, device, act_dtype)?;
@@ -193,33 +220,56 @@ pub fn budget(
 
     let total_bytes = device.memory_bytes.saturating_sub(device.driver_reserve_bytes);
     let requested_bytes = (total_bytes as f64 * gpu_memory_utilization).floor() as u64;
-    // vLLM's rotary embedding keeps its `cos_sin_cache` instead of transformers' frequency buffers.
-    let weights_bytes = shard_bytes(&weights, tp)
-        .saturating_sub(hf_rotary_buffer_bytes(&weights))
-        .saturating_add(rotary_cache_bytes(model, act_dtype));
     let max_num_seqs = default_max_num_seqs(device, total_bytes).min(max_num_batched_tokens);
-    let transients = bnb.map_or_else(Transients::default, |bnb| {
+    let lora_bytes = vllm_extras::lora_slot_bytes(model, options, tp, act_dtype).saturating_add(
+        vllm_extras::punica_metadata_bytes(max_num_batched_tokens, max_num_seqs, options.max_loras),
+    );
+    let drafter = match &options.speculative {
+        Some(spec) => Some(vllm_extras::drafter(model, &weights, spec, tp, act_dtype, kv_dtype)?),
+        None => None,
+    };
+    // vLLM's rotary embedding keeps its `cos_sin_cache` instead of transformers' frequency buffers.
+    let weights_bytes = loaded_weights_bytes(&weights, model, tp, act_dtype)
+        .saturating_add(lora_bytes)
+        .saturating_add(drafter.as_ref().map_or(0, |d| d.weights_bytes));
+    let mut transients = bnb.map_or_else(Transients::default, |bnb| {
         vllm_bnb::transients(model, bnb, tp, max_num_batched_tokens, act_dtype.bytes_for(1).max(1))
     });
+    transients.attention += vllm_extras::lora_activation_bytes(options, max_num_batched_tokens, 3);
+    let mlp_slices = if model.facts.gated_mlp { 2 } else { 1 };
+    transients.mlp += vllm_extras::lora_activation_bytes(options, max_num_batched_tokens, mlp_slices);
     let (activation_peak_bytes, activation_peak_at) =
         activation_peak_with(model, tp, act_dtype, max_num_batched_tokens, max_num_seqs, transients);
     let non_torch_bytes = non_torch_bytes(tp);
     let distributed_init_bytes = if tp > 1 { DISTRIBUTED_INIT_BYTES } else { 0 };
-    let kv_cache_bytes = requested_bytes
-        .saturating_sub(weights_bytes)
-        .saturating_sub(activation_peak_bytes)
-        .saturating_sub(non_torch_bytes);
-    let kv_bytes_per_token = kv_bytes_per_token(model, tp, kv_dtype);
+    let profiled = weights_bytes.saturating_add(activation_peak_bytes).saturating_add(non_torch_bytes);
+    let kv_cache_bytes = options.kv_cache_memory_bytes.unwrap_or(requested_bytes.saturating_sub(profiled));
+    let kv_bytes_per_token = kv_bytes_per_token(model, tp, kv_dtype)
+        .saturating_add(drafter.as_ref().map_or(0, |d| d.kv_bytes_per_token));
     let block_bytes = kv_bytes_per_token.saturating_mul(BLOCK_SIZE);
     let kv_capacity_tokens = kv_cache_bytes.checked_div(block_bytes).unwrap_or(0) * BLOCK_SIZE;
     let positions = if model.facts.max_positions > 0 { model.facts.max_positions } else { u64::MAX };
-    let outside =
-        device.context_reserve_bytes.saturating_add(distributed_init_bytes).saturating_add(CUDA_GRAPH_BYTES);
-    let load_peak_bytes = weights_bytes.saturating_add(load_transient);
+    let max_model_len_that_fits = kv_capacity_tokens.min(positions);
+    let max_model_len = if options.max_model_len_auto { max_model_len_that_fits } else { workload.seq };
+    let decode_query_len = 1 + options.speculative.as_ref().map_or(0, |s| s.num_speculative_tokens);
+    let sizes = vllm_extras::capture_sizes(
+        max_num_seqs,
+        decode_query_len,
+        max_num_batched_tokens,
+        options.enforce_eager,
+    );
+    let cuda_graph_bytes = vllm_extras::cuda_graph_bytes(&sizes);
     let before_load = device.context_reserve_bytes.saturating_add(distributed_init_bytes);
-    let fits = kv_capacity_tokens >= workload.seq
+    let outside = before_load.saturating_add(cuda_graph_bytes);
+    let load_peak_bytes = weights_bytes.saturating_add(load_transient);
+    // A given KV cache is allocated whatever the fraction: everything must fit the device.
+    let held_fits = match options.kv_cache_memory_bytes {
+        Some(kv) => profiled.saturating_add(kv).saturating_add(outside) <= total_bytes,
+        None => outside <= total_bytes.saturating_sub(requested_bytes),
+    };
+    let fits = kv_capacity_tokens >= max_model_len
         && kv_capacity_tokens > 0
-        && outside <= total_bytes.saturating_sub(requested_bytes)
+        && held_fits
         && load_peak_bytes.saturating_add(before_load) <= total_bytes;
     Ok(VllmBudget {
         tensor_parallel: tp,
@@ -232,14 +282,33 @@ pub fn budget(
         activation_peak_at,
         non_torch_bytes,
         distributed_init_bytes,
-        cuda_graph_bytes: CUDA_GRAPH_BYTES,
+        cuda_graph_sizes: sizes.len() as u64,
+        cuda_graph_bytes,
+        lora_bytes,
+        kv_cache_given: options.kv_cache_memory_bytes.is_some(),
+        max_model_len,
+        drafter,
         kv_cache_bytes,
         kv_bytes_per_token,
         kv_capacity_tokens,
         max_num_seqs,
         fits,
-        max_model_len_that_fits: kv_capacity_tokens.min(positions),
+        max_model_len_that_fits,
     })
+}
+
+/// The torch memory of loading `weights` (the description as vLLM holds it) on one rank of a
+/// `tp`-way group: its shard without transformers' rotary `inv_freq` buffers, plus vLLM's rotary
+/// `cos_sin_cache` for `model`'s positions in `dtype`.
+pub(crate) fn loaded_weights_bytes(
+    weights: &ModelDescription,
+    model: &ModelDescription,
+    tp: u32,
+    dtype: DType,
+) -> u64 {
+    shard_bytes(weights, tp)
+        .saturating_sub(hf_rotary_buffer_bytes(weights))
+        .saturating_add(rotary_cache_bytes(model, dtype))
 }
 
 /// Non-torch memory vLLM measures during profiling on a rank of a `tp`-way group:

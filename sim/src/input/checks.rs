@@ -187,6 +187,11 @@ fn check_bounds(w: &Workload) -> Result<(), InputError> {
             at_most(*n_ctx, MAX_SEQ, "engine.n_ctx", "--n-ctx")?;
             at_most(*n_ubatch, MAX_BATCH, "engine.n_ubatch", "--n-ubatch")?;
         }
+        Engine::Sglang { max_total_tokens, .. } => {
+            if let Some(tokens) = max_total_tokens {
+                at_most(*tokens, MAX_SEQ * MAX_BATCH, "engine.max_total_tokens", "--max-total-tokens")?;
+            }
+        }
         Engine::Transformers => {}
     }
     Ok(())
@@ -267,7 +272,7 @@ fn check_scale(w: &Workload, model: &ModelDescription) -> Result<(), InputError>
     let context = match w.engine {
         Engine::LlamaCpp { n_ctx, n_ubatch } => u128::from(n_ctx.max(n_ubatch)),
         Engine::Vllm { max_num_batched_tokens, .. } => seq.max(u128::from(max_num_batched_tokens)),
-        Engine::Transformers => seq,
+        Engine::Sglang { .. } | Engine::Transformers => seq,
     };
     let tokens = batch * context;
     let moe = f.moe.as_ref().map_or(0, |m| {
@@ -487,6 +492,36 @@ fn check_engine(w: &Workload) -> Result<(), InputError> {
                 )
                 .at_key("quant")
                 .with_fix("give a GGUF type (`--quant Q4_K_M`), or `--engine vllm` / `transformers`"));
+            }
+            Ok(())
+        }
+        Engine::Sglang { mem_fraction_static, max_total_tokens, dp_size, ep_size } => {
+            if let Some(f) = mem_fraction_static
+                && !(*f > 0.0 && *f < 1.0)
+            {
+                return Err(InputError::new(
+                    ORIGIN,
+                    format!("mem_fraction_static {f} is not a fraction in (0, 1)"),
+                )
+                .at_key("engine.mem_fraction_static")
+                .with_fix("leave it out for SGLang's default by GPU size, or give a value such as 0.85"));
+            }
+            if let Some(tokens) = max_total_tokens {
+                positive(*tokens, "engine.max_total_tokens", "leave it out to use the profiled pool")?;
+            }
+            for (size, key) in [(dp_size, "engine.dp_size"), (ep_size, "engine.ep_size")] {
+                if let Some(size) = size {
+                    positive(u64::from(*size), key, "SGLang's default is 1")?;
+                }
+            }
+            if matches!(w.quant, Quant::Int8 | Quant::Nf4 { .. } | Quant::Fp4 { .. } | Quant::Gguf { .. }) {
+                return Err(InputError::new(
+                    ORIGIN,
+                    "under SGLang, vramplan sizes plain weights, fp8, GPTQ and AWQ (as vLLM's kernels hold \
+                     them), not bitsandbytes or GGUF weights",
+                )
+                .at_key("quant")
+                .with_fix("use `--quant fp8`, `gptq` or `awq`, or `--engine vllm` / `llama.cpp`"));
             }
             Ok(())
         }

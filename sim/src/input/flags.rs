@@ -6,6 +6,7 @@
 //! The flags are declared here once: with the `clap` feature, [`WorkloadFlags`] is the command
 //! line's `clap::Args`, flattened into every command that simulates.
 
+use super::serving::engine_flag_unused;
 use crate::engines::gguf::FileType;
 use crate::workload::{
     AttentionImpl, Engine, Finetune, GradCheckpointing, Images, Mode, Optimizer, Parallelism, Quant, Trainer,
@@ -88,7 +89,7 @@ pub struct WorkloadFlags {
     /// ZeRO-3 / FSDP: parameters in CPU memory.
     #[cfg_attr(feature = "clap", arg(long))]
     pub offload_params: bool,
-    /// transformers | vllm | llama.cpp.
+    /// transformers | vllm | sglang | llama.cpp.
     #[cfg_attr(feature = "clap", arg(long))]
     pub engine: Option<String>,
     /// vLLM: fraction of GPU memory it may take (default 0.9).
@@ -103,6 +104,42 @@ pub struct WorkloadFlags {
     /// llama.cpp: physical batch (default 512).
     #[cfg_attr(feature = "clap", arg(long))]
     pub n_ubatch: Option<u64>,
+    /// SGLang: fraction of the memory free before loading for weights and the token pool
+    /// (default: SGLang's by GPU size).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub mem_fraction_static: Option<f64>,
+    /// SGLang: an upper bound on the token pool (`--max-total-tokens`).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub max_total_tokens: Option<u64>,
+    /// SGLang: data-parallel replicas of the tensor-parallel group (default 1).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub dp_size: Option<u32>,
+    /// SGLang: expert-parallel size, 1 or the tensor-parallel size (default 1).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub ep_size: Option<u32>,
+    /// vLLM: capture no CUDA graphs.
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub enforce_eager: bool,
+    /// vLLM: serve LoRA adapters (one slot unless --max-loras).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub enable_lora: bool,
+    /// vLLM: LoRA adapter slots preallocated (implies --enable-lora; vLLM's default 1).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub max_loras: Option<u64>,
+    /// vLLM: rank of each LoRA slot (default 16).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub max_lora_rank: Option<u64>,
+    /// vLLM: the KV cache's size in bytes (`8G`, `20Gi`…), instead of --gpu-memory-utilization's.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "BYTES"))]
+    pub kv_cache_memory_bytes: Option<String>,
+    /// vLLM: the context length, or `auto` for the longest one request the KV cache holds
+    /// (a number is --seq).
+    #[cfg_attr(feature = "clap", arg(long, value_name = "N|auto"))]
+    pub max_model_len: Option<String>,
+    /// vLLM: speculative decoding as vLLM's JSON (`{"method": "eagle", "num_speculative_tokens":
+    /// 3}`; methods draft_model with "model", eagle, eagle3, mtp, ngram).
+    #[cfg_attr(feature = "clap", arg(long, value_name = "JSON"))]
+    pub speculative_config: Option<String>,
     /// KV-cache dtype (default: the compute dtype): fp16 | bf16 | fp8 …
     #[cfg_attr(feature = "clap", arg(long))]
     pub kv_dtype: Option<String>,
@@ -242,6 +279,7 @@ impl WorkloadFlags {
         }
         self.apply_parallel(&mut w)?;
         self.apply_engine(&mut w)?;
+        self.apply_vllm_options(&mut w)?;
         if let Some(text) = &self.kv_dtype {
             w.kv_dtype = Some(DType::parse_input("--kv-dtype", text)?);
         }
@@ -364,15 +402,52 @@ impl WorkloadFlags {
             let wanted = pick("--engine", text, ENGINES)?;
             w.engine = match (wanted, &w.engine) {
                 // The same engine as the file's keeps the file's settings.
-                (EngineKind::Vllm, Engine::Vllm { .. }) | (EngineKind::LlamaCpp, Engine::LlamaCpp { .. }) => {
-                    w.engine.clone()
-                }
+                (EngineKind::Vllm, Engine::Vllm { .. })
+                | (EngineKind::LlamaCpp, Engine::LlamaCpp { .. })
+                | (EngineKind::Sglang, Engine::Sglang { .. }) => w.engine.clone(),
                 (EngineKind::Transformers, _) => Engine::Transformers,
                 (EngineKind::Vllm, _) => Engine::VLLM_DEFAULT,
+                (EngineKind::Sglang, _) => Engine::SGLANG_DEFAULT,
                 (EngineKind::LlamaCpp, _) => Engine::llamacpp(w.seq),
             };
         }
+        if !matches!(w.engine, Engine::Sglang { .. }) {
+            engine_flag_unused(
+                &[
+                    ("--mem-fraction-static", self.mem_fraction_static.is_some()),
+                    ("--max-total-tokens", self.max_total_tokens.is_some()),
+                    ("--dp-size", self.dp_size.is_some()),
+                    ("--ep-size", self.ep_size.is_some()),
+                ],
+                "sglang",
+            )?;
+        }
         match &mut w.engine {
+            Engine::Sglang { mem_fraction_static, max_total_tokens, dp_size, ep_size } => {
+                if self.mem_fraction_static.is_some() {
+                    *mem_fraction_static = self.mem_fraction_static;
+                }
+                if self.max_total_tokens.is_some() {
+                    *max_total_tokens = self.max_total_tokens;
+                }
+                if self.dp_size.is_some() {
+                    *dp_size = self.dp_size;
+                }
+                if self.ep_size.is_some() {
+                    *ep_size = self.ep_size;
+                }
+                engine_flag_unused(
+                    &[
+                        ("--gpu-memory-utilization", self.gpu_memory_utilization.is_some()),
+                        ("--max-num-batched-tokens", self.max_num_batched_tokens.is_some()),
+                    ],
+                    "vllm",
+                )?;
+                engine_flag_unused(
+                    &[("--n-ctx", self.n_ctx.is_some()), ("--n-ubatch", self.n_ubatch.is_some())],
+                    "llama.cpp",
+                )
+            }
             Engine::Vllm { gpu_memory_utilization, max_num_batched_tokens } => {
                 if let Some(u) = self.gpu_memory_utilization {
                     *gpu_memory_utilization = u;
@@ -417,21 +492,11 @@ impl WorkloadFlags {
     }
 }
 
-/// Refuses an engine setting given for another engine.
-fn engine_flag_unused(flags: &[(&str, bool)], engine: &str) -> Result<(), InputError> {
-    match flags.iter().find(|(_, given)| *given) {
-        Some((flag, _)) => {
-            Err(InputError::new(*flag, format!("this is a {engine} setting, and the engine is not {engine}"))
-                .with_fix(format!("add `--engine {engine}`, or leave {flag} out")))
-        }
-        None => Ok(()),
-    }
-}
-
 #[derive(Debug, Clone, Copy)]
 enum EngineKind {
     Transformers,
     Vllm,
+    Sglang,
     LlamaCpp,
 }
 
@@ -462,6 +527,7 @@ const ATTENTION: Words<AttentionImpl> = &[
 const ENGINES: Words<EngineKind> = &[
     (&["transformers", "hf"], EngineKind::Transformers),
     (&["vllm"], EngineKind::Vllm),
+    (&["sglang"], EngineKind::Sglang),
     (&["llama.cpp", "llamacpp", "llama-cpp"], EngineKind::LlamaCpp),
 ];
 const TRAINERS: Words<Trainer> = &[

@@ -271,11 +271,37 @@ pub fn vllm(launch: &Launch, plan_gpus: usize) -> Result<Export, InputError> {
     if let Some(q) = serving_quantization(w, "vllm")? {
         line.arg("--quantization", q);
     }
-    line.arg("--max-model-len", w.seq)
-        .arg("--gpu-memory-utilization", gpu_memory_utilization)
+    let o = &w.vllm;
+    if o.max_model_len_auto {
+        line.arg("--max-model-len", "auto");
+    } else {
+        line.arg("--max-model-len", w.seq);
+    }
+    line.arg("--gpu-memory-utilization", gpu_memory_utilization)
         .arg("--max-num-seqs", w.batch.max(1))
         .arg("--max-num-batched-tokens", max_num_batched_tokens)
         .arg("--kv-cache-dtype", serving_kv_dtype(w, "vllm")?);
+    if o.enforce_eager {
+        line.word("--enforce-eager");
+    }
+    if o.max_loras > 0 {
+        line.word("--enable-lora");
+        line.arg("--max-loras", o.max_loras)
+            .arg("--max-lora-rank", vramplan_sim::engines::vllm_extras::lora_rank(o));
+    }
+    if let Some(bytes) = o.kv_cache_memory_bytes {
+        line.arg("--kv-cache-memory-bytes", bytes);
+    }
+    if let Some(spec) = &o.speculative {
+        let mut config = serde_json::json!({
+            "method": spec.method,
+            "num_speculative_tokens": spec.num_speculative_tokens,
+        });
+        if let Some(model) = &spec.model {
+            config["model"] = serde_json::Value::from(model.as_str());
+        }
+        line.arg("--speculative-config", config.to_string());
+    }
     let mut assumes = vec![
         format!(
             "Assumes vLLM {VLLM_VERSION} (flags checked against its `vllm serve` parser), CUDA GPUs as the plan's profile, the model reachable by vllm (Hub or local folder)."
@@ -285,6 +311,14 @@ pub fn vllm(launch: &Launch, plan_gpus: usize) -> Result<Export, InputError> {
     if let Some(note) = checkpoint_note(w) {
         assumes.push(note);
     }
+    if let Some(spec) =
+        w.vllm.speculative.as_ref().filter(|s| matches!(s.method.as_str(), "eagle" | "eagle3"))
+    {
+        assumes.push(format!(
+            "Speculative decoding with an {} head sized as one decoder layer of the model's shapes: add the head's checkpoint to --speculative-config (`\"model\": \"…\"`), which vLLM needs.",
+            spec.method.to_ascii_uppercase()
+        ));
+    }
     if pp > 1 {
         assumes.push(format!(
             "Multi-node: tensor parallel {tp} inside each node, pipeline parallel {pp} across nodes; start a Ray cluster first (`ray start --head` on node 0, `ray start --address=$MASTER_ADDR:6379` on the others) and run this on node 0."
@@ -293,12 +327,17 @@ pub fn vllm(launch: &Launch, plan_gpus: usize) -> Result<Export, InputError> {
     Ok(Export { text: script(&assumes, &[line.0]), launch: None })
 }
 
-/// `python -m sglang.launch_server`: from a serving plan (vLLM's sizing stands in until SGLang
-/// is an engine of its own; the header says which).
+/// `python -m sglang.launch_server`: from a serving plan made under `--engine sglang` (its
+/// `--mem-fraction-static`, `--max-total-tokens`, `--dp-size`, `--ep-size`), or under
+/// `--engine vllm`, whose sizing then stands in (the header says which).
 pub fn sglang(launch: &Launch, plan_gpus: usize) -> Result<Export, InputError> {
     let w = launch.workload;
     serving_only(w, "sglang")?;
     let (kind, fields) = engine_kind(w);
+    let (engine_dp, ep, max_total_tokens) = match w.engine {
+        Engine::Sglang { dp_size, ep_size, max_total_tokens, .. } => (dp_size, ep_size, max_total_tokens),
+        _ => (None, None, None),
+    };
     let fraction = match kind.as_str() {
         "sglang" => fields.get("mem_fraction_static").and_then(serde_json::Value::as_f64),
         "vllm" => fields.get("gpu_memory_utilization").and_then(serde_json::Value::as_f64),
@@ -312,7 +351,7 @@ pub fn sglang(launch: &Launch, plan_gpus: usize) -> Result<Export, InputError> {
     };
     let tp = serving_tp(plan_gpus, w, "sglang")?;
     let total = launch.total_gpus().max(1);
-    let dp = (total / tp).max(1);
+    let dp = engine_dp.unwrap_or(total / tp).max(1);
     let nodes = launch.nodes().max(1);
     let mut lines = Vec::new();
     for rank in 0..nodes {
@@ -325,6 +364,12 @@ pub fn sglang(launch: &Launch, plan_gpus: usize) -> Result<Export, InputError> {
             .arg("--max-running-requests", w.batch.max(1));
         if let Some(f) = fraction {
             line.arg("--mem-fraction-static", f);
+        }
+        if let Some(tokens) = max_total_tokens {
+            line.arg("--max-total-tokens", tokens);
+        }
+        if let Some(ep) = ep.filter(|&e| e > 1) {
+            line.arg("--ep-size", ep);
         }
         if let Some(q) = serving_quantization(w, "sglang")? {
             line.arg("--quantization", q);
@@ -349,6 +394,11 @@ pub fn sglang(launch: &Launch, plan_gpus: usize) -> Result<Export, InputError> {
     ];
     if let Some(note) = checkpoint_note(w) {
         assumes.push(note);
+    }
+    if kind == "sglang" && fraction.is_none() {
+        assumes.push(
+            "--mem-fraction-static left out: SGLang's default for the GPU's size, the one vramplan sized the token pool with.".into(),
+        );
     }
     if kind == "vllm" {
         assumes.push(

@@ -130,7 +130,10 @@ fn with_seq(workload: &Workload, seq: u64) -> Workload {
         Engine::LlamaCpp { n_ubatch, .. } => Engine::LlamaCpp { n_ctx: seq, n_ubatch },
         ref other => other.clone(),
     };
-    Workload { seq, prompt: workload.prompt.map(|p| p.min(seq)), engine, ..workload.clone() }
+    let mut w = Workload { seq, prompt: workload.prompt.map(|p| p.min(seq)), engine, ..workload.clone() };
+    // The length probed is vLLM's --max-model-len, not `auto`.
+    w.vllm.max_model_len_auto = false;
+    w
 }
 
 /// The boundary of `quantity` in `low..=high`, starting at `start`; `with(v)` is the workload at
@@ -201,6 +204,8 @@ pub enum EngineKind {
     Transformers,
     /// vLLM: the paged KV cache.
     Vllm,
+    /// SGLang: the token pool sized from `--mem-fraction-static`.
+    Sglang,
     /// llama.cpp (`llama-server`): `-np` slots sharing a context of `-c` tokens.
     LlamaCpp,
 }
@@ -243,13 +248,14 @@ pub struct Concurrency {
 pub fn max_concurrency(question: &Question, seq: u64) -> Vec<Concurrency> {
     let base = Workload { mode: Mode::Inference, seq, prompt: None, ..question.workload.clone() };
     let mut answers = Vec::new();
-    for engine in [EngineKind::Transformers, EngineKind::Vllm, EngineKind::LlamaCpp] {
+    for engine in [EngineKind::Transformers, EngineKind::Vllm, EngineKind::Sglang, EngineKind::LlamaCpp] {
         let answer = match engine {
             EngineKind::Transformers => {
                 let w = Workload { engine: Engine::Transformers, ..base.clone() };
                 concurrency_by_search(question, &w, engine, seq, max_batch)
             }
             EngineKind::Vllm => vllm_concurrency(question, &base, seq),
+            EngineKind::Sglang => sglang_concurrency(question, &base, seq),
             EngineKind::LlamaCpp => {
                 let n_ubatch = match base.engine {
                     Engine::LlamaCpp { n_ubatch, .. } => n_ubatch,
@@ -391,6 +397,44 @@ fn vllm_concurrency_with(question: &Question, w: &Workload, seq: u64) -> Concurr
     }
 }
 
+/// SGLang: the token pool (`max_total_num_tokens`) over the length, once one request of that
+/// length fits; the workload's SGLang settings where it names SGLang, else SGLang's defaults.
+fn sglang_concurrency(question: &Question, base: &Workload, seq: u64) -> Concurrency {
+    let engine = match base.engine {
+        Engine::Sglang { .. } => base.engine.clone(),
+        _ => Engine::SGLANG_DEFAULT,
+    };
+    let w = Workload { engine, ..base.clone() };
+    let fit = match probe(question, question.hardware, &w) {
+        Ok(fit) => fit,
+        Err(e) => return refused(EngineKind::Sglang, seq, e),
+    };
+    let capacity = fit.kv_capacity_tokens;
+    let sequences = capacity.map(|c| c / seq.max(1)).filter(|&n| n > 0 && fit.fits);
+    let run = match sequences {
+        Some(n) => {
+            let mut run = run_flags(question.model, question.hardware, question.workload, &w, &fit);
+            for flags in &mut run {
+                flags.set("--max-running-requests", n.to_string());
+            }
+            run
+        }
+        None => Vec::new(),
+    };
+    Concurrency {
+        engine: EngineKind::Sglang,
+        seq,
+        sequences,
+        kv_capacity_tokens: capacity,
+        scheduler_limit: None,
+        search: None,
+        refused: None,
+        tensor_parallel: None,
+        binding: if sequences.is_none() { super::binding(None, &fit) } else { None },
+        run,
+    }
+}
+
 /// The fewest GPUs of one kind that fit.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Fewest {
@@ -524,6 +568,8 @@ pub(crate) fn quant_candidates(question: &Question) -> Vec<Quant> {
             let fp8 = fp8.then_some(Quant::Fp8 { block: 128 });
             [Some(Quant::None), fp8, Some(Quant::Nf4 { double_quant: false })].into_iter().flatten().collect()
         }
+        // SGLang is sized for plain weights and checkpoints' own quantization only.
+        Engine::Sglang { .. } => vec![Quant::None],
         Engine::LlamaCpp { .. } => ["F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q3_K_M", "Q2_K"]
             .into_iter()
             .map(|t| Quant::Gguf { quant_type: t.to_string() })

@@ -143,6 +143,7 @@ pub fn run_flags(
     match answer.engine {
         Engine::Transformers => transformers(model, hardware, question, answer, fit),
         Engine::Vllm { gpu_memory_utilization, .. } => vec![vllm(model, answer, gpu_memory_utilization)],
+        Engine::Sglang { .. } => vec![sglang(model, answer)],
         Engine::LlamaCpp { n_ctx, n_ubatch } => vec![llamacpp(model, hardware, answer, n_ctx, n_ubatch)],
     }
 }
@@ -547,6 +548,35 @@ fn vllm(model: &ModelDescription, answer: &Workload, gpu_memory_utilization: f64
     }
     if let Some(kv) = crate::export::launch::fp8_kv_cache_flag(answer.kv_dtype) {
         serve.arg("--kv-cache-dtype", kv);
+    }
+    serve
+}
+
+/// SGLang's `launch_server` line: the context (`--context-length`), the engine's settings as
+/// given (a fraction left out is SGLang's default by GPU size), the parallel sizes.
+fn sglang(model: &ModelDescription, answer: &Workload) -> RunFlags {
+    let mut serve = RunFlags::command("python -m sglang.launch_server");
+    serve.arg("--model-path", pretrained_source(model).unwrap_or_else(|| "MODEL".into()));
+    serve.arg("--context-length", answer.seq);
+    if let Engine::Sglang { mem_fraction_static, max_total_tokens, dp_size, ep_size } = answer.engine {
+        if let Some(fraction) = mem_fraction_static {
+            serve.arg("--mem-fraction-static", fraction);
+        }
+        if let Some(tokens) = max_total_tokens {
+            serve.arg("--max-total-tokens", tokens);
+        }
+        if let Parallelism::Tensor { size } = answer.parallelism {
+            serve.arg("--tp-size", size);
+        }
+        if let Some(dp) = dp_size.filter(|&d| d > 1) {
+            serve.arg("--dp-size", dp);
+        }
+        if let Some(ep) = ep_size.filter(|&e| e > 1) {
+            serve.arg("--ep-size", ep);
+        }
+    }
+    if let Some(dtype) = answer.weight_dtype {
+        serve.arg("--dtype", dtype.torch_name());
     }
     serve
 }
