@@ -302,3 +302,39 @@ fn quantized_weights_and_kv_capacity_match_published_vllm_logs() {
     }
     println!("worst error {worst:.2} %");
 }
+
+/// A mixture of experts under vLLM's AWQ and GPTQ MoE methods: the stacked experts are packed
+/// too (4 bits a weight, a scale in the model dtype per 128 inputs of each output, AWQ's zero
+/// points packed like the weights), where transformers' conversion leaves them in bf16. On an
+/// A100 (Marlin): Mixtral-8x7B's 32 layers × 8 experts × 3 × 14336 × 4096 expert weights.
+#[test]
+fn experts_are_packed_under_vllms_moe_methods() {
+    let model = model::load("mixtral-8x7b", ImportOptions::default()).expect("a built-in model");
+    let float = budget(&model, "a100-80gb", &serve(Quant::None, 0.9), 1).expect("budget");
+    let experts: u64 = 32 * 8 * 3 * 14336 * 4096;
+    let gptq = budget(&model, "a100-80gb", &serve(Quant::Gptq { bits: 4, group_size: 128 }, 0.9), 1)
+        .expect("budget");
+    let awq =
+        budget(&model, "a100-80gb", &serve(Quant::Awq { bits: 4, group_size: 128 }, 0.9), 1).expect("budget");
+    // The experts alone: bf16 before; 4-bit values and bf16 group scales after (AWQ: and
+    // 4-bit zero points per group).
+    let packed = experts / 2 + 2 * experts / 128;
+    assert!(gptq.weights_bytes < float.weights_bytes - 2 * experts + packed + float.weights_bytes / 10);
+    let zeros = experts / 128 / 2;
+    assert_eq!(awq.weights_bytes - gptq.weights_bytes, zeros + awq_minus_gptq_outside_experts(&model));
+}
+
+/// What AWQ holds beyond GPTQ outside the experts on Marlin: the zero points of every packed
+/// linear (GPTQ's symmetric Marlin path drops them), 4-bit per group of 128 and output.
+fn awq_minus_gptq_outside_experts(model: &ModelDescription) -> u64 {
+    let mut linear = 0u64;
+    model.root.visit(&mut |m| {
+        if m.kind == vramplan_profiles::model::ModuleKind::Linear
+            && m.path != "lm_head"
+            && m.path.contains(".layers.")
+        {
+            linear += m.tensors.iter().filter(|t| t.name == "weight").map(|t| t.numel()).sum::<u64>();
+        }
+    });
+    linear / 128 / 2
+}

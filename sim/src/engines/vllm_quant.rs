@@ -70,7 +70,7 @@ use crate::workload::Quant;
 use std::collections::HashMap;
 use vramplan_profiles::hardware::{ComputeCapability, Device};
 use vramplan_profiles::model::quantization::{Method, Quantization, converted};
-use vramplan_profiles::model::{ModelDescription, Module, Tensor, TensorKind, join};
+use vramplan_profiles::model::{ModelDescription, Module, ModuleKind, Tensor, TensorKind, join};
 use vramplan_profiles::{DType, InputError};
 
 /// Which kernel holds a quantized linear's weights on the device.
@@ -245,11 +245,12 @@ pub fn held(
         },
         (None, _) => return Ok(None),
     };
-    let stored = converted(model, &checkpoint);
+    let mut stored = converted(model, &checkpoint);
     Ok(Some(match checkpoint.method {
         Method::Gptq { bits, group_size, sym, desc_act } => {
             let marlin_ok =
                 sym && matches!(bits, 4 | 8) && marlin_group(group_size) && capability >= cc(7, 5);
+            packed_experts(&mut stored, bits, group_size, false, act_dtype);
             if !marlin_ok {
                 return Ok(Some(exllama(stored, desc_act)));
             }
@@ -257,6 +258,7 @@ pub fn held(
             packed_int(stored, kernel, Zeros::Gptq { desc_act }, act_dtype)
         }
         Method::Awq { bits, group_size, .. } if bits == 4 && marlin_group(group_size) => {
+            packed_experts(&mut stored, bits, group_size, true, act_dtype);
             let kernel = mp_kernel(capability, group_size);
             packed_int(stored, kernel, Zeros::Awq, act_dtype)
         }
@@ -461,6 +463,51 @@ fn packed_int(mut model: ModelDescription, kernel: Kernel, zeros: Zeros, act_dty
     let note = format!("the {what} weights repacked for the kernel");
     let transient = layers.values().copied().max().unwrap_or(0);
     Held { model, kernel, load_transient_bytes: transient, note }
+}
+
+/// The stacked experts of a mixture of experts under vLLM's AWQ and GPTQ MoE methods
+/// (`AWQMarlinMoEMethod.create_weights`, `GPTQMarlinMoEMethod.create_weights`, vLLM 0.19
+/// `model_executor/layers/quantization/awq_marlin.py`, `gptq_marlin.py`): `w13_qweight` and
+/// `w2_qweight` hold `bits` per weight packed in int32 words, `w13_scales`/`w2_scales` one scale
+/// in the model dtype per `group` inputs of each output (per output where the group is the whole
+/// input), and AWQ's `qzeros` one zero point per scale packed like the weights; GPTQ's
+/// symmetric Marlin path keeps no zero points. transformers' conversion leaves fused experts in
+/// the float layout (it replaces `nn.Linear` modules only), so they are packed here; the bytes do
+/// not depend on which of the two matrix dimensions is the input.
+fn packed_experts(
+    model: &mut ModelDescription,
+    bits: u32,
+    group: Option<u64>,
+    zeros: bool,
+    act_dtype: DType,
+) {
+    let packed = if bits <= 4 { DType::I4 } else { DType::I8 };
+    model.root.visit_mut(&mut |module| {
+        if !matches!(module.kind, ModuleKind::Experts { .. }) {
+            return;
+        }
+        let mut constants = Vec::new();
+        for tensor in module.tensors.iter_mut().filter(|t| vllm_bnb::is_weight(t) && t.shape.len() == 3) {
+            let (experts, rows, cols) = (tensor.shape[0], tensor.shape[1], tensor.shape[2]);
+            let inputs = rows.min(cols).max(1);
+            let per_expert = rows * cols / group.unwrap_or(inputs).clamp(1, inputs);
+            constants.push(Tensor::constant(
+                &format!("{}_scales", tensor.name),
+                &[experts, per_expert],
+                act_dtype,
+            ));
+            if zeros {
+                constants.push(Tensor::constant(
+                    &format!("{}_qzeros", tensor.name),
+                    &[experts, per_expert],
+                    packed,
+                ));
+            }
+            tensor.dtype = packed;
+            tensor.follows_load_dtype = false;
+        }
+        module.tensors.extend(constants);
+    });
 }
 
 /// `(out, in)` of a packed linear, from its `scales` `[groups, out]` and its logical parameters.
