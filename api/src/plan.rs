@@ -30,7 +30,8 @@ pub struct SolveOptions {
     /// expert-parallel | pipeline.
     pub target: String,
     /// Share of each GPU's usable memory kept free, 0 to 90 %: `10%` or `0.1`. Default 10 %
-    /// (for `plot sweep` and `plot grid`, 0, as `whatif` judges).
+    /// (under a serving engine, 0: vLLM and SGLang keep their own share free and fill the rest
+    /// with KV cache; for `plot sweep` and `plot grid`, 0, as `whatif` judges).
     pub headroom: Option<String>,
     /// Modules fixed to devices: `lm_head=0`, `model.layers.28-31=cpu`.
     pub pin: Vec<String>,
@@ -263,7 +264,14 @@ pub(crate) fn solve(
     let Loaded { model, hardware, workload, .. } = &loaded;
     let data_parallel = vramplan_sim::estimate::is_data_parallel(workload);
     let mut request = Request::new(runtime);
-    request.headroom = parse_headroom(args.headroom.as_deref().unwrap_or("10%"))?;
+    // vLLM and SGLang size their KV cache to fill the share of memory they are given and keep
+    // the rest free themselves: a headroom on top would refuse every plan they make.
+    let serving = matches!(
+        workload.engine,
+        vramplan_sim::workload::Engine::Vllm { .. } | vramplan_sim::workload::Engine::Sglang { .. }
+    );
+    let default_headroom = if serving { "0%" } else { "10%" };
+    request.headroom = parse_headroom(args.headroom.as_deref().unwrap_or(default_headroom))?;
     request.offload = !args.no_offload;
     request.min_devices = args.min_devices;
     let gpus = hardware.devices.len() as u32;

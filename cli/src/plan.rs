@@ -39,8 +39,10 @@ pub(crate) struct SolveOptions {
     #[arg(long, default_value = "accelerate")]
     pub target: String,
     /// Share of each GPU's usable memory kept free, 0 to 90 %: `10%` (a percentage) or `0.1` (a
-    /// share below 1); a bare `2` is refused (write `2%` or `0.02`). Default 10 % (for
-    /// `plot sweep` and `plot grid`, 0, as `whatif` judges).
+    /// share below 1); a bare `2` is refused (write `2%` or `0.02`). Default 10 % (under
+    /// `--engine vllm` or `sglang`, 0: the engine keeps its own `1 − gpu_memory_utilization`
+    /// free and fills the rest with KV cache; for `plot sweep` and `plot grid`, 0, as `whatif`
+    /// judges).
     #[arg(long)]
     pub headroom: Option<String>,
     /// Fix a module to a device: `lm_head=0`, `model.layers.28-31=cpu` (a range from first to

@@ -230,3 +230,16 @@ fn an_offloading_plan_states_the_host_memory_it_assumes() {
     assert_eq!(bad.code, 2, "{}", bad.stderr);
     assert!(bad.stderr.contains("--host-ram"), "{}", bad.stderr);
 }
+
+/// Under a serving engine the default headroom is 0: vLLM fills `gpu_memory_utilization` (0.9)
+/// of the GPU's total with weights and KV cache and keeps the rest free itself, so a further
+/// 10 % of the usable memory (0.9 × 78.68 GiB on an H100, below vLLM's 0.9 × 79.65 GiB) would
+/// refuse every plan it makes. A headroom the user gives still applies.
+#[test]
+fn serving_engines_keep_their_own_headroom() {
+    let base = ["plan", "llama-3.1-8b", "--hardware", "h100-80gb", "--engine", "vllm", "--mode", "inference", "--seq", "4096"];
+    let plan = vramplan(&base);
+    assert_eq!(plan.code, 0, "{}\n{}", plan.stdout, plan.stderr);
+    let with_headroom = vramplan(&[&base[..], &["--headroom", "10%"]].concat());
+    assert_ne!(with_headroom.code, 0, "{}", with_headroom.stdout);
+}
