@@ -237,7 +237,18 @@ fn an_offloading_plan_states_the_host_memory_it_assumes() {
 /// refuse every plan it makes. A headroom the user gives still applies.
 #[test]
 fn serving_engines_keep_their_own_headroom() {
-    let base = ["plan", "llama-3.1-8b", "--hardware", "h100-80gb", "--engine", "vllm", "--mode", "inference", "--seq", "4096"];
+    let base = [
+        "plan",
+        "llama-3.1-8b",
+        "--hardware",
+        "h100-80gb",
+        "--engine",
+        "vllm",
+        "--mode",
+        "inference",
+        "--seq",
+        "4096",
+    ];
     let plan = vramplan(&base);
     assert_eq!(plan.code, 0, "{}\n{}", plan.stdout, plan.stderr);
     let with_headroom = vramplan(&[&base[..], &["--headroom", "10%"]].concat());
