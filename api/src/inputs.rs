@@ -189,8 +189,7 @@ pub(crate) fn held_by_runtime(
     };
     // vLLM runs on its tensor-parallel group, transformers on any of the GPUs.
     let gpus = match workload.engine {
-        Engine::Vllm { .. } => vramplan_sim::engines::vllm::tensor_parallel_size(workload) as usize,
-        Engine::Sglang { .. } => vramplan_sim::engines::sglang::tensor_parallel_size(workload) as usize,
+        Engine::Vllm { .. } | Engine::Sglang { .. } => workload.tensor_parallel_size() as usize,
         _ => hardware.devices.len(),
     };
     let Some(capability) = hardware.devices.iter().take(gpus).map(|d| d.compute_capability).min() else {

@@ -87,10 +87,14 @@ def _keywords(text: str) -> str:
     return re.sub(r"'--([a-z0-9-]+)'", lambda m: m.group(1).replace("-", "_") + "=", text)
 
 
-def _json(command: List[str], model_argument: Any, flags: Mapping[str, Any]) -> Tuple[int, Any, List[str], str]:
-    """Runs `command MODEL flags --json`; the exit code, the parsed JSON, the argv and the text."""
+def _json(
+    before: List[str], model_argument: Any, after: List[str], flags: Mapping[str, Any]
+) -> Tuple[int, Any, List[str], str]:
+    """Runs `BEFORE MODEL AFTER flags --json` (`plan MODEL --hardware HW`, `whatif QUESTION
+    MODEL`, `check MAP MODEL --hardware HW`); the exit code, the parsed JSON, the argv and the
+    text."""
     spec, native = describe(model_argument)
-    argv = command[:1] + [spec] + command[1:] + _flag_args(flags) + ["--json"]
+    argv = before + [spec] + after + _flag_args(flags) + ["--json"]
     code, out = run(argv, native)
     try:
         return code, json.loads(out), argv, out
@@ -116,7 +120,7 @@ def plan(model: Any, hardware: str, **flags: Any) -> Plan:
     `quant="nf4"`, `target="accelerate-v4"`, `pin=["lm_head=0"]`, `time_limit=10`). Returns a
     `Plan` (`.fits`, `.device_map`, `.devices`, `.load_kwargs`, `.to_json()`); one that does
     not fit says so in `.fits` rather than raising."""
-    code, data, argv, out = _json(["plan", "--hardware", hardware], model, flags)
+    code, data, argv, out = _json(["plan"], model, ["--hardware", hardware], flags)
     return Plan(data, code, argv, model, out)
 
 
@@ -134,7 +138,7 @@ def estimate(
         path, removed = _map_file(device_map)
         flags = {**flags, "device_map": path}
     try:
-        code, data, argv, out = _json(["estimate", "--hardware", hardware], model, flags)
+        code, data, argv, out = _json(["estimate"], model, ["--hardware", hardware], flags)
     finally:
         if removed:
             os.unlink(removed)
@@ -145,27 +149,22 @@ def check(device_map: Union[Mapping[str, Any], str, os.PathLike], model: Any, ha
     """Checks a device map (`vramplan check`): per-device memory and the device mismatches the
     target runtime would hit."""
     path, removed = _map_file(device_map)
-    spec, native = describe(model)
-    argv = ["check", path, spec, "--hardware", hardware] + _flag_args(flags) + ["--json"]
     try:
-        code, out = run(argv, native)
+        code, data, argv, out = _json(["check", path], model, ["--hardware", hardware], flags)
     finally:
         if removed:
             os.unlink(removed)
-    return Check(json.loads(out), code, argv, model, out)
+    return Check(data, code, argv, model, out)
 
 
 def whatif(question: str, model: Any, hardware: Optional[str] = None, **flags: Any) -> WhatIf:
     """Capacity planning backwards (`vramplan whatif QUESTION`): `"max-batch"`, `"max-seq"`,
     `"max-concurrency"`, `"min-gpus"`, `"cheapest"`, `"best-precision"`, `"frontier"`,
     `"grid"`."""
-    command = ["whatif", question]
     if hardware is not None:
         flags = {"hardware": hardware, **flags}
-    spec, native = describe(model)
-    argv = command + [spec] + _flag_args(flags) + ["--json"]
-    code, out = run(argv, native)
-    return WhatIf(json.loads(out), code, argv, model, out)
+    code, data, argv, out = _json(["whatif", question], model, [], flags)
+    return WhatIf(data, code, argv, model, out)
 
 
 def validate(plan: Union[str, os.PathLike, Any], **flags: Any) -> Validation:
@@ -176,7 +175,7 @@ def validate(plan: Union[str, os.PathLike, Any], **flags: Any) -> Validation:
         path, removed = _map_file(flags["device_map"])
         flags = {**flags, "device_map": path}
     try:
-        code, data, argv, out = _json(["validate"], plan, flags)
+        code, data, argv, out = _json(["validate"], plan, [], flags)
     finally:
         if removed:
             os.unlink(removed)
@@ -201,7 +200,7 @@ def validate_script(
 
 def inspect(model: Any, **flags: Any) -> Inspection:
     """Describes a model (`vramplan inspect`): parameters, bytes, modules, layer kinds."""
-    code, data, argv, out = _json(["inspect"], model, flags)
+    code, data, argv, out = _json(["inspect"], model, [], flags)
     return Inspection(data, code, argv, model, out)
 
 

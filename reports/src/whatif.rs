@@ -192,17 +192,17 @@ pub fn concurrency_text(answers: &[Concurrency]) -> String {
     for a in answers {
         let sequences = a.sequences.map_or_else(|| "0".to_string(), group_digits);
         let kv = a.kv_capacity_tokens.map_or_else(String::new, group_digits);
-        let note = match (&a.refused, a.scheduler_limit, &a.search) {
-            (Some(why), _, _) => format!("refused: {why}"),
-            _ if a.tensor_parallel.is_some() => format!(
-                "with --parallel tp={}: vLLM runs on one GPU unless told, and one does not hold the model",
-                a.tensor_parallel.unwrap_or(1)
+        // What binds: vLLM's own where not one sequence fits, else the search's.
+        let binding = a.binding.as_ref().or_else(|| a.search.as_ref().and_then(|s| s.binding.as_ref()));
+        let note = match (&a.refused, a.tensor_parallel, a.scheduler_limit, binding) {
+            (Some(why), ..) => format!("refused: {why}"),
+            (_, Some(tp), ..) => format!(
+                "with --parallel tp={tp}: vLLM runs on one GPU unless told, and one does not hold the model"
             ),
-            (_, Some(limit), _) => {
+            (_, _, Some(limit), _) => {
                 format!("schedules at most {} per step (--max-num-seqs)", group_digits(limit))
             }
-            _ if a.binding.is_some() => a.binding.as_ref().map(binding_words).unwrap_or_default(),
-            (_, _, Some(s)) => s.binding.as_ref().map(binding_words).unwrap_or_default(),
+            (_, _, _, Some(b)) => binding_words(b),
             _ => String::new(),
         };
         table.row(&[engine_name(a.engine), &sequences, &kv, &note]);

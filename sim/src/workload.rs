@@ -399,6 +399,15 @@ impl Default for Workload {
 }
 
 impl Workload {
+    /// The GPUs of the tensor-parallel group a serving engine runs on (`--parallel tp=N`,
+    /// vLLM's `--tensor-parallel-size`, SGLang's `--tp-size`), 1 by default.
+    pub fn tensor_parallel_size(&self) -> u32 {
+        match self.parallelism {
+            Parallelism::Tensor { size } => size.max(1),
+            _ => 1,
+        }
+    }
+
     /// The image tokens each sequence of a vision-language model carries: every image's tokens
     /// as the model's processor counts them (0 without images or a vision tower, or for an
     /// image the processor refuses, which the input checks report).

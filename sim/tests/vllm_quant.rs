@@ -319,7 +319,8 @@ fn experts_are_packed_under_vllms_moe_methods() {
     // The experts alone: bf16 before; 4-bit values and bf16 group scales after (AWQ: and
     // 4-bit zero points per group).
     let packed = experts / 2 + 2 * experts / 128;
-    assert!(gptq.weights_bytes < float.weights_bytes - 2 * experts + packed + float.weights_bytes / 10);
+    // The experts alone give up at least this much (the linears outside them give up more).
+    assert!(float.weights_bytes - gptq.weights_bytes >= 2 * experts - packed, "{gptq:?}");
     let zeros = experts / 128 / 2;
     assert_eq!(awq.weights_bytes - gptq.weights_bytes, zeros + awq_minus_gptq_outside_experts(&model));
 }

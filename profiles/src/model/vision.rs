@@ -221,24 +221,16 @@ fn best_canvas(height: u64, width: u64, tile: u64, max_tiles: u64, max_canvas: b
     };
     let scales: Vec<f32> = canvases.iter().map(scale).collect();
     let up = scales.iter().copied().filter(|s| *s >= 1.0);
-    let chosen = if max_canvas {
-        up.fold(None, |m: Option<f32>, s| Some(m.map_or(s, |m| m.max(s))))
-    } else {
-        up.fold(None, |m: Option<f32>, s| Some(m.map_or(s, |m| m.min(s))))
-    }
-    .or_else(|| {
-        scales.iter().copied().filter(|s| *s < 1.0).fold(None, |m, s| Some(m.map_or(s, |m: f32| m.max(s))))
-    })
-    .unwrap_or(1.0);
+    let chosen = if max_canvas { up.reduce(f32::max) } else { up.reduce(f32::min) }
+        .or_else(|| scales.iter().copied().filter(|s| *s < 1.0).reduce(f32::max))
+        .unwrap_or(1.0);
+    // The smallest area among those, the first in order (`torch.argmin`).
     canvases
         .iter()
         .zip(&scales)
         .filter(|(_, s)| **s == chosen)
         .map(|(c, _)| *c)
-        .fold(None, |best: Option<(u64, u64)>, c| match best {
-            Some(b) if b.0 * b.1 <= c.0 * c.1 => Some(b),
-            _ => Some(c),
-        })
+        .min_by_key(|(h, w)| h * w)
         .unwrap_or((1, 1))
 }
 

@@ -29,7 +29,7 @@ pub fn vllm_estimate(
     hardware: &HardwareProfile,
     workload: &Workload,
 ) -> Result<Estimate, InputError> {
-    let tp = vllm::tensor_parallel_size(workload);
+    let tp = workload.tensor_parallel_size();
     if tp as usize > hardware.devices.len() {
         return Err(InputError::new(
             "--parallel",
@@ -81,7 +81,7 @@ pub fn sglang_estimate(
     hardware: &HardwareProfile,
     workload: &Workload,
 ) -> Result<Estimate, InputError> {
-    let tp = sglang::tensor_parallel_size(workload);
+    let tp = workload.tensor_parallel_size();
     let dp = match workload.engine {
         crate::workload::Engine::Sglang { dp_size, .. } => dp_size.unwrap_or(1).max(1),
         _ => 1,

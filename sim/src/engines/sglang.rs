@@ -32,7 +32,7 @@
 
 use super::vllm_quant;
 use crate::tensor_parallel::{kv_bytes_per_token, shard_bytes};
-use crate::workload::{Engine, Parallelism, Quant, Workload};
+use crate::workload::{Engine, Quant, Workload};
 use serde::Serialize;
 use std::borrow::Cow;
 use vramplan_profiles::InputError;
@@ -185,14 +185,6 @@ pub struct SglangBudget {
     /// One request of `context_len` (the workload's `seq`) fits in the pool and the weights in
     /// the static budget.
     pub fits: bool,
-}
-
-/// The tensor-parallel size SGLang runs with (`--tp-size`, `--parallel tp=N`), 1 by default.
-pub fn tensor_parallel_size(workload: &Workload) -> u32 {
-    match workload.parallelism {
-        Parallelism::Tensor { size } => size.max(1),
-        _ => 1,
-    }
 }
 
 /// SGLang's budget for `model` on one `device` of a `tp`-way group under `workload`, whose engine

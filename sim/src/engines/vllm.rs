@@ -45,7 +45,7 @@ use super::vllm_bnb::{self, Bnb, Transients};
 use super::vllm_extras;
 use super::vllm_quant;
 use crate::tensor_parallel::{kv_bytes_per_token, kv_heads_per_rank, query_heads_per_rank, shard_bytes};
-use crate::workload::{Engine, Parallelism, Workload};
+use crate::workload::{Engine, Workload};
 use serde::Serialize;
 use std::borrow::Cow;
 use vramplan_profiles::hardware::Device;
@@ -167,15 +167,6 @@ pub struct VllmBudget {
     /// The longest context the KV cache holds (vLLM's "estimated maximum model length"), capped
     /// at the model's positions.
     pub max_model_len_that_fits: u64,
-}
-
-/// The GPUs vLLM serves on: its tensor-parallel group (`--tensor-parallel-size`, `--parallel
-/// tp=N`), one GPU by default.
-pub fn tensor_parallel_size(workload: &Workload) -> u32 {
-    match workload.parallelism {
-        Parallelism::Tensor { size } => size.max(1),
-        _ => 1,
-    }
 }
 
 /// vLLM's budget for `model` on one `device` of a `tp`-way tensor-parallel group, under

@@ -364,7 +364,7 @@ fn vllm_concurrency_with(question: &Question, w: &Workload, seq: u64) -> Concurr
         Ok(fit) => fit,
         Err(e) => return refused(EngineKind::Vllm, seq, e),
     };
-    let tp = vllm::tensor_parallel_size(w);
+    let tp = w.tensor_parallel_size();
     let limit = question
         .hardware
         .devices

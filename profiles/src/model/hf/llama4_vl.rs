@@ -22,7 +22,6 @@ use super::nested_text::{self, TowerSizes, VISION_KEYS};
 use crate::model::vision::{ImageProcessor, VisionFacts};
 use crate::model::{Builder, ImportOptions, ModelDescription, Module, ModuleKind, Naming, Tensor};
 use crate::{DType, InputError};
-use serde_json::Value;
 
 /// `Llama4VisionConfig`'s defaults (transformers 5.24 and 4.57).
 const VISION_DEFAULTS: &[(&str, u64)] = &[
@@ -55,17 +54,8 @@ pub(crate) fn build(
 ) -> Result<ModelDescription, InputError> {
     let vision = nested_text::sub_config(config, "vision_config")?;
     let text = nested_text::sub_config(config, "text_config")?;
-    let mut object = text.object().clone();
-    object.insert("architectures".into(), Value::from(vec!["Llama4ForCausalLM"]));
-    if !object.contains_key("torch_dtype") && !object.contains_key("dtype") {
-        for key in ["torch_dtype", "dtype"] {
-            if let Some(value) = config.object().get(key) {
-                object.insert(key.into(), value.clone());
-            }
-        }
-    }
-    let mut model =
-        super::llama4::build(&HfConfig::from_object(object, text.origin()), "Llama4ForCausalLM", options)?;
+    let causal = nested_text::causal_config(config, &text, "Llama4ForCausalLM");
+    let mut model = super::llama4::build(&causal, "Llama4ForCausalLM", options)?;
     let dtype = model.dtype;
     let text_hidden = model.facts.hidden_size;
     let mut language_model = std::mem::replace(&mut model.root, Module::new("", "", ModuleKind::Container));

@@ -183,6 +183,22 @@ impl TowerSizes {
     }
 }
 
+/// `text` (`config`'s `text_config`) as the config of the causal LM class `causal` that builds
+/// it: its `architectures` that class, and the top level's dtype where it has none of its own
+/// (the published vision-language configs give it once, at the top).
+pub(super) fn causal_config(config: &HfConfig, text: &HfConfig, causal: &str) -> HfConfig {
+    let mut object = text.object().clone();
+    object.insert("architectures".into(), Value::from(vec![causal]));
+    if !object.contains_key("torch_dtype") && !object.contains_key("dtype") {
+        for key in ["torch_dtype", "dtype"] {
+            if let Some(value) = config.object().get(key) {
+                object.insert(key.into(), value.clone());
+            }
+        }
+    }
+    HfConfig::from_object(object, text.origin())
+}
+
 /// Reads `config`'s `vision_config` (returned as it is) and builds its `text_config` as `causal`
 /// (`Gemma3ForCausalLM`), with the text config class's `defaults` for absent keys, the top
 /// level's dtype where the text config has none, and `tie_word_embeddings` read by `tie`; then
@@ -201,18 +217,10 @@ pub(super) fn build(
         Tie::Top(default) => config.bool_or(&["tie_word_embeddings"], default)?,
         Tie::Text(default) => text.bool_or(&["tie_word_embeddings"], default)?,
     };
-    let mut object = text.object().clone();
-    object.insert("architectures".into(), Value::from(vec![causal]));
+    let mut object = causal_config(config, &text, causal).object().clone();
     object.insert("tie_word_embeddings".into(), Value::from(tie));
     for (key, value) in defaults {
         object.entry(*key).or_insert_with(|| Value::from(*value));
-    }
-    if !object.contains_key("torch_dtype") && !object.contains_key("dtype") {
-        for key in ["torch_dtype", "dtype"] {
-            if let Some(value) = config.object().get(key) {
-                object.insert(key.into(), value.clone());
-            }
-        }
     }
     let mut model = super::llama::build(&HfConfig::from_object(object, text.origin()), causal, options)?;
     let mut root = std::mem::replace(&mut model.root, Module::new("", "", ModuleKind::Container));
