@@ -32,7 +32,7 @@ pub(crate) fn read_expert_load(
         )
         .with_fix("add `--target expert-parallel`, or leave out --expert-load"));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| InputError::io(path, &e))?;
+    let text = vramplan_profiles::files::read_text(path, vramplan_profiles::files::FileKind::ExpertLoad)?;
     let example =
         "write `{\"model.layers.3.mlp.experts\": [1200, 800, …]}`: tokens per expert, per MoE layer";
     let loads: BTreeMap<String, Vec<f64>> =

@@ -242,8 +242,8 @@ fn refuse_options_of_other_kinds(request: &PlotRequest) -> Result<(), InputError
 
 /// The measured peaks of a `vramplan validate --json` result (`run.devices`).
 fn read_measured(path: &Path) -> Result<Vec<DevicePeaks>, InputError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| InputError::io(path, &e).with_fix("give the file `vramplan validate --json` wrote"))?;
+    let text = vramplan_profiles::files::read_text(path, vramplan_profiles::files::FileKind::Measured)
+        .map_err(|e| e.with_fix("give the file `vramplan validate --json` wrote"))?;
     let document: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
         InputError::new(path.display().to_string(), format!("not JSON: {e}"))
             .with_fix("give the file `vramplan validate PLAN --json > result.json` wrote")

@@ -5,6 +5,7 @@
 use crate::{InputError, Outcome};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use vramplan_profiles::files::{self, FileKind};
 use vramplan_profiles::hardware;
 use vramplan_validate::{ScriptOutcome, ScriptValidation, Unavailable};
 
@@ -91,7 +92,7 @@ pub fn validate_script(
     progress: &mut dyn FnMut(&str),
 ) -> Result<ValidateScriptResult, InputError> {
     let shown = request.script.display().to_string();
-    regular_file(&request.script, "--script", "give the path of a Python file")?;
+    files::check_regular(&request.script, FileKind::Script)?;
     let script = std::fs::canonicalize(&request.script)
         .map_err(|e| InputError::new(&shown, format!("cannot resolve the path: {e}")))?;
     let hardware = hardware::load(&request.hardware)?;
@@ -177,8 +178,7 @@ impl TraceFile {
 pub fn read_trace_file(path: &Path, flag: &str) -> Result<TraceFile, InputError> {
     let shown = path.display().to_string();
     let fix = "give the file `vramplan validate --script FILE.py --trace-out FILE` wrote";
-    regular_file(path, flag, fix)?;
-    let text = std::fs::read_to_string(path).map_err(|e| InputError::io(path, &e).with_fix(fix))?;
+    let text = files::read_text(path, FileKind::Trace).map_err(|e| e.with_fix(format!("{flag}: {fix}")))?;
     let file: TraceFile = serde_json::from_str(&text)
         .map_err(|e| InputError::new(&shown, format!("not a vramplan trace: {e}")).with_fix(fix))?;
     if file.vramplan_trace != 1 {
@@ -190,15 +190,4 @@ pub fn read_trace_file(path: &Path, flag: &str) -> Result<TraceFile, InputError>
         .with_fix("write it again with this vramplan"));
     }
     Ok(file)
-}
-
-/// Refuses what `flag` names unless it is a regular file (a folder is refused, and a FIFO would
-/// block the read).
-fn regular_file(path: &Path, flag: &str, fix: &str) -> Result<(), InputError> {
-    let meta = std::fs::metadata(path).map_err(|e| InputError::io(path, &e).with_fix(fix))?;
-    if !meta.is_file() {
-        return Err(InputError::new(path.display().to_string(), format!("{flag}: is not a regular file"))
-            .with_fix(fix));
-    }
-    Ok(())
 }

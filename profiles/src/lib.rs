@@ -8,6 +8,7 @@
 //!   `config.json`, safetensors headers, a custom YAML file or the built-in catalog.
 //! - [`units`], [`dtype`] and [`ggml`]: bytes (`u64` end to end, parsed with explicit units),
 //!   element types, and the block types of GGUF files.
+//! - [`files`]: the one reader of input files (a regular file, within a bound per kind).
 //! - [`InputError`]: the one error type for bad input: where, what was expected, and the fix;
 //!   [`suggest`]: the "did you mean" every crate's messages use.
 //!
@@ -15,6 +16,7 @@
 
 pub mod dtype;
 mod error;
+pub mod files;
 pub mod ggml;
 pub mod hardware;
 pub mod model;

@@ -57,10 +57,8 @@ pub fn read_device_map_text(
 }
 
 fn read_text(path: &Path) -> Result<String, InputError> {
-    std::fs::read_to_string(path).map_err(|e| {
-        InputError::io(path, &e).with_fix(
-            "give the path of a device_map JSON file (module name → GPU index, \"cpu\" or \"disk\")",
-        )
+    vramplan_profiles::files::read_text(path, vramplan_profiles::files::FileKind::DeviceMap).map_err(|e| {
+        e.with_fix("give the path of a device_map JSON file (module name → GPU index, \"cpu\" or \"disk\")")
     })
 }
 

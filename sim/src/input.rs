@@ -43,10 +43,10 @@ pub fn fit_default_seq(
 /// Reads a workload YAML file; keys left out take their defaults, unknown keys are refused. An
 /// empty file is the default workload.
 pub fn workload_from_yaml(path: &Path) -> Result<Workload, InputError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        InputError::io(path, &e)
-            .with_fix("give the path of a workload YAML file (docs/workloads.md has the schema)")
-    })?;
+    let text = vramplan_profiles::files::read_text(path, vramplan_profiles::files::FileKind::Workload)
+        .map_err(|e| {
+            e.with_fix("give the path of a workload YAML file (docs/workloads.md has the schema)")
+        })?;
     workload_from_yaml_text(&text, &path.display().to_string())
 }
 

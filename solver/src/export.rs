@@ -410,9 +410,8 @@ pub const PLAN_VERSION: u32 = 1;
 /// Reads a plan file written by `plan -o FILE.yaml`; a version other than [`PLAN_VERSION`] is
 /// refused before the rest is read (a later version may have keys this one does not know).
 pub fn read_plan_file(path: &std::path::Path) -> Result<PlanFile, InputError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        InputError::io(path, &e).with_fix("give the YAML file `vramplan plan -o plan.yaml` wrote")
-    })?;
+    let text = vramplan_profiles::files::read_text(path, vramplan_profiles::files::FileKind::Plan)
+        .map_err(|e| e.with_fix("give the YAML file `vramplan plan -o plan.yaml` wrote"))?;
     let origin = path.display().to_string();
     let rewrite = "write the plan again with this vramplan: `vramplan plan MODEL --hardware HW -o plan.yaml`";
     /// Only the version, whatever else the file holds.

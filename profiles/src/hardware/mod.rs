@@ -224,8 +224,8 @@ pub fn load(spec: &str) -> Result<HardwareProfile, InputError> {
     let looks_like_path =
         lower.ends_with(".yaml") || lower.ends_with(".yml") || trimmed.contains(['/', '\\']);
     if looks_like_path || path.is_file() {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            InputError::io(path, &e).with_fix(format!(
+        let text = crate::files::read_text(path, crate::files::FileKind::Hardware).map_err(|e| {
+            e.with_fix(format!(
                 "give the path of a hardware profile YAML, a built-in name ({}) or a short form such as `2xt4`",
                 builtin_names().join(", ")
             ))

@@ -48,9 +48,8 @@ impl Prices {
     /// {per_gpu_hour: N}}`.
     pub fn from_file(path: &Path) -> Result<Prices, InputError> {
         let origin = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            InputError::new(&origin, format!("cannot read the price table: {e}"))
-                .with_fix("give the path of a YAML file shaped like catalog/hardware/prices.yaml")
+        let text = crate::files::read_text(path, crate::files::FileKind::Prices).map_err(|e| {
+            e.with_fix("give the path of a YAML file shaped like catalog/hardware/prices.yaml")
         })?;
         parse(&text, &origin)
     }

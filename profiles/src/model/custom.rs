@@ -41,7 +41,7 @@ pub struct CustomModel {
 /// Loads a custom-model YAML file with its declared activation sizes.
 pub fn load(path: &Path, options: ImportOptions) -> Result<CustomModel, InputError> {
     let origin = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| InputError::io(path, &e))?;
+    let text = crate::files::read_text(path, crate::files::FileKind::CustomModel)?;
     let file: schema::ModelFile = serde_saphyr::from_str(&text).map_err(|e| {
         InputError::yaml(
             &origin,

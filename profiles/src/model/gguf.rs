@@ -111,9 +111,7 @@ impl GgufFile {
     /// Parses the header of the file at `path`, reading only as much as the header takes.
     pub fn read(path: &Path) -> Result<GgufFile, InputError> {
         let origin = path.display().to_string();
-        let file = std::fs::File::open(path).map_err(|e| InputError::io(path, &e))?;
-        let len = file.metadata().map_err(|e| InputError::io(path, &e))?.len();
-        let mut file = file;
+        let (mut file, len) = crate::files::open(path, crate::files::FileKind::Gguf)?;
         let mut buffer = Vec::new();
         GgufFile::read_with(&origin, Some(len), |wanted| {
             let missing = wanted.saturating_sub(buffer.len() as u64);
@@ -201,7 +199,8 @@ pub fn load(path: &Path, _options: ImportOptions) -> Result<ModelDescription, In
         if path.is_dir() { folder_files(path)? } else { (split_parts(path), None) };
     let mut files = Vec::with_capacity(model_files.len());
     for part in &model_files {
-        if !part.is_file() {
+        // A part that is there but is no file (a FIFO, a folder) is refused by `GgufFile::read`.
+        if !part.exists() {
             return Err(InputError::new(
                 part.display().to_string(),
                 "a part of the split GGUF file is missing",

@@ -430,7 +430,7 @@ impl ModelDescription {
         if !path.is_file() {
             return self.apply_processor(None);
         }
-        let text = std::fs::read_to_string(&path).map_err(|e| InputError::io(&path, &e))?;
+        let text = crate::files::read_text(&path, crate::files::FileKind::ModelJson)?;
         self.apply_processor(Some((&text, &path.display().to_string())))
     }
 
@@ -459,7 +459,7 @@ pub fn config_text(spec: &str) -> Result<Option<String>, InputError> {
         if file.extension().and_then(|e| e.to_str()) != Some("json") {
             return Ok(None);
         }
-        return std::fs::read_to_string(&file).map(Some).map_err(|e| InputError::io(&file, &e));
+        return crate::files::read_text(&file, crate::files::FileKind::ModelJson).map(Some);
     }
     if path.exists() {
         return Ok(None);
@@ -467,7 +467,7 @@ pub fn config_text(spec: &str) -> Result<Option<String>, InputError> {
     let Some(id) = vramplan_hub::HubId::parse(spec) else { return Ok(None) };
     let id = id.map_err(|e| hub::input_error(spec, &e))?;
     match hub::config_path(&id, spec)? {
-        Some(path) => std::fs::read_to_string(&path).map(Some).map_err(|e| InputError::io(&path, &e)),
+        Some(path) => crate::files::read_text(&path, crate::files::FileKind::ModelJson).map(Some),
         None => Ok(None),
     }
 }
@@ -496,6 +496,16 @@ pub fn load(spec: &str, options: ImportOptions) -> Result<ModelDescription, Inpu
         let mut model = hf::from_config_file(path, options)?;
         model.apply_processor_beside(path.parent().unwrap_or(Path::new(".")))?;
         return Ok(model);
+    }
+    if path.exists() {
+        // Neither a file nor a folder (a FIFO, a device): refused by name, never opened.
+        use crate::files::FileKind;
+        let kind = if spec.to_ascii_lowercase().ends_with(".json") {
+            FileKind::ModelJson
+        } else {
+            FileKind::CustomModel
+        };
+        crate::files::check_regular(path, kind)?;
     }
     // A Hub id's name part (`meta-llama/Llama-2-7B@main` → `llama-2-7b`) is also compared.
     let hub_name =

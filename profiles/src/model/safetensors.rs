@@ -130,7 +130,7 @@ pub(crate) fn load(
     }?;
     match &folder.preprocessor {
         Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| InputError::io(path, &e))?;
+            let text = crate::files::read_text(path, crate::files::FileKind::ModelJson)?;
             model.apply_processor(Some((&text, &path.display().to_string())))?;
         }
         None => model.apply_processor(None)?,

@@ -450,13 +450,20 @@ fn load_base(
         }
         let mut model = match head {
             Some(head) => {
-                let text = std::fs::read_to_string(&path).map_err(|e| InputError::io(&path, &e))?;
+                let text = crate::files::read_text(&path, crate::files::FileKind::ModelJson)?;
                 super::head::build(origin, head, &text, &path.display().to_string(), options)
             }
             None => hf::from_config_file(&path, options),
         }?;
         model.apply_processor_beside(path.parent().unwrap_or(folder))?;
         return Ok(model);
+    }
+    if path.exists() {
+        // Neither a file nor a folder (a FIFO, a device): refused by name, never opened.
+        crate::files::check_regular(&path, crate::files::FileKind::ModelJson).map_err(|e| {
+            let fix = e.fix.unwrap_or_default();
+            at(origin, &base.referenced, format!("`extend`: {}: {}", e.origin, e.problem)).with_fix(fix)
+        })?;
     }
     Err(at(
         origin,

@@ -12,9 +12,8 @@
 use crate::GgmlType;
 use std::collections::BTreeMap;
 
-/// The most bytes a header may take: the largest tokenizers (256k tokens with scores and merges)
-/// take tens of MiB.
-pub(crate) const MAX_HEADER_BYTES: u64 = 256 << 20;
+/// The most bytes a header may take (the bound on GGUF files in `crate::files`).
+pub(crate) const MAX_HEADER_BYTES: u64 = crate::files::FileKind::Gguf.max_bytes();
 
 /// ggml's `GGML_MAX_DIMS`.
 const MAX_DIMS: u32 = 4;

@@ -124,7 +124,7 @@ pub(crate) fn has_importer(arch: &str) -> bool {
 
 /// Reads and imports a `config.json` file.
 pub fn from_config_file(path: &Path, options: ImportOptions) -> Result<ModelDescription, InputError> {
-    let text = std::fs::read_to_string(path).map_err(|e| InputError::io(path, &e))?;
+    let text = crate::files::read_text(path, crate::files::FileKind::ModelJson)?;
     from_config_text(&text, &path.display().to_string(), options)
 }
 

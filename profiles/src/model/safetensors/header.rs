@@ -6,14 +6,15 @@
 //! the file, the JSON parses, each dtype is known, each byte range holds exactly dtype × shape
 //! bytes, ranges do not overlap and end inside the file.
 
+use crate::files::{self, FileKind};
 use crate::{DType, InputError};
 use serde_json::{Map, Value};
-use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 
-/// The safetensors library refuses headers above 100 MB; so do we, before allocating.
-const MAX_HEADER_BYTES: u64 = 100_000_000;
+/// The safetensors library refuses headers above 100 MB; so do we, before allocating (the bound
+/// on safetensors files in `crate::files`, the Hub's too).
+const MAX_HEADER_BYTES: u64 = crate::files::FileKind::Safetensors.max_bytes();
 
 /// One tensor entry of a header.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,8 +33,7 @@ pub(crate) struct ShardHeader {
 /// Reads and checks the header of the safetensors file at `path`.
 pub(crate) fn read_header(path: &Path) -> Result<ShardHeader, InputError> {
     let origin = path.display().to_string();
-    let mut file = File::open(path).map_err(|e| InputError::io(path, &e))?;
-    let file_len = file.metadata().map_err(|e| InputError::io(path, &e))?.len();
+    let (mut file, file_len) = files::open(path, FileKind::Safetensors)?;
     let mut start = Vec::with_capacity(8);
     (&mut file).take(8).read_to_end(&mut start).map_err(|e| InputError::io(path, &e))?;
     // The length is checked against the file before anything that size is allocated.

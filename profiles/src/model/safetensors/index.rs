@@ -17,7 +17,7 @@ pub(crate) struct CheckpointIndex {
 
 /// Reads and checks an index file.
 pub(crate) fn read_index(path: &Path) -> Result<CheckpointIndex, InputError> {
-    let text = std::fs::read_to_string(path).map_err(|e| InputError::io(path, &e))?;
+    let text = crate::files::read_text(path, crate::files::FileKind::ModelJson)?;
     parse_index(&text, &path.display().to_string())
 }
 

@@ -27,7 +27,7 @@ pub(crate) fn build(
     options: ImportOptions,
     origin: &str,
 ) -> Result<ModelDescription, InputError> {
-    let text = std::fs::read_to_string(config_path).map_err(|e| InputError::io(config_path, &e))?;
+    let text = crate::files::read_text(config_path, crate::files::FileKind::ModelJson)?;
     build_from_text(&text, &config_path.display().to_string(), checkpoint, options, origin)
 }
 
