@@ -301,11 +301,30 @@ pub fn grid_axes(args: &GridAxes, specs: &[String], command: &str) -> Result<Vec
              --hardware t4,t4x2`",
         ));
     }
+    // Each axis within its bound, their product could still be 10^15 points: refused before any
+    // is probed.
+    let points = axes.iter().fold(1u128, |n, axis| n.saturating_mul(axis.len() as u128));
+    if points > u128::from(MAX_GRID_POINTS) {
+        let sizes: Vec<String> = axes.iter().map(|a| a.len().to_string()).collect();
+        return Err(InputError::new(
+            command,
+            format!("the axes give {} points ({}), more than {MAX_GRID_POINTS}", points, sizes.join(" × ")),
+        )
+        .with_fix(
+            "coarsen an axis (a doubling range `1..1024`, a larger step `512..8192+1024`) or split the grid \
+             into several runs",
+        ));
+    }
     Ok(axes)
 }
 
-/// The most points one axis may have.
-const MAX_AXIS_POINTS: u64 = 100_000;
+/// The most points a grid (or a sweep) may have, every axis together (docs/limits.md, "Grids"):
+/// each point is probed (some 3 ms for Mixtral-8x7B over two A100s, so about 30 s at the bound)
+/// and listed in the answer, and a heatmap of 100 × 100 cells is as fine as one can read.
+const MAX_GRID_POINTS: u64 = 10_000;
+
+/// The most points one axis may have: the grid's bound, checked before an axis is listed.
+const MAX_AXIS_POINTS: u64 = MAX_GRID_POINTS;
 
 /// `A..B` (doubling from A, B included), `A..B+S` (steps of S), or a list `1,2,8`.
 fn numbers(flag: &str, text: &str) -> Result<Vec<u64>, InputError> {
@@ -344,6 +363,10 @@ fn numbers(flag: &str, text: &str) -> Result<Vec<u64>, InputError> {
         }
         return Ok(values);
     }
+    let count = text.split(',').count() as u64;
+    if count > MAX_AXIS_POINTS {
+        return Err(bad(&format!("has {count} values, more than {MAX_AXIS_POINTS}")));
+    }
     text.split(',')
         .map(|v| number(v).ok_or_else(|| bad("has a value that is not a positive whole number")))
         .collect()
@@ -360,7 +383,7 @@ mod tests {
         assert_eq!(numbers("--seq", "128..512+128").unwrap(), vec![128, 256, 384, 512]);
         assert_eq!(numbers("--seq", "100..250+100").unwrap(), vec![100, 200, 250]);
         assert_eq!(numbers("--batch", "1,2,8").unwrap(), vec![1, 2, 8]);
-        for bad in ["0..4", "8..4", "1..x", "1..9+0", "1,,2", "1..1000000000+1"] {
+        for bad in ["0..4", "8..4", "1..x", "1..9+0", "1,,2", "1..1000000000+1", "1..10001+1"] {
             assert!(numbers("--batch", bad).is_err(), "{bad}");
         }
     }
