@@ -68,10 +68,13 @@ pub struct ValidateRequest {
     pub fold_devices: bool,
     /// Run the backend even when the static check finds a mismatch.
     pub run_anyway: bool,
+    /// torch backend: the most its Python may take before it is stopped, with all it started.
+    pub time_limit: std::time::Duration,
 }
 
 impl ValidateRequest {
-    /// The defaults of the command line for `plan`: the cuda backend, `python3`, two steps.
+    /// The defaults of the command line for `plan`: the cuda backend, `python3`, two steps,
+    /// 600 s for the torch backend's run.
     pub fn new(plan: PlanSource) -> ValidateRequest {
         ValidateRequest {
             plan,
@@ -82,6 +85,7 @@ impl ValidateRequest {
             fake_gpus: false,
             fold_devices: false,
             run_anyway: false,
+            time_limit: std::time::Duration::from_secs(600),
         }
     }
 }
@@ -311,7 +315,7 @@ pub fn validate(request: &ValidateRequest) -> Result<ValidateResult, InputError>
             if request.fake_gpus {
                 torch.fake_gpus = gpus;
             }
-            vramplan_validate::run_torch(&torch, &request.python)
+            vramplan_validate::run_torch(&torch, &request.python, request.time_limit)
         }
         Backend::Cpu => {
             if !matches!(runtime, Runtime::Accelerate | Runtime::AccelerateV4) {

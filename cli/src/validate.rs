@@ -31,8 +31,9 @@ pub(crate) struct ValidateArgs {
     /// script runs as `python FILE.py` does, with none of torchrun's variables.
     #[arg(long, requires = "script", value_parser = clap::value_parser!(u32).range(1..=64))]
     pub(crate) nproc: Option<u32>,
-    /// With --script: the most the run may take, in seconds, all ranks together.
-    #[arg(long, value_name = "S", default_value_t = 600, requires = "script",
+    /// With --script or --backend torch: the most the run may take, in seconds (all ranks
+    /// together); at the limit the Python and all it started are stopped.
+    #[arg(long, value_name = "S", default_value_t = 600,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub(crate) time_limit: u64,
     /// With --script: write the run over time (each GPU's allocated and reserved bytes at every
@@ -157,6 +158,7 @@ pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write)
         fake_gpus: args.fake_gpus,
         fold_devices: args.fold_devices,
         run_anyway: args.run_anyway,
+        time_limit: std::time::Duration::from_secs(args.time_limit),
     };
     let result = vramplan_api::validate(&request)?;
     if let Some(why) = &result.unavailable {

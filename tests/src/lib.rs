@@ -73,3 +73,33 @@ pub fn assert_bad_input(out: &Output, needles: &[&str]) {
         assert!(out.stderr.contains(needle), "expected `{needle}` in:\n{}", out.stderr);
     }
 }
+
+/// Runs `vramplan ARGS…` as a process of its own (the `vramplan-under-test` binary, offline from
+/// the Hub, stdin closed), killed after `limit`: `None` when it had not ended by then. For tests
+/// of what must end, where a hang in-process would stall the suite.
+pub fn vramplan_within(bin: &str, args: &[String], limit: std::time::Duration) -> Option<Output> {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env("HF_HUB_OFFLINE", "1")
+        .spawn()
+        .expect("start vramplan-under-test");
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if child.try_wait().expect("wait").is_some() {
+            let out = child.wait_with_output().expect("read output");
+            return Some(Output {
+                code: out.status.code().unwrap_or(-1),
+                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}

@@ -7,37 +7,15 @@
 //! few seconds, so a hang fails the test instead of stalling it.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-use vramplan_tests::{Output, write};
+use std::process::Command;
+use std::time::Duration;
+use vramplan_tests::{Output, vramplan_within, write};
 
 const LLAMA: &str = include_str!("../../profiles/catalog/models/llama-3.2-1b.json");
 
 /// Runs `vramplan ARGS…` as a process; `None` when it had not ended after `limit` (then killed).
 fn run_within(args: &[String], limit: Duration) -> Option<Output> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vramplan-under-test"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .env("HF_HUB_OFFLINE", "1")
-        .spawn()
-        .expect("start vramplan-under-test");
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if child.try_wait().expect("wait").is_some() {
-            let out = child.wait_with_output().expect("read output");
-            return Some(Output {
-                code: out.status.code().unwrap_or(-1),
-                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    None
+    vramplan_within(env!("CARGO_BIN_EXE_vramplan-under-test"), args, limit)
 }
 
 /// Makes a FIFO at `path`.
@@ -99,7 +77,11 @@ fn a_fifo_given_as_any_input_file_is_refused_at_once() {
     std::fs::create_dir(&gguf_folder).unwrap();
     mkfifo(&gguf_folder.join("model.gguf"));
     let base = fifo("base.json");
-    let custom = write(d, "custom.yaml", "extend: base.json\nmodules:\n  - name: model.extra\n    linear: {in: 8, out: 8}\n");
+    let custom = write(
+        d,
+        "custom.yaml",
+        "extend: base.json\nmodules:\n  - name: model.extra\n    linear: {in: 8, out: 8}\n",
+    );
 
     let cases: Vec<(&str, Vec<String>, String)> = vec![
         (

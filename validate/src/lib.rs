@@ -26,6 +26,7 @@
 
 mod cpu;
 mod cuda;
+mod process;
 mod script;
 mod torch;
 
@@ -38,6 +39,7 @@ pub use torch::{TorchLora, TorchRequest};
 
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::time::Duration;
 use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::ModelDescription;
 use vramplan_sim::program::StepProgram;
@@ -208,8 +210,12 @@ pub fn run_cuda(
 }
 
 /// Runs `request` with the real runtime, in the Python interpreter `python`.
-pub fn run_torch(request: &TorchRequest, python: &str) -> Result<Validation, Unavailable> {
-    torch::run(request, python)
+pub fn run_torch(
+    request: &TorchRequest,
+    python: &str,
+    time_limit: Duration,
+) -> Result<Validation, Unavailable> {
+    torch::run(request, python, time_limit)
 }
 
 /// Runs `request` with candle on the CPU, on virtual devices. `Err` carries candle's error

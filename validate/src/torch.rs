@@ -9,6 +9,7 @@ use crate::{Backend, DevicePeaks, Outcome, Unavailable, Validation};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::process::Command;
+use std::time::{Duration, Instant};
 use vramplan_solver::export::DeviceMapEntries;
 
 /// The harness, as shipped.
@@ -80,8 +81,13 @@ struct ReplyDevice {
     driver_used_bytes: u64,
 }
 
-/// Runs `request` with the Python interpreter `python`.
-pub(crate) fn run(request: &TorchRequest, python: &str) -> Result<Validation, Unavailable> {
+/// Runs `request` with the Python interpreter `python`, stopped (with all it started) after
+/// `time_limit`.
+pub(crate) fn run(
+    request: &TorchRequest,
+    python: &str,
+    time_limit: Duration,
+) -> Result<Validation, Unavailable> {
     let failed = |error: String| Unavailable::NoPython { python: python.to_string(), error };
     let dir = std::env::temp_dir().join(format!("vramplan-validate-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| failed(format!("cannot make {}: {e}", dir.display())))?;
@@ -91,28 +97,23 @@ pub(crate) fn run(request: &TorchRequest, python: &str) -> Result<Validation, Un
         std::fs::write(&script, HARNESS).map_err(|e| failed(e.to_string()))?;
         let text = serde_json::to_string(request).map_err(|e| failed(e.to_string()))?;
         std::fs::write(&input, text).map_err(|e| failed(e.to_string()))?;
-        let output = Command::new(python)
-            .arg(&script)
-            .arg(&input)
-            .env("HF_HUB_OFFLINE", "1")
-            .env("TRANSFORMERS_OFFLINE", "1")
-            .output()
+        let mut command = Command::new(python);
+        command.arg(&script).arg(&input).env("HF_HUB_OFFLINE", "1").env("TRANSFORMERS_OFFLINE", "1");
+        let finished = crate::process::run_bounded(command, Instant::now() + time_limit, &mut |_| {})
             .map_err(|e| failed(e.to_string()))?;
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let reply: Reply = match stdout.lines().rev().find_map(|l| serde_json::from_str(l).ok()) {
+        let tail = finished.tail[finished.tail.len().saturating_sub(5)..].join("\n");
+        if finished.timed_out {
+            return Err(failed(format!(
+                "it did not answer within the time limit of {} s (--time-limit) and was stopped, with all \
+                 it started; its last lines: {tail}",
+                time_limit.as_secs()
+            )));
+        }
+        let reply: Reply = match finished.stdout.iter().rev().find_map(|l| serde_json::from_str(l).ok()) {
             Some(reply) => reply,
             None => {
-                let stderr = String::from_utf8_lossy(&output.stderr);
-                let tail: String = stderr
-                    .lines()
-                    .rev()
-                    .take(5)
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                    .collect::<Vec<_>>()
-                    .join("\n");
-                return Err(failed(format!("the harness printed no result ({}): {tail}", output.status)));
+                let status = finished.status.map_or_else(|| "no exit status".to_string(), |s| s.to_string());
+                return Err(failed(format!("the harness printed no result ({status}): {tail}")));
             }
         };
         if reply.outcome == "no_device" {

@@ -12,16 +12,15 @@
 //! is killed and the answer is an error. A result that does not match the run (a device the
 //! profile lacks, a field missing) is an error too, never a pass.
 //!
-//! Submodules: [`process`] runs the Python bounded, [`harness`] reads what the harness wrote (and
+//! The Python runs bounded (`crate::process`); submodules: [`harness`] reads what the harness wrote (and
 //! replays its allocations), [`activations`] declares a run's measured activations on a model.
 
 mod activations;
 mod harness;
-mod process;
 
 pub use activations::{ActivationsMismatch, MeasuredActivations, declare_measured};
 
-use crate::Unavailable;
+use crate::{Unavailable, process};
 use harness::{HarnessRefusal, HarnessResult, rank_run};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

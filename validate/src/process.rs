@@ -11,7 +11,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// The prefix of the harness's progress lines on its standard error.
-pub(super) const PROGRESS: &str = "\u{1e}vramplan-progress ";
+pub(crate) const PROGRESS: &str = "\u{1e}vramplan-progress ";
 /// Lines of output kept for an error's message.
 const TAIL_LINES: usize = 12;
 /// Lines of standard output kept to find the harness's refusal.
@@ -21,7 +21,7 @@ const DRAIN: Duration = Duration::from_secs(2);
 
 /// How a run ended.
 #[derive(Debug)]
-pub(super) struct Finished {
+pub(crate) struct Finished {
     /// The Python's exit status (none when it was killed at the deadline).
     pub status: Option<ExitStatus>,
     /// The deadline came first.
@@ -36,7 +36,7 @@ pub(super) struct Finished {
 
 /// Runs `command` (whose standard output and error this pipes) until it ends or `deadline`,
 /// giving `progress` the rest of each progress line.
-pub(super) fn run_bounded(
+pub(crate) fn run_bounded(
     mut command: Command,
     deadline: Instant,
     progress: &mut dyn FnMut(&str),
