@@ -179,7 +179,10 @@ pub(crate) fn simulate(inputs: &Inputs, map: &MapSource) -> Result<EstimateResul
         Some(p) if p.target == vramplan_solver::Runtime::AccelerateV4.name() => Naming::V4,
         _ => map.naming,
     };
-    let loaded = inputs.load(naming, plan_file.as_ref().map(|p| p.workload.clone()))?;
+    let loaded = inputs.load(
+        naming,
+        plan_file.as_ref().zip(map.plan.as_deref()).map(|(p, path)| (p.workload.clone(), path)),
+    )?;
     let Loaded { model, hardware, workload, warnings } = &loaded;
     let mut warnings = warnings.clone();
     if let (Some(plan), Some(path)) = (&plan_file, &map.plan) {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use vramplan_profiles::InputError;
 use vramplan_profiles::hardware::{self, HardwareProfile};
 use vramplan_profiles::model::{self, ImportOptions, ModelDescription, Naming};
-use vramplan_sim::input::{self, WorkloadFlags};
+use vramplan_sim::input::{self, WorkloadFlags, WorkloadSource};
 use vramplan_sim::workload::{Engine, Workload};
 
 /// Where a model's description comes from.
@@ -94,17 +94,17 @@ pub struct Loaded {
 
 impl Inputs {
     /// Reads the model with `naming` and the hardware, and the workload: the workload file,
-    /// else `fallback` (a plan file's), else the defaults, with the flags over it.
-    pub fn load(&self, naming: Naming, fallback: Option<Workload>) -> Result<Loaded, InputError> {
+    /// else `fallback` (a plan file's, with its path), else the defaults, with the flags over it.
+    pub fn load(&self, naming: Naming, fallback: Option<(Workload, &Path)>) -> Result<Loaded, InputError> {
         self.load_on(naming, fallback, &self.hardware)
     }
 
     /// As [`Inputs::load`], on the hardware `spec` instead of [`Inputs::hardware`] (one of a
-    /// list).
+    /// list). `fallback` is a plan's workload and the plan file's path, which its errors name.
     pub fn load_on(
         &self,
         naming: Naming,
-        fallback: Option<Workload>,
+        fallback: Option<(Workload, &Path)>,
         spec: &str,
     ) -> Result<Loaded, InputError> {
         let mut model = self.model.load(ImportOptions { naming })?;
@@ -112,15 +112,16 @@ impl Inputs {
             measured_activations(&mut model, path)?;
         }
         let hardware = hardware::load(spec)?;
-        let base = match (&self.workload, fallback) {
-            (Some(path), _) => input::workload_from_yaml(path)?,
-            (None, Some(workload)) => workload,
-            (None, None) => Workload::default(),
+        let (base, source) = match (&self.workload, fallback) {
+            (Some(path), _) => (input::workload_from_yaml(path)?, WorkloadSource::File(path)),
+            (None, Some((workload, plan))) => (workload, WorkloadSource::Plan(plan)),
+            (None, None) => (Workload::default(), WorkloadSource::Defaults),
         };
-        let mut workload = self.flags.apply(base)?;
+        let mut workload = self.flags.apply(base.clone())?;
         let seq_given = self.flags.seq.is_some() || self.workload.is_some();
         let note = input::fit_default_seq(&mut workload, seq_given, &model);
-        let mut warnings = input::validate(&workload, &model, &hardware)?;
+        let mut warnings = input::validate(&workload, &model, &hardware)
+            .map_err(|e| input::place_check_error(e, &base, &self.flags, source))?;
         warnings.extend(note);
         let model = held_by_runtime(model, &hardware, &workload, &mut warnings)?;
         Ok(Loaded { model, hardware, workload, warnings })

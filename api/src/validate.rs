@@ -12,7 +12,7 @@ use vramplan_profiles::DType;
 use vramplan_profiles::hardware::{self, HardwareProfile};
 use vramplan_profiles::model::{self, ImportOptions, ModelDescription};
 use vramplan_sim::estimate::{DeviceEstimate, is_data_parallel};
-use vramplan_sim::input::{WorkloadFlags, lora_target_modules};
+use vramplan_sim::input::{WorkloadFlags, WorkloadSource, lora_target_modules};
 use vramplan_sim::program::step_program;
 use vramplan_sim::workload::{Engine, Finetune, GradCheckpointing, Mode, Quant, Workload};
 use vramplan_sim::{Placement, input};
@@ -267,8 +267,9 @@ pub fn validate(request: &ValidateRequest) -> Result<ValidateResult, InputError>
     let (model, hardware) = match loaded {
         Some(loaded) => loaded,
         None => (
-            model::load(&plan.model, ImportOptions { naming: runtime.naming() })?,
-            hardware::load(&plan.hardware)?,
+            model::load(&plan.model, ImportOptions { naming: runtime.naming() })
+                .map_err(|e| e.inside(&origin, "model"))?,
+            hardware::load(&plan.hardware).map_err(|e| e.inside(&origin, "hardware"))?,
         ),
     };
     let workload = plan.workload.clone();
@@ -279,7 +280,18 @@ pub fn validate(request: &ValidateRequest) -> Result<ValidateResult, InputError>
         )
         .with_fix("estimate each rank with `vramplan estimate` and the same workload"));
     }
-    let mut warnings = input::validate(&workload, &model, &hardware)?;
+    let mut warnings = input::validate(&workload, &model, &hardware).map_err(|e| match &request.plan {
+        PlanSource::File(path) => {
+            input::place_check_error(e, &workload, &WorkloadFlags::default(), WorkloadSource::Plan(path))
+        }
+        PlanSource::Map(map) => match &map.workload {
+            Some(path) => match input::workload_from_yaml(path) {
+                Ok(base) => input::place_check_error(e, &base, &map.flags, WorkloadSource::File(path)),
+                Err(_) => e,
+            },
+            None => e,
+        },
+    })?;
     let model = held_by_runtime(model, &hardware, &workload, &mut warnings)?;
     let gpus = u32::try_from(hardware.devices.len()).unwrap_or(u32::MAX);
     let entries = plan.entries(&origin, gpus)?;

@@ -57,6 +57,19 @@ impl InputError {
         self
     }
 
+    /// This error, met in what `origin`'s `key` names (a plan file's `model` or `hardware`):
+    /// reported at that key of `origin`, the error as it was its problem, the fix kept.
+    pub fn inside(self, origin: impl Into<String>, key: impl Into<String>) -> Self {
+        let fix = self.fix.clone();
+        let inner = InputError { fix: None, ..self };
+        InputError {
+            origin: origin.into(),
+            location: Some(Location::Key(key.into())),
+            problem: inner.to_string(),
+            fix,
+        }
+    }
+
     /// An error reading a file from disk (missing, unreadable).
     pub fn io(path: &std::path::Path, err: &std::io::Error) -> Self {
         let problem = match err.kind() {

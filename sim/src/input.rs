@@ -1,16 +1,19 @@
 //! Reading a workload and checking it: the workload YAML file (`--workload FILE`), the command
 //! line's workload flags over it ([`WorkloadFlags`]), and the checks against the model and the
 //! hardware before a simulation ([`validate`], with the LoRA targets matched as PEFT matches
-//! them, [`lora_target_modules`]). The schema and every flag are in `docs/workloads.md`.
+//! them, [`lora_target_modules`]; their errors placed in the file that set the key,
+//! [`place_check_error`]). The schema and every flag are in `docs/workloads.md`.
 
 mod checks;
 mod flags;
 mod lora;
+mod place;
 mod serving;
 
 pub use checks::{validate, validate_configuration, validate_shape};
 pub use flags::{WorkloadFlags, parse_quant};
 pub use lora::lora_target_modules;
+pub use place::{WorkloadSource, key_line, place_check_error};
 
 use crate::workload::Workload;
 use std::path::Path;
