@@ -122,6 +122,8 @@ pub struct PlanResult {
     pub explanation: Option<Explanation>,
     /// The export for [`PlanRequest::output`] in its format, when the plan fits.
     pub export: Option<(Format, Export)>,
+    /// The command each node runs to launch a serving or DDP plan that fits.
+    pub launch: Option<Launched>,
 }
 
 /// What `plan --json` prints.
@@ -137,6 +139,9 @@ struct PlanOutput<'a> {
     /// A generic model's label (`model::generic`).
     #[serde(skip_serializing_if = "Option::is_none")]
     generic: Option<vramplan_profiles::model::generic::Generic>,
+    /// Each node's launch line ([`PlanResult::launch`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    launch: Option<&'a Launched>,
     /// `from_pretrained`'s other arguments that load the map as it is (accelerate targets,
     /// where a transformers class loads the model).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -153,6 +158,7 @@ impl PlanResult {
             warnings: &self.loaded.warnings,
             generic: vramplan_profiles::model::generic::of(&self.loaded.model),
             load_kwargs: self.load_kwargs(),
+            launch: self.launch.as_ref(),
         })
     }
 
@@ -193,25 +199,62 @@ pub fn plan(request: &PlanRequest) -> Result<PlanResult, InputError> {
             Some(f) => Format::parse(f)?,
             None => Format::for_output(name, &solved.result, &solved.loaded.workload),
         };
-        let hardware = &solved.loaded.hardware;
+        let exported = solved.export_as(format, name, &request.inputs)?;
+        solved.export = Some((format, exported));
+    }
+    solved.launch = solved.launch_commands(&request.inputs);
+    Ok(solved)
+}
+
+impl PlanResult {
+    /// The plan written as `format` to the file `name`.
+    fn export_as(&self, format: Format, name: &str, inputs: &Inputs) -> Result<Export, InputError> {
+        let hardware = &self.loaded.hardware;
         let source = Source {
-            model: request.inputs.model.spec(),
-            hardware: &request.inputs.hardware,
+            model: inputs.model.spec(),
+            hardware: &inputs.hardware,
             file: name,
             launch: Launch {
-                source: vramplan_solver::whatif::pretrained_source(&solved.loaded.model),
+                source: vramplan_solver::whatif::pretrained_source(&self.loaded.model),
                 gpus_per_node: hardware
                     .nodes
                     .iter()
                     .map(|n| hardware.devices_of(n.index).count() as u32)
                     .collect(),
-                workload: &solved.loaded.workload,
+                workload: &self.loaded.workload,
             },
         };
-        let exported = export(&solved.result, format, &source)?;
-        solved.export = Some((format, exported));
+        export(&self.result, format, &source)
     }
-    Ok(solved)
+
+    /// The command each node runs to launch a plan that fits and has nothing to place: a
+    /// serving engine's (`vllm serve`, SGLang's `launch_server`) or DDP's `torchrun`, as `-o`
+    /// writes them; `None` for other plans, or where the layout has no such line.
+    fn launch_commands(&self, inputs: &Inputs) -> Option<Launched> {
+        use vramplan_sim::workload::{Engine, Mode, Parallelism};
+        if self.result.verdict != Verdict::Fits {
+            return None;
+        }
+        let w = &self.loaded.workload;
+        let (format, name) = match (&w.engine, w.mode, w.parallelism) {
+            (Engine::Vllm { .. }, Mode::Inference, _) => (Format::Vllm, "vllm"),
+            (Engine::Sglang { .. }, Mode::Inference, _) => (Format::Sglang, "sglang"),
+            (Engine::Transformers, Mode::Train, Parallelism::Ddp) => (Format::Torchrun, "torchrun"),
+            _ => return None,
+        };
+        let exported = self.export_as(format, "launch.sh", inputs).ok()?;
+        Some(Launched { format: name.to_string(), commands: exported.commands })
+    }
+}
+
+/// The launch lines of a plan ([`PlanResult::launch`]): what `-o FILE --format FORMAT` writes,
+/// as commands.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Launched {
+    /// The `--format` that writes them to a file (`vllm`, `sglang`, `torchrun`).
+    pub format: String,
+    /// The command each node runs, node 0 first.
+    pub commands: Vec<String>,
 }
 
 /// The line a plan that offloads adds where the host figures it used are vramplan's defaults,
@@ -315,6 +358,9 @@ pub(crate) fn solve(
             let budget = left().map_or(DEFAULT_BUDGET_S, |s| s.min(DEFAULT_BUDGET_S));
             explain(model, hardware, workload, &request, &Settings { time_limit_s: Some(budget), ..settings })
         });
+    if let Some(layout) = &result.serving {
+        crate::inputs::merge_warnings(&mut loaded.warnings, layout.warnings.clone());
+    }
     for plan in std::iter::once(&result).chain(baseline.as_ref()) {
         if let Some(line) = assumed_host(plan, &loaded.hardware)
             && !loaded.warnings.contains(&line)
@@ -322,7 +368,7 @@ pub(crate) fn solve(
             loaded.warnings.push(line);
         }
     }
-    Ok(PlanResult { loaded, result, baseline, explanation, export: None })
+    Ok(PlanResult { loaded, result, baseline, explanation, export: None, launch: None })
 }
 
 /// Under data parallelism there is no device map to write: every rank loads the whole model on

@@ -135,6 +135,9 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
         if let Some(file) = &written_map {
             text += &vramplan_reports::accelerate_loading(file, model, &solved.result.device_map, workload);
         }
+        if let Some(launch) = &solved.launch {
+            text += &vramplan_reports::launch_lines(&launch.format, &launch.commands);
+        }
         text
     };
     crate::print(out, &text)?;

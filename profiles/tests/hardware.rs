@@ -238,6 +238,7 @@ fn the_built_in_list_is_complete_and_every_entry_loads_under_its_name() {
         "l40s-x4",
         "rtx4090-x4",
         "h100-80gb-x8",
+        "h100-80gb-x8-n2",
         "h100-80gb-x8-n4",
         "rtx4090+rtx3090",
     ];

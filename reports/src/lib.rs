@@ -14,7 +14,8 @@ mod whatif;
 pub use check::check_table;
 pub use estimate::{data_parallel_line, estimate_table};
 pub use plan::{
-    accelerate_load_call, accelerate_loading, change_flags, change_words, plan_table, plan_table_untimed,
+    accelerate_load_call, accelerate_loading, change_flags, change_words, launch_lines, plan_table,
+    plan_table_untimed,
 };
 pub use script::{script_table, script_unavailable_message};
 pub use table::{Table, group_digits};

@@ -3,7 +3,8 @@
 //! nothing fits (proven), where it runs out and the verified remedies; and when the time limit
 //! came before an answer, the best placement found so far, if any, and no verdict. A
 //! data-parallel plan (DDP, ZeRO, FSDP) reads as each rank against its own GPU, and why it
-//! needs no device map.
+//! needs no device map; a serving engine's (vLLM, SGLang) as its layout, its KV cache and each
+//! rank against its GPU.
 //!
 //! A greedy map over its limit is said as what it is: a GPU whose simulated peak passes its
 //! usable memory "runs out of memory"; one past the headroom but within its memory is "past the
@@ -15,7 +16,9 @@ use vramplan_sim::workload::Parallelism;
 use vramplan_solver::Target;
 use vramplan_solver::explain::{Bitsandbytes, Change, Explanation, Quantization, SEQ_STEP, Shortfall};
 use vramplan_solver::ilp::{Stage, StageStatus};
-use vramplan_solver::plan::{Plan, PlanDevice, SolverKind, SolverReport, Unanswered, Verdict, parallel_flag};
+use vramplan_solver::plan::{
+    Plan, PlanDevice, ServingLayout, SolverKind, SolverReport, Unanswered, Verdict, parallel_flag,
+};
 
 /// The human report of a plan.
 pub fn plan_table(
@@ -48,6 +51,9 @@ fn plan_text(
     let time = |seconds: f64| if timed { format!("{:.1} ms", seconds * 1e3) } else { String::new() };
     if let Some(parallelism) = &plan.data_parallel {
         return data_parallel_table(plan, parallelism, warnings, &time(plan.solver.seconds));
+    }
+    if let Some(layout) = &plan.serving {
+        return serving_table(plan, layout, warnings, &time(plan.solver.seconds));
     }
     let s = &plan.solver;
     // The greedy baseline's map over its limit proves nothing about other maps.
@@ -200,6 +206,83 @@ fn data_parallel_table(plan: &Plan, parallelism: &Parallelism, warnings: &[Strin
         text += "\nwarnings:\n";
         for w in warnings {
             text += &format!("  - {w}\n");
+        }
+    }
+    text
+}
+
+/// A serving engine's plan: its layout, the KV cache it holds, each rank against its limit.
+fn serving_table(plan: &Plan, layout: &ServingLayout, warnings: &[String], time: &str) -> String {
+    let engine = match layout.engine.as_str() {
+        "vllm" => "vLLM",
+        "sglang" => "SGLang",
+        other => other,
+    };
+    let mut shape = format!("tensor parallel {}", layout.tensor_parallel);
+    if layout.pipeline_parallel > 1 {
+        shape += &format!(" × pipeline parallel {}", layout.pipeline_parallel);
+    }
+    if layout.data_parallel > 1 {
+        shape += &format!(" × {} replicas", layout.data_parallel);
+    }
+    let gpus = plan.devices.len();
+    let verdict = match plan.verdict {
+        Verdict::Fits => "fits".to_string(),
+        _ => "does not fit".to_string(),
+    };
+    let how = match (layout.tensor_parallel, layout.pipeline_parallel) {
+        (1, 1) => "the engine loads the model whole on each GPU it uses".to_string(),
+        (_, 1) => "the engine shards every layer over its tensor-parallel group".to_string(),
+        (1, _) => "the engine splits the layers over its pipeline stages".to_string(),
+        _ => "the engine shards every layer over its tensor-parallel group and splits the layers over the \
+              pipeline stages"
+            .to_string(),
+    };
+    let mut text = format!(
+        "plan for {engine} ({shape}, {gpus} GPU{}): {verdict}  (nothing to place: {how}{})\n\n",
+        if gpus == 1 { "" } else { "s" },
+        if time.is_empty() { String::new() } else { format!("; {time}") }
+    );
+    text += &format!("KV cache: {} tokens", crate::group_digits(layout.kv_capacity_tokens));
+    text += if gpus > 1 { " (on every rank: the smallest rank's)\n" } else { "\n" };
+    text += &devices_table(&plan.devices);
+    text += &format!(
+        "\nno device map: {engine} places the model itself. `-o serve.sh` writes its launch script, `-o plan.yaml` keeps \
+         this plan.\n"
+    );
+    if !warnings.is_empty() {
+        text += "\nwarnings:\n";
+        for w in warnings {
+            text += &format!("  - {w}\n");
+        }
+    }
+    text
+}
+
+/// How to launch a plan: each node's command (`format` is the `--format` that writes them to a
+/// file), with the node's rank where there are several.
+pub fn launch_lines(format: &str, commands: &[String]) -> String {
+    let engine = match format {
+        "vllm" => "vLLM",
+        "sglang" => "SGLang",
+        other => other,
+    };
+    let script = if format == "torchrun" { "; train.py stands for your training script" } else { "" };
+    let mut text = match commands.len() {
+        0 => return String::new(),
+        1 => {
+            format!("\nto launch it ({engine}; `-o FILE --format {format}` writes it as a script{script}):\n")
+        }
+        n => format!(
+            "\nto launch it ({engine}, on each of {n} nodes with MASTER_ADDR the address of node 0; `-o FILE --format \
+             {format}` writes it as a script{script}):\n"
+        ),
+    };
+    for (rank, line) in commands.iter().enumerate() {
+        if commands.len() > 1 {
+            text += &format!("  node {rank}: {line}\n");
+        } else {
+            text += &format!("  {line}\n");
         }
     }
     text

@@ -57,6 +57,7 @@ ADDR = "10.0.0.1"  # what the user puts in MASTER_ADDR, for the parsers
 INF = ["--mode", "inference", "--engine", "vllm"]
 TRAIN = ["--mode", "train", "--dtype", "bf16", "--grad-ckpt", "full"]
 H8N4 = ["--hardware", "h100-80gb-x8-n4"]
+H8N2 = ["--hardware", "h100-80gb-x8-n2"]
 
 # (name, file, vramplan plan arguments, expected parsed values per tool)
 PLANS = [
@@ -75,8 +76,9 @@ PLANS = [
       "fp8", "--seq", "8192", "--batch", "4"],
      {"vllm": {"quantization": "awq", "kv_cache_dtype": "fp8_e4m3", "max_model_len": 8192}}),
     ("vllm-70b-2-nodes", "serve.sh",
-     ["llama-3.1-70b", *H8N4, *INF, "--parallel", "tp=16", "--seq", "32768", "--batch", "16"],
-     {"vllm": {"tensor_parallel_size": 8, "pipeline_parallel_size": 2, "max_model_len": 32768}}),
+     ["llama-3.1-70b", *H8N2, *INF, "--parallel", "tp=8,pp=2", "--seq", "32768", "--batch", "16"],
+     {"vllm": {"tensor_parallel_size": 8, "pipeline_parallel_size": 2, "max_model_len": 32768, "nnodes": 2,
+               "master_addr": ADDR}}),
     ("sglang-8b-1gpu", "sglang.sh",
      ["llama-3.1-8b", "--hardware", "h100-80gb", *INF, "--gpu-memory-utilization", "0.8", "--seq", "8192",
       "--batch", "4", "--format", "sglang"],
@@ -191,7 +193,8 @@ def parse_vllm(argv):
     if engine.dtype not in typing.get_args(ModelDType):
         raise ValueError(f"dtype {engine.dtype!r} is not one of {typing.get_args(ModelDType)}")
     keys = ["model_tag", "tensor_parallel_size", "pipeline_parallel_size", "dtype", "quantization", "max_model_len",
-            "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "kv_cache_dtype"]
+            "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "kv_cache_dtype", "nnodes",
+            "node_rank", "master_addr", "headless"]
     parsed = {k: getattr(ns, k) for k in keys}
     parsed["engine_args_model"] = engine.model
     return parsed

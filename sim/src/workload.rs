@@ -166,11 +166,32 @@ pub enum Parallelism {
         offload_params: bool,
     },
     /// Tensor parallelism over `size` GPUs: heads and MLP columns split, KV heads replicated
-    /// when fewer than `size`.
+    /// when fewer than `size`; under vLLM, `pipeline` stages of such a group, each with its
+    /// share of the layers (`size × pipeline` GPUs).
     Tensor {
         /// GPUs in the tensor-parallel group (`--parallel tp=N`, vLLM's `--tensor-parallel-size`).
         size: u32,
+        /// Pipeline stages (`--parallel tp=N,pp=M`, vLLM's `--pipeline-parallel-size`), 1 by
+        /// default; only vLLM runs more than one.
+        #[serde(default = "one_stage", skip_serializing_if = "is_one_stage")]
+        pipeline: u32,
     },
+}
+
+/// The default number of pipeline stages: one.
+fn one_stage() -> u32 {
+    1
+}
+
+fn is_one_stage(stages: &u32) -> bool {
+    *stages == 1
+}
+
+impl Parallelism {
+    /// Tensor parallelism over `size` GPUs, one pipeline stage.
+    pub fn tensor(size: u32) -> Parallelism {
+        Parallelism::Tensor { size, pipeline: 1 }
+    }
 }
 
 /// The program that runs inference.
@@ -403,7 +424,16 @@ impl Workload {
     /// vLLM's `--tensor-parallel-size`, SGLang's `--tp-size`), 1 by default.
     pub fn tensor_parallel_size(&self) -> u32 {
         match self.parallelism {
-            Parallelism::Tensor { size } => size.max(1),
+            Parallelism::Tensor { size, .. } => size.max(1),
+            _ => 1,
+        }
+    }
+
+    /// The pipeline stages a serving engine runs (`--parallel tp=N,pp=M`, vLLM's
+    /// `--pipeline-parallel-size`), 1 by default.
+    pub fn pipeline_parallel_size(&self) -> u32 {
+        match self.parallelism {
+            Parallelism::Tensor { pipeline, .. } => pipeline.max(1),
             _ => 1,
         }
     }

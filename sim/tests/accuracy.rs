@@ -321,7 +321,7 @@ fn cases() -> Vec<Case> {
         mode: Mode::Inference,
         seq: 8192,
         weight_dtype: Some(dtype),
-        parallelism: if tp > 1 { Parallelism::Tensor { size: tp } } else { Parallelism::Single },
+        parallelism: if tp > 1 { Parallelism::tensor(tp) } else { Parallelism::Single },
         engine: Engine::Vllm { gpu_memory_utilization: 0.95, max_num_batched_tokens: 8192 },
         ..Workload::default()
     };

@@ -203,7 +203,7 @@ fn vllm_serves_from_one_gpu_without_tensor_parallelism() {
     let estimate = vramplan_sim::estimate(&model, &hardware, &workload, &Placement::single(0)).expect("e");
     assert_eq!(estimate.devices.len(), 1, "vLLM's --tensor-parallel-size defaults to 1");
     assert!(estimate.warnings.iter().any(|w| w.contains("--parallel tp=2")), "{:?}", estimate.warnings);
-    let tp2 = Workload { parallelism: Parallelism::Tensor { size: 2 }, ..workload };
+    let tp2 = Workload { parallelism: Parallelism::tensor(2), ..workload };
     let sharded = vramplan_sim::estimate(&model, &hardware, &tp2, &Placement::single(0)).expect("e");
     assert_eq!(sharded.devices.len(), 2);
     assert!(sharded.warnings.is_empty());

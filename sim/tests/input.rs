@@ -249,10 +249,10 @@ fn validate_refuses_what_cannot_run() {
     // 32 heads over 3 GPUs do not split evenly.
     let heads = config("meta-llama__Meta-Llama-3-8B")["num_attention_heads"].as_u64().unwrap();
     assert_ne!(heads % 3, 0);
-    let tp3 = Workload { parallelism: Parallelism::Tensor { size: 3 }, ..Workload::default() };
+    let tp3 = Workload { parallelism: Parallelism::tensor(3), ..Workload::default() };
     let text = err_text(validate(&tp3, &model, &hw("a100-80gb-x4")));
     assert!(text.contains(&format!("{heads} attention heads")), "{text}");
-    let tp8 = Workload { parallelism: Parallelism::Tensor { size: 8 }, ..Workload::default() };
+    let tp8 = Workload { parallelism: Parallelism::tensor(8), ..Workload::default() };
     assert!(err_text(validate(&tp8, &model, &hw("a100-80gb-x4"))).contains("has 4"));
 }
 

@@ -26,7 +26,7 @@ fn workload(tp: u32, fraction: Option<f64>, quant: Quant) -> Workload {
     Workload {
         seq: 4096,
         quant,
-        parallelism: if tp > 1 { Parallelism::Tensor { size: tp } } else { Parallelism::Single },
+        parallelism: if tp > 1 { Parallelism::tensor(tp) } else { Parallelism::Single },
         engine: Engine::Sglang {
             mem_fraction_static: fraction,
             max_total_tokens: None,

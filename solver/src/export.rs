@@ -189,6 +189,9 @@ pub struct Export {
     /// The launch script written beside a config file (`ds.json` → `ds.sh`, see
     /// [`launch_path`]): DeepSpeed's and accelerate's launch lines.
     pub launch: Option<String>,
+    /// The command each node runs, in node order (in the export or in `launch`); empty for an
+    /// export that launches nothing (a device map, flags, a plan file).
+    pub commands: Vec<String>,
 }
 
 /// Where the launch script beside the export `path` goes: the same name with `.sh` in place
@@ -270,7 +273,7 @@ pub fn export(plan: &Plan, format: Format, source: &Source) -> Result<Export, In
                 .map_err(|e| InputError::new("-o", format!("cannot write YAML: {e}")))?
         }
     };
-    Ok(Export { text, launch: None })
+    Ok(Export { text, launch: None, commands: Vec::new() })
 }
 
 /// Pairs written as a JSON object in their order (a device map in model order; a [`Target`]

@@ -12,6 +12,7 @@ pub mod greedy;
 pub mod ilp;
 pub mod plan;
 pub mod problem;
+mod rank_plan;
 pub mod runtime;
 pub mod whatif;
 

@@ -35,6 +35,7 @@ use crate::build::{self, Built, Request, UnitSource};
 use crate::greedy;
 use crate::ilp::{self, DEFAULT_RELATIVE_GAP, SolveOptions, StageGap, Status};
 use crate::problem::{Assignment, Problem};
+pub use crate::rank_plan::{ServingLayout, data_parallel_plan, serving_plan};
 use crate::runtime::Runtime;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -44,7 +45,7 @@ use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::ModelDescription;
 use vramplan_sim::estimate::{Components, DeviceEstimate};
 use vramplan_sim::placement::{Placement, Target};
-use vramplan_sim::workload::{Parallelism, Workload};
+use vramplan_sim::workload::{Engine, Parallelism, Workload};
 
 /// Rounds of solve-then-simulate before the plan is taken as it is.
 const REFINE_ROUNDS: usize = 6;
@@ -179,6 +180,11 @@ pub struct Plan {
     /// whole or its shard, `device_map` is empty, and `devices` has one entry per rank.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data_parallel: Option<Parallelism>,
+    /// A serving engine's layout (vLLM, SGLang): every GPU it uses is a rank of its
+    /// tensor-parallel group (of a pipeline stage, of a replica), `device_map` is empty, and
+    /// `devices` has one entry per rank.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub serving: Option<ServingLayout>,
 }
 
 /// A list of `(key, value)` pairs as a JSON object, in list order (model order, not sorted).
@@ -221,6 +227,9 @@ pub fn plan(
 ) -> Result<Plan, InputError> {
     if vramplan_sim::estimate::is_data_parallel(workload) {
         return data_parallel_plan(model, hardware, workload, request, settings);
+    }
+    if matches!(workload.engine, Engine::Vllm { .. } | Engine::Sglang { .. }) {
+        return serving_plan(model, hardware, workload, request, settings);
     }
     let mut built = build::build(model, hardware, workload, request)?;
     match settings.solver {
@@ -434,6 +443,7 @@ fn plan_less(request: &Request, solver: SolverReport, built: &Built, unanswered:
         unanswered: if verdict == Verdict::Unknown { unanswered } else { None },
         offloaded_bytes: 0,
         data_parallel: None,
+        serving: None,
     }
 }
 
@@ -604,6 +614,7 @@ fn assemble(
         unanswered: None,
         offloaded_bytes: offloaded,
         data_parallel: None,
+        serving: None,
     })
 }
 
@@ -656,115 +667,13 @@ fn charged_estimate(
     }
 }
 
-/// The plan under data parallelism (DDP, ZeRO-1/2/3, FSDP): no placement to search. Every GPU
-/// of the profile is a rank that loads the model whole on its own GPU (DDP: a replica; ZeRO:
-/// the whole model, then its shard), so the plan is each rank's replay under its own limit
-/// (usable × (1 − headroom)); it fits when every rank does, and otherwise does not (proven
-/// under the memory model: there is no other placement). No device map: each process places
-/// its copy itself (`device_map={"": local_rank}` or `model.to(local_rank)`; DeepSpeed ZeRO-3
-/// and FSDP partition the weights as they load them). `settings.solver` is reported as given,
-/// with the status `fixed`.
-///
-/// A target that splits the model over GPUs (`pipeline`, `llama.cpp`, `expert-parallel`), pins
-/// and `--min-devices` are refused: a rank runs on every GPU of the profile, each with all of
-/// the model.
-pub fn data_parallel_plan(
-    model: &ModelDescription,
-    hardware: &HardwareProfile,
-    workload: &Workload,
-    request: &Request,
-    settings: &Settings,
-) -> Result<Plan, InputError> {
-    let kind = parallel_flag(workload.parallelism);
-    if !matches!(request.runtime, Runtime::Accelerate | Runtime::AccelerateV4) {
-        return Err(InputError::new(
-            "--target",
-            format!(
-                "--target {} splits the model over the GPUs, and --parallel {kind} keeps the whole model (or its \
-                 shard) on every GPU, one rank each",
-                request.runtime.name()
-            ),
-        )
-        .with_fix(format!(
-            "leave out --target with --parallel {kind}, or use `--parallel single` to split one copy of the model"
-        )));
-    }
-    if let Some((module, _)) = request.pins.first() {
-        return Err(InputError::new(
-            "--pin",
-            format!("`{module}` cannot be pinned: under --parallel {kind} every rank holds all of the model on its own GPU"),
-        )
-        .with_fix("leave out --pin, or use `--parallel single` to place one copy of the model by hand"));
-    }
-    if request.min_devices {
-        return Err(InputError::new(
-            "--min-devices",
-            format!("--parallel {kind} runs one rank on every GPU of `{}`", hardware.name),
-        )
-        .with_fix("give the profile of the GPUs you will run on (e.g. `--hardware 2xa10g`), or leave out --min-devices"));
-    }
-    let start = Instant::now();
-    let estimate = vramplan_sim::estimate::data_parallel_estimate(
-        model,
-        hardware,
-        workload,
-        &Placement::from_entries(Vec::new()),
-        request.headroom,
-    )?;
-    // Each rank holds every unit (whole, or its shard of each).
-    let program = vramplan_sim::program::step_program(model, hardware, workload, &Placement::single(0));
-    let units: Vec<String> = program.units.iter().map(|u| u.path.clone()).collect();
-    let mut devices = Vec::new();
-    let mut objective: f64 = 0.0;
-    for e in estimate.devices {
-        let limit = vramplan_sim::estimate::limit_bytes(e.usable_bytes, request.headroom);
-        let utilisation = e.peak_reserved_bytes as f64 / e.usable_bytes.max(1) as f64;
-        objective = objective.max(utilisation);
-        devices.push(PlanDevice {
-            device: Target::Gpu(e.id),
-            name: format!("GPU {} ({})", e.id, e.name),
-            units: units.clone(),
-            unit_bytes: Vec::new(),
-            limit_bytes: limit,
-            utilisation,
-            estimate: Some(e),
-        });
-    }
-    let feasible =
-        devices.iter().all(|d| d.estimate.as_ref().is_some_and(|e| e.peak_reserved_bytes <= d.limit_bytes));
-    let peak_bytes =
-        devices.iter().filter_map(|d| d.estimate.as_ref()).map(|e| e.device_used_bytes).max().unwrap_or(0);
-    Ok(Plan {
-        verdict: if feasible { Verdict::Fits } else { Verdict::DoesNotFit },
-        feasible,
-        target: request.runtime,
-        solver: SolverReport {
-            kind: settings.solver,
-            status: "fixed".into(),
-            seconds: start.elapsed().as_secs_f64(),
-            objective,
-            bound: objective,
-            gap: 0.0,
-            rounds: 1,
-            relative_gap: settings.relative_gap,
-            stages: Vec::new(),
-        },
-        device_map: Vec::new(),
-        devices,
-        experts: BTreeMap::new(),
-        peak_bytes,
-        unanswered: None,
-        offloaded_bytes: 0,
-        data_parallel: Some(workload.parallelism),
-    })
-}
-
 /// `--parallel`'s spelling of a parallelism (`ddp`, `zero2`, `tp=4`).
 pub fn parallel_flag(parallelism: Parallelism) -> String {
     match parallelism {
         Parallelism::Single => "single".into(),
         Parallelism::Ddp => "ddp".into(),
         Parallelism::Zero { stage, .. } => format!("zero{stage}"),
-        Parallelism::Tensor { size } => format!("tp={size}"),
+        Parallelism::Tensor { size, pipeline: 1 } => format!("tp={size}"),
+        Parallelism::Tensor { size, pipeline } => format!("tp={size},pp={pipeline}"),
     }
 }

@@ -230,3 +230,89 @@ fn a_script_name_picks_the_workloads_launch() {
         assert!(text.lines().any(|l| l.starts_with(says)), "{args:?}:\n{text}");
     }
 }
+
+/// The commands of a recorded script, as `exports.py`'s `command_lines` reads them: the one line,
+/// or each node's line of the `case`.
+fn command_lines(script: &str) -> Vec<String> {
+    let skip = ["#", ":", "set ", "case ", "esac", "*)"];
+    script
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !skip.iter().any(|s| l.starts_with(s)))
+        .map(|l| {
+            let l = match l.split_once(") ") {
+                Some((rank, rest)) if rank.chars().all(|c| c.is_ascii_digit()) => rest,
+                _ => l,
+            };
+            l.strip_suffix(";;").unwrap_or(l).trim_end().to_string()
+        })
+        .collect()
+}
+
+/// A 70B on two nodes of 8 H100s: `plan` prints each node's command, the very lines of the
+/// recorded script that vLLM's parser accepted (tensor parallel 8 × pipeline parallel 2, node 1
+/// headless) and, for DDP training on the same nodes, each node's torchrun line that torchrun's
+/// parser accepted.
+#[test]
+fn a_two_node_plan_prints_each_nodes_command_as_recorded() {
+    let data = fixture();
+    let records = data["records"].as_array().expect("records");
+    let record = |name: &str| records.iter().find(|r| r["name"] == name).expect("a record").clone();
+    let vllm = record("vllm-70b-2-nodes");
+    let args: Vec<String> =
+        vllm["args"].as_array().expect("args").iter().map(|a| a.as_str().expect("arg").to_string()).collect();
+    assert!(args.iter().any(|a| a == "h100-80gb-x8-n2") && args.iter().any(|a| a == "tp=8,pp=2"), "{args:?}");
+    let script = vllm["files"]["serve.sh"].as_str().expect("the script");
+    let lines = command_lines(script);
+    assert_eq!(lines.len(), 2, "{script}");
+    assert!(lines[0].contains("--tensor-parallel-size 8 --pipeline-parallel-size 2"), "{}", lines[0]);
+    assert!(lines[1].ends_with("--node-rank 1 --headless"), "{}", lines[1]);
+    let mut argv = vec!["plan"];
+    argv.extend(args.iter().map(String::as_str));
+    let run = vramplan(&argv);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.starts_with("plan for vLLM (tensor parallel 8 × pipeline parallel 2, 16 GPUs): fits"),
+        "{}",
+        run.stdout
+    );
+    for (node, line) in lines.iter().enumerate() {
+        assert!(run.stdout.contains(&format!("  node {node}: {line}\n")), "node {node}:\n{}", run.stdout);
+    }
+
+    let ddp = [
+        "llama-3.2-1b",
+        "--hardware",
+        "h100-80gb-x8-n2",
+        "--mode",
+        "train",
+        "--dtype",
+        "bf16",
+        "--grad-ckpt",
+        "full",
+        "--parallel",
+        "ddp",
+        "--batch",
+        "8",
+        "--seq",
+        "2048",
+    ];
+    let mut argv = vec!["plan"];
+    argv.extend(ddp);
+    let run = vramplan(&argv);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    // The 4-node record's lines with two nodes: the same flags, `--nnodes 2`.
+    let four = record("torchrun-ddp-4-nodes");
+    let recorded = command_lines(
+        four["files"].as_object().expect("files").values().next().and_then(Value::as_str).expect("script"),
+    );
+    for (node, line) in recorded.iter().take(2).enumerate() {
+        let line = line.replace("--nnodes 4", "--nnodes 2");
+        assert!(
+            run.stdout.contains(&format!("  node {node}: {line}\n")),
+            "node {node}: {line}\n{}",
+            run.stdout
+        );
+    }
+    assert!(!run.stdout.contains("node 2:"), "{}", run.stdout);
+}

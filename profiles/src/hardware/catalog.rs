@@ -42,6 +42,7 @@ const BUILTINS: &[Builtin] = &[
     builtin!("l40s-x4"),
     builtin!("a100-80gb-x4"),
     builtin!("h100-80gb-x8"),
+    builtin!("h100-80gb-x8-n2"),
     builtin!("h100-80gb-x8-n4"),
 ];
 

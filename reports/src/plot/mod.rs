@@ -294,7 +294,10 @@ pub fn workload_words(workload: &Workload, shape: Option<&str>) -> String {
                 words.push("parameters on the CPU".to_string());
             }
         }
-        Parallelism::Tensor { size } => words.push(format!("tensor parallel over {size} GPUs")),
+        Parallelism::Tensor { size, pipeline: 1 } => words.push(format!("tensor parallel over {size} GPUs")),
+        Parallelism::Tensor { size, pipeline } => {
+            words.push(format!("tensor parallel over {size} GPUs in {pipeline} pipeline stages"))
+        }
     }
     if workload.quant != Quant::None {
         words.push(crate::quant_name(&workload.quant));

@@ -256,7 +256,7 @@ fn titles_say_what_is_trained_and_how_the_gpus_share_it() {
     };
     assert!(workload_words(&zero1, None).contains("ZeRO-1"));
     assert_eq!(workload_words(&nf4(), None), "inference, nf4, batch 1 × 2048");
-    let tp = Workload { parallelism: Parallelism::Tensor { size: 2 }, ..Workload::default() };
+    let tp = Workload { parallelism: Parallelism::tensor(2), ..Workload::default() };
     assert_eq!(workload_words(&tp, None), "inference, tensor parallel over 2 GPUs, batch 1 × 2048");
 }
 

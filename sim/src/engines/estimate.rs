@@ -3,7 +3,8 @@
 //!
 //! - **vLLM** shards over `--tensor-parallel-size` GPUs, whose default is 1: without
 //!   `--parallel tp=N` it serves from one GPU (the first visible one) whatever the profile holds,
-//!   and the estimate says so. Every rank holds the same budget.
+//!   and the estimate says so. With `--pipeline-parallel-size` (`pp=M`) it runs M such groups,
+//!   each with its share of the layers ([`super::pipeline_stage`]).
 //! - **SGLang** runs `--dp-size` replicas of a `--tp-size` group (`--parallel tp=N`, default 1):
 //!   `tp × dp` GPUs, every rank with the same budget ([`sglang::budget`]).
 //! - **llama.cpp** uses every GPU it sees: with no map or plan, its default layer split
@@ -12,6 +13,7 @@
 //!   of its layers and its compute buffer.
 
 use super::llamacpp_split::{self, LayerPlacement};
+use super::pipeline_stage::Stage;
 use super::sglang;
 use super::vllm;
 use crate::estimate::{Components, DeviceEstimate, Estimate};
@@ -22,30 +24,50 @@ use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::ModelDescription;
 use vramplan_profiles::units::format_bytes;
 
-/// vLLM's estimate: the ranks of the tensor-parallel group (`--parallel tp=N`, else one GPU),
-/// each with the same budget.
+/// vLLM's estimate: the ranks of its `pp` pipeline stages of `tp`-way tensor-parallel groups
+/// (`--parallel tp=N,pp=M`, else one GPU), rank `stage × tp + i` on the profile's GPU of that
+/// index, as vLLM numbers them. The ranks of a stage have the same budget; the KV capacity is the
+/// smallest stage's, since vLLM sizes every stage's cache to the same number of blocks.
 pub fn vllm_estimate(
     model: &ModelDescription,
     hardware: &HardwareProfile,
     workload: &Workload,
 ) -> Result<Estimate, InputError> {
     let tp = workload.tensor_parallel_size();
-    if tp as usize > hardware.devices.len() {
+    let pp = workload.pipeline_parallel_size();
+    let ranks = tp as usize * pp as usize;
+    if ranks > hardware.devices.len() {
+        let layout = if pp > 1 {
+            format!("tensor parallel {tp} × pipeline parallel {pp}")
+        } else {
+            format!("tensor parallelism over {tp}")
+        };
         return Err(InputError::new(
             "--parallel",
-            format!(
-                "tensor parallelism over {tp} GPUs, but `{}` has {}",
-                hardware.name,
-                hardware.devices.len()
-            ),
+            format!("{layout} GPUs, but `{}` has {}", hardware.name, hardware.devices.len()),
         )
-        .with_fix("use a profile with enough GPUs (e.g. `4xa100-80gb`) or a smaller tp"));
+        .with_fix("use a profile with enough GPUs (e.g. `4xa100-80gb`) or a smaller tp or pp"));
     }
+    let budgets = hardware
+        .devices
+        .iter()
+        .take(ranks)
+        .enumerate()
+        .map(|(rank, device)| {
+            let stage = Stage { index: (rank / tp as usize) as u32, count: pp };
+            vllm::stage_budget(model, device, workload, tp, stage)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    // vLLM gives every rank the smallest rank's number of blocks (`get_kv_cache_configs`: "Change
+    // the num_blocks of each rank to the smallest among all ranks"), and shrinks the others' caches.
+    let capacity = budgets.iter().map(|b| b.kv_capacity_tokens).min().unwrap_or(0);
     let mut devices = Vec::new();
-    let mut capacity = u64::MAX;
-    for device in hardware.devices.iter().take(tp as usize) {
-        let b = vllm::budget(model, device, workload, tp)?;
-        capacity = capacity.min(b.kv_capacity_tokens);
+    for (device, b) in hardware.devices.iter().zip(&budgets) {
+        let kv_cache = if b.kv_capacity_tokens > capacity {
+            capacity.saturating_mul(b.kv_bytes_per_token)
+        } else {
+            b.kv_cache_bytes
+        };
         // Outside torch: the non-torch memory profiling measured, the CUDA context and the
         // distributed environment from before the snapshot, and the CUDA graphs captured after.
         let overhead =
@@ -53,20 +75,34 @@ pub fn vllm_estimate(
         let held = Held {
             weights: b.weights_bytes,
             activations: b.activation_peak_bytes,
-            kv_cache: b.kv_cache_bytes,
+            kv_cache,
             overhead,
             peak_at: b.activation_peak_at.clone(),
         };
         devices.push(held.device(device, b.fits));
     }
     let mut warnings = Vec::new();
-    if tp == 1 && hardware.devices.len() > 1 {
+    if ranks == 1 && hardware.devices.len() > 1 {
         warnings.push(format!(
             "vLLM serves from one GPU unless --tensor-parallel-size is set (its default is 1): GPU 0 only \
              of the {} in `{}`; use `--parallel tp={}` to shard the model over them",
             hardware.devices.len(),
             hardware.name,
             hardware.devices.len()
+        ));
+    }
+    // A tensor-parallel group across nodes all-reduces every layer over the network.
+    let group_nodes = |g: &[vramplan_profiles::hardware::Device]| {
+        g.iter().map(|d| d.node).collect::<std::collections::BTreeSet<_>>().len()
+    };
+    let per_node = hardware.devices.iter().filter(|d| d.node == hardware.devices[0].node).count() as u32;
+    if tp > 1 && group_nodes(&hardware.devices[..tp as usize]) > 1 && tp.is_multiple_of(per_node) {
+        warnings.push(format!(
+            "the tensor-parallel group of {tp} GPUs spans {} nodes, and every layer's all-reduce crosses the \
+             network; vLLM advises tensor parallel inside a node and pipeline parallel across nodes: \
+             `--parallel tp={per_node},pp={}` (the same GPUs, sized differently)",
+            tp / per_node,
+            tp / per_node * pp
         ));
     }
     Ok(finish(devices, Some(capacity), warnings))

@@ -4,7 +4,8 @@
 //!   forward pass, per tensor-parallel rank; [`vllm_bnb`]: bitsandbytes weights as vLLM loads
 //!   them; [`vllm_quant`]: fp8, GPTQ, AWQ and the other checkpoints' weights as vLLM holds them;
 //!   [`vllm_extras`]: CUDA-graph captures, LoRA slots, speculative proposers and the KV-cache
-//!   overrides (`--kv-cache-memory-bytes`, `--max-model-len auto`);
+//!   overrides (`--kv-cache-memory-bytes`, `--max-model-len auto`); [`pipeline_stage`]: the
+//!   layers and modules each pipeline stage holds;
 //! - [`llamacpp`]: llama.cpp's model, KV and compute buffers for a GGUF file;
 //!   [`layer_split`]: llama.cpp's rule for which device holds each layer;
 //!   [`llamacpp_split`]: the buffers of each GPU when the layers are split over several;
@@ -21,6 +22,7 @@ pub mod gguf;
 pub mod layer_split;
 pub mod llamacpp;
 pub mod llamacpp_split;
+pub mod pipeline_stage;
 pub mod sglang;
 pub mod vllm;
 pub mod vllm_bnb;

@@ -41,6 +41,7 @@
 //! checkpoints (docs/memory-model.md lists them).
 
 use super::activation_dtype;
+use super::pipeline_stage::{self, Stage};
 use super::vllm_bnb::{self, Bnb, Transients};
 use super::vllm_extras;
 use super::vllm_quant;
@@ -178,6 +179,27 @@ pub fn budget(
     workload: &Workload,
     tp: u32,
 ) -> Result<VllmBudget, InputError> {
+    stage_budget(model, device, workload, tp, Stage::WHOLE)
+}
+
+/// vLLM's budget on one rank of `stage` of a pipeline whose stages are `tp`-way groups: the
+/// rank holds its stage's layers ([`pipeline_stage::stage_model`]), their KV cache and their
+/// activations; only the last stage runs the sampler and holds a speculative proposer.
+pub fn stage_budget(
+    model: &ModelDescription,
+    device: &Device,
+    workload: &Workload,
+    tp: u32,
+    stage: Stage,
+) -> Result<VllmBudget, InputError> {
+    let staged;
+    let model = if stage.count > 1 {
+        staged = pipeline_stage::stage_model(model, stage);
+        &staged
+    } else {
+        model
+    };
+    let world = tp.max(1).saturating_mul(stage.count.max(1));
     let Engine::Vllm { gpu_memory_utilization, max_num_batched_tokens } = workload.engine else {
         return Err(InputError::new("workload", "the engine is not vLLM").at_key("engine.kind").with_fix(
             "set `engine: {kind: vllm, gpu_memory_utilization: 0.9, max_num_batched_tokens: 8192}`",
@@ -216,8 +238,10 @@ pub fn budget(
         vllm_extras::punica_metadata_bytes(max_num_batched_tokens, max_num_seqs, options.max_loras),
     );
     let drafter = match &options.speculative {
-        Some(spec) => Some(vllm_extras::drafter(model, &weights, spec, tp, act_dtype, kv_dtype)?),
-        None => None,
+        Some(spec) if stage.is_last() => {
+            Some(vllm_extras::drafter(model, &weights, spec, tp, act_dtype, kv_dtype)?)
+        }
+        _ => None,
     };
     // vLLM's rotary embedding keeps its `cos_sin_cache` instead of transformers' frequency buffers.
     let weights_bytes = loaded_weights_bytes(&weights, model, tp, act_dtype)
@@ -229,10 +253,19 @@ pub fn budget(
     transients.attention += vllm_extras::lora_activation_bytes(options, max_num_batched_tokens, 3);
     let mlp_slices = if model.facts.gated_mlp { 2 } else { 1 };
     transients.mlp += vllm_extras::lora_activation_bytes(options, max_num_batched_tokens, mlp_slices);
-    let (activation_peak_bytes, activation_peak_at) =
-        activation_peak_with(model, tp, act_dtype, max_num_batched_tokens, max_num_seqs, transients);
-    let non_torch_bytes = non_torch_bytes(tp);
-    let distributed_init_bytes = if tp > 1 { DISTRIBUTED_INIT_BYTES } else { 0 };
+    let (activation_peak_bytes, activation_peak_at) = activation_peak_with(
+        model,
+        tp,
+        act_dtype,
+        max_num_batched_tokens,
+        max_num_seqs,
+        transients,
+        stage.is_last(),
+    );
+    // The measured terms are of tensor-parallel groups; a pipeline's ranks are taken to hold what a
+    // group of the same world size does (NCCL's communicators and buffers; not measured).
+    let non_torch_bytes = non_torch_bytes(world);
+    let distributed_init_bytes = if world > 1 { DISTRIBUTED_INIT_BYTES } else { 0 };
     let profiled = weights_bytes.saturating_add(activation_peak_bytes).saturating_add(non_torch_bytes);
     let kv_cache_bytes = options.kv_cache_memory_bytes.unwrap_or(requested_bytes.saturating_sub(profiled));
     let kv_bytes_per_token = kv_bytes_per_token(model, tp, kv_dtype)
@@ -422,7 +455,7 @@ pub fn activation_peak(
     tokens: u64,
     sequences: u64,
 ) -> (u64, String) {
-    activation_peak_with(model, tp, dtype, tokens, sequences, Transients::default())
+    activation_peak_with(model, tp, dtype, tokens, sequences, Transients::default(), true)
 }
 
 /// [`activation_peak`] with the transients bitsandbytes kernels add to the attention, MLP and MoE
@@ -434,6 +467,7 @@ fn activation_peak_with(
     tokens: u64,
     sequences: u64,
     extra: Transients,
+    sampler: bool,
 ) -> (u64, String) {
     let facts = &model.facts;
     let b = dtype.bytes_for(1).max(1);
@@ -496,7 +530,9 @@ fn activation_peak_with(
     let r = sequences.min(t);
     let v = facts.vocab_size;
     let fp32_copy = if b == F32 { 0 } else { r * v * F32 };
-    let sampler = t * h * b + r * h * b + r * v * b + fp32_copy + 2 * r * v * F32;
-    consider(sampler, "sampler".to_string());
+    let sampler_bytes = t * h * b + r * h * b + r * v * b + fp32_copy + 2 * r * v * F32;
+    if sampler {
+        consider(sampler_bytes, "sampler".to_string());
+    }
     peak
 }

@@ -547,7 +547,53 @@ fn check_parallelism(
         )
         .at_key("parallelism.offload_params")
         .with_fix("use stage 3, or offload the optimizer alone")),
-        Parallelism::Tensor { size } => {
+        Parallelism::Tensor { pipeline: 0, .. } => Err(InputError::new(ORIGIN, "0 pipeline stages")
+            .at_key("parallelism.pipeline")
+            .with_fix("use `pp=M` with M at least 1, or leave it out for one stage")),
+        Parallelism::Tensor { pipeline, .. } if pipeline > 1 && !matches!(w.engine, Engine::Vllm { .. }) => {
+            Err(InputError::new(
+                ORIGIN,
+                format!(
+                    "{pipeline} pipeline stages: vramplan sizes pipeline-parallel serving under vLLM only"
+                ),
+            )
+            .at_key("parallelism.pipeline")
+            .with_fix(
+                "add `--engine vllm`, or plan a layer split with `vramplan plan` (`--target pipeline` for \
+                 DeepSpeed's pipeline stages)",
+            ))
+        }
+        Parallelism::Tensor { size, pipeline } if pipeline > 1 => {
+            let ranks = size as usize * pipeline as usize;
+            let layers = crate::tensor_parallel::decoder_layers(model);
+            if size == 0 || ranks > gpus {
+                Err(InputError::new(
+                    ORIGIN,
+                    format!(
+                        "tensor parallel {size} × pipeline parallel {pipeline} runs on {ranks} GPUs, and `{}` has {gpus}",
+                        hardware.name
+                    ),
+                )
+                .at_key("parallelism.pipeline")
+                .with_fix("use a profile with enough GPUs, or a smaller tp or pp"))
+            } else if u64::from(pipeline) > layers {
+                Err(InputError::new(
+                    ORIGIN,
+                    format!(
+                        "{pipeline} pipeline stages for {layers} decoder layers: a stage needs at least one"
+                    ),
+                )
+                .at_key("parallelism.pipeline")
+                .with_fix(format!("use at most pp={layers}")))
+            } else {
+                check_parallelism(
+                    &Workload { parallelism: Parallelism::tensor(size), ..w.clone() },
+                    model,
+                    hardware,
+                )
+            }
+        }
+        Parallelism::Tensor { size, .. } => {
             if size == 0 || size as usize > gpus {
                 return Err(InputError::new(
                     ORIGIN,

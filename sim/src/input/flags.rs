@@ -80,7 +80,7 @@ pub struct WorkloadFlags {
     /// Attention: eager | sdpa | flash.
     #[cfg_attr(feature = "clap", arg(long))]
     pub attn: Option<String>,
-    /// single | ddp | zero1 | zero2 | zero3 | fsdp | tp=N.
+    /// single | ddp | zero1 | zero2 | zero3 | fsdp | tp=N | tp=N,pp=M (pipeline stages, vLLM).
     #[cfg_attr(feature = "clap", arg(long))]
     pub parallel: Option<String>,
     /// ZeRO / FSDP: optimizer states in CPU memory.
@@ -638,7 +638,7 @@ fn gptq_bits(lower: &str) -> Option<u32> {
     digits.parse().ok().filter(|b| matches!(b, 2 | 3 | 4 | 8))
 }
 
-/// `single`, `ddp`, `zero1`–`zero3`, `fsdp` (= ZeRO-3), `tp=N`.
+/// `single`, `ddp`, `zero1`–`zero3`, `fsdp` (= ZeRO-3), `tp=N`, `tp=N,pp=M`, `pp=M`.
 fn parse_parallel(text: &str) -> Result<Parallelism, InputError> {
     let lower = text.trim().to_ascii_lowercase().replace('_', "-");
     let zero = |stage| Parallelism::Zero { stage, offload_optimizer: false, offload_params: false };
@@ -648,21 +648,35 @@ fn parse_parallel(text: &str) -> Result<Parallelism, InputError> {
         "zero1" | "zero-1" => zero(1),
         "zero2" | "zero-2" => zero(2),
         "zero3" | "zero-3" | "fsdp" => zero(3),
-        _ => {
-            let size = lower
-                .strip_prefix("tp")
-                .map(|rest| rest.trim_start_matches(['=', ':']))
-                .and_then(|n| n.parse::<u32>().ok());
-            match size {
-                Some(size) => Parallelism::Tensor { size },
-                None => {
-                    let accepted = ["single", "ddp", "zero1", "zero2", "zero3", "fsdp", "tp=N"];
-                    return Err(unknown_value("--parallel", text, &accepted, accepted));
-                }
+        _ => match parse_tensor_pipeline(&lower) {
+            Some(parallel) => parallel,
+            None => {
+                let accepted = ["single", "ddp", "zero1", "zero2", "zero3", "fsdp", "tp=N", "tp=N,pp=M"];
+                return Err(unknown_value("--parallel", text, &accepted, accepted));
             }
-        }
+        },
     };
     Ok(parallel)
+}
+
+/// `tp=N`, `pp=M` or both, comma-separated, each at most once: tensor parallelism over N GPUs
+/// (1 when left out) in M pipeline stages (1 when left out).
+fn parse_tensor_pipeline(text: &str) -> Option<Parallelism> {
+    let (mut size, mut pipeline) = (None, None);
+    for part in text.split(',') {
+        let part = part.trim();
+        let (slot, rest) = if let Some(rest) = part.strip_prefix("tp") {
+            (&mut size, rest)
+        } else {
+            (&mut pipeline, part.strip_prefix("pp")?)
+        };
+        let value = rest.strip_prefix(['=', ':'])?.trim().parse::<u32>().ok()?;
+        if slot.replace(value).is_some() {
+            return None;
+        }
+    }
+    (size.is_some() || pipeline.is_some())
+        .then(|| Parallelism::Tensor { size: size.unwrap_or(1), pipeline: pipeline.unwrap_or(1) })
 }
 
 /// `q_proj,v_proj` or `all-linear`.
@@ -723,7 +737,11 @@ mod tests {
         );
         assert!(parse_quant("gptq-5bit", &Quant::None).is_err());
         assert!(parse_quant("float16", &Quant::None).unwrap_err().problem.contains("--dtype"));
-        assert_eq!(parse_parallel("tp=4").ok(), Some(Parallelism::Tensor { size: 4 }));
+        assert_eq!(parse_parallel("tp=4").ok(), Some(Parallelism::tensor(4)));
+        assert_eq!(parse_parallel("tp=8,pp=2").ok(), Some(Parallelism::Tensor { size: 8, pipeline: 2 }));
+        assert_eq!(parse_parallel("pp=4").ok(), Some(Parallelism::Tensor { size: 1, pipeline: 4 }));
+        assert!(parse_parallel("tp=2,tp=4").is_err());
+        assert!(parse_parallel("tp=2,pq=4").is_err());
         assert!(parse_parallel("tp=x").is_err());
     }
 }

@@ -219,7 +219,7 @@ fn serving_kv_dtype(workload: &Workload, format: &str) -> Result<&'static str, I
 /// The tensor-parallel size of a serving plan; a device map over several GPUs has none.
 fn serving_tp(plan_gpus: usize, workload: &Workload, format: &str) -> Result<u32, InputError> {
     match workload.parallelism {
-        Parallelism::Tensor { size } => Ok(size.max(1)),
+        Parallelism::Tensor { size, .. } => Ok(size.max(1)),
         Parallelism::Single if plan_gpus <= 1 => Ok(1),
         Parallelism::Single => Err(refuse(
             format,
@@ -244,6 +244,20 @@ fn serving_only(workload: &Workload, format: &str) -> Result<(), InputError> {
     Ok(())
 }
 
+/// How many of the profile's nodes, taken in order, hold `ranks` GPUs (at least 1).
+fn nodes_holding(gpus_per_node: &[u32], ranks: u32) -> u32 {
+    let mut left = ranks;
+    let mut nodes = 0;
+    for gpus in gpus_per_node {
+        if left == 0 {
+            break;
+        }
+        left = left.saturating_sub(*gpus);
+        nodes += 1;
+    }
+    nodes.max(1)
+}
+
 /// `vllm serve`: from a plan made under `--engine vllm`.
 pub fn vllm(launch: &Launch, plan_gpus: usize) -> Result<Export, InputError> {
     let w = launch.workload;
@@ -255,18 +269,32 @@ pub fn vllm(launch: &Launch, plan_gpus: usize) -> Result<Export, InputError> {
             "plan again with `--engine vllm`",
         ));
     };
-    let size = serving_tp(plan_gpus, w, "vllm")?;
-    // vLLM's multi-node advice: tensor parallel inside a node, pipeline parallel across nodes.
-    // Each GPU then holds the same 1/size of the weights as the plan's tensor-parallel group.
+    let tp = serving_tp(plan_gpus, w, "vllm")?;
+    let pp = w.pipeline_parallel_size();
+    // The ranks fill the profile's nodes in order; each node runs `vllm serve` with its share
+    // (vLLM's multiprocessing backend across nodes: `--nnodes`, `--node-rank`, `--headless` on
+    // all but node 0).
+    let world = tp * pp;
+    let nodes = nodes_holding(&launch.gpus_per_node, world);
     let per_node = launch.gpus_per_node.first().copied().unwrap_or(1).max(1);
-    let (tp, pp) = if size > per_node && size.is_multiple_of(per_node) {
-        (per_node, size / per_node)
-    } else {
-        (size, 1)
-    };
+    if nodes > 1 && (!world.is_multiple_of(nodes) || world / nodes != per_node) {
+        return Err(refuse(
+            "vllm",
+            format!(
+                "{world} ranks do not fill {nodes} nodes of {per_node} GPUs evenly, which `--nnodes` needs"
+            ),
+            format!(
+                "use tp × pp as a multiple of {per_node}, e.g. `--parallel tp={per_node},pp={}`",
+                world.div_ceil(per_node)
+            ),
+        ));
+    }
     let mut line = Line::new("vllm serve");
     line.word(&launch.model());
     line.arg("--tensor-parallel-size", tp).arg("--pipeline-parallel-size", pp);
+    if nodes > 1 {
+        line.arg("--nnodes", nodes).arg("--master-addr", "$MASTER_ADDR");
+    }
     line.arg("--dtype", serving_dtype(w, "vllm")?);
     if let Some(q) = serving_quantization(w, "vllm")? {
         line.arg("--quantization", q);
@@ -319,12 +347,24 @@ pub fn vllm(launch: &Launch, plan_gpus: usize) -> Result<Export, InputError> {
             spec.method.to_ascii_uppercase()
         ));
     }
-    if pp > 1 {
+    if nodes > 1 {
         assumes.push(format!(
-            "Multi-node: tensor parallel {tp} inside each node, pipeline parallel {pp} across nodes; start a Ray cluster first (`ray start --head` on node 0, `ray start --address=$MASTER_ADDR:6379` on the others) and run this on node 0."
+            "Multi-node: {world} ranks (tensor parallel {tp} × pipeline parallel {pp}) over {nodes} nodes of {per_node} GPUs, with vLLM's multiprocessing backend; run this on every node with NODE_RANK set and MASTER_ADDR the address of node 0, which serves the API (the others run headless)."
         ));
     }
-    Ok(Export { text: script(&assumes, &[line.0]), launch: None })
+    let lines: Vec<String> = (0..nodes)
+        .map(|rank| {
+            let mut node = Line(line.0.clone());
+            if nodes > 1 {
+                node.arg("--node-rank", rank);
+                if rank > 0 {
+                    node.word("--headless");
+                }
+            }
+            node.0
+        })
+        .collect();
+    Ok(Export { text: script(&assumes, &lines), launch: None, commands: lines })
 }
 
 /// `python -m sglang.launch_server`: from a serving plan made under `--engine sglang` (its
@@ -350,6 +390,13 @@ pub fn sglang(launch: &Launch, plan_gpus: usize) -> Result<Export, InputError> {
         }
     };
     let tp = serving_tp(plan_gpus, w, "sglang")?;
+    if w.pipeline_parallel_size() > 1 {
+        return Err(refuse(
+            "sglang",
+            "the plan was sized for vLLM's pipeline stages, which vramplan does not size under SGLang",
+            "write it for vLLM (`--format vllm`), or plan tensor parallel only (`--parallel tp=N`)",
+        ));
+    }
     let total = launch.total_gpus().max(1);
     let dp = engine_dp.unwrap_or(total / tp).max(1);
     let nodes = launch.nodes().max(1);
@@ -405,7 +452,7 @@ pub fn sglang(launch: &Launch, plan_gpus: usize) -> Result<Export, InputError> {
             "Sized under vLLM's accounting: --mem-fraction-static is the plan's --gpu-memory-utilization (SGLang's share for weights and KV; leave it out for SGLang's default by GPU size).".into(),
         );
     }
-    Ok(Export { text: script(&assumes, &lines), launch: None })
+    Ok(Export { text: script(&assumes, &lines), launch: None, commands: lines })
 }
 
 /// The ZeRO stage and offloads of a training plan, refused for other layouts.
@@ -522,6 +569,7 @@ pub fn deepspeed(launch: &Launch, file: &str) -> Result<Export, InputError> {
     Ok(Export {
         text: serde_json::to_string_pretty(&config).unwrap_or_default() + "\n",
         launch: Some(script(&assumes, &lines)),
+        commands: lines,
     })
 }
 
@@ -583,7 +631,7 @@ pub fn fsdp(launch: &Launch, file: &str) -> Result<Export, InputError> {
         &format!("Assumes accelerate {ACCELERATE_VERSION} with the FSDP config beside this script"),
         "one that runs under `accelerate launch`: an HF Trainer script, or one built on `Accelerator()`",
     );
-    Ok(Export { text: yaml, launch: Some(script(&assumes, &lines)) })
+    Ok(Export { text: yaml, launch: Some(script(&assumes, &lines)), commands: lines })
 }
 
 /// `torchrun` lines for DDP, one per node.
@@ -604,7 +652,7 @@ pub fn torchrun(launch: &Launch) -> Result<Export, InputError> {
         "Assumes torch's torchrun (torch >= 2.1) and DDP",
         "an HF Trainer script, or one that wraps the model in `DistributedDataParallel` on its LOCAL_RANK",
     );
-    Ok(Export { text: script(&assumes, &lines), launch: None })
+    Ok(Export { text: script(&assumes, &lines), launch: None, commands: lines })
 }
 
 #[cfg(test)]

@@ -349,7 +349,7 @@ fn vllm_concurrency(question: &Question, base: &Workload, seq: u64) -> Concurren
     }
     let heads = question.model.facts.num_attention_heads.max(1);
     let Some(size) = (2..=gpus).rev().find(|n| heads.is_multiple_of(*n)) else { return answer };
-    let wide = Workload { parallelism: Parallelism::Tensor { size: size as u32 }, ..w.clone() };
+    let wide = Workload { parallelism: Parallelism::tensor(size as u32), ..w.clone() };
     let mut over = vllm_concurrency_with(question, &wide, seq);
     if over.refused.is_some() {
         return answer;
@@ -478,7 +478,7 @@ pub fn min_gpus(question: &Question, kind: Option<&str>) -> Result<Fewest, Input
     let workload_on = |n: u64| -> Workload {
         let mut w = question.workload.clone();
         if matches!(w.engine, Engine::Vllm { .. }) || matches!(w.parallelism, Parallelism::Tensor { .. }) {
-            w.parallelism = if n > 1 { Parallelism::Tensor { size: n as u32 } } else { Parallelism::Single };
+            w.parallelism = if n > 1 { Parallelism::tensor(n as u32) } else { Parallelism::Single };
         }
         w
     };

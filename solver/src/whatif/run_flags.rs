@@ -533,7 +533,7 @@ fn vllm(model: &ModelDescription, answer: &Workload, gpu_memory_utilization: f64
     serve.arg(&pretrained_source(model).unwrap_or_else(|| "MODEL".into()), "");
     serve.arg("--max-model-len", answer.seq);
     serve.arg("--gpu-memory-utilization", gpu_memory_utilization);
-    if let Parallelism::Tensor { size } = answer.parallelism {
+    if let Parallelism::Tensor { size, .. } = answer.parallelism {
         serve.arg("--tensor-parallel-size", size);
     }
     if let Some(dtype) = answer.weight_dtype {
@@ -565,7 +565,7 @@ fn sglang(model: &ModelDescription, answer: &Workload) -> RunFlags {
         if let Some(tokens) = max_total_tokens {
             serve.arg("--max-total-tokens", tokens);
         }
-        if let Parallelism::Tensor { size } = answer.parallelism {
+        if let Parallelism::Tensor { size, .. } = answer.parallelism {
             serve.arg("--tp-size", size);
         }
         if let Some(dp) = dp_size.filter(|&d| d > 1) {

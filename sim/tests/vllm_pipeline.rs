@@ -1,0 +1,109 @@
+//! vLLM's pipeline-parallel ranks (`sim/src/engines/pipeline_stage.rs`, `vllm::stage_budget`)
+//! against closed forms from the published configs: what each stage holds of Llama-3.1-70B
+//! (untied) and Llama-3.2-1B (tied), its KV cache per token, and the sampler on the last stage
+//! only; the estimate's ranks in vLLM's order, with every rank at the smallest rank's blocks.
+
+use vramplan_profiles::hardware::{self, Device};
+use vramplan_profiles::model::{self, ImportOptions, ModelDescription};
+use vramplan_sim::engines::estimate::vllm_estimate;
+use vramplan_sim::engines::pipeline_stage::{Stage, stage_model};
+use vramplan_sim::engines::vllm::{self, VllmBudget};
+use vramplan_sim::workload::{Engine, Parallelism, Workload};
+
+fn device() -> Device {
+    hardware::load("h100-80gb").expect("a hardware profile").devices[0].clone()
+}
+
+fn builtin(name: &str) -> ModelDescription {
+    model::load(name, ImportOptions::default()).expect("a built-in model")
+}
+
+fn serve(tp: u32, pp: u32) -> Workload {
+    Workload {
+        seq: 8192,
+        parallelism: Parallelism::Tensor { size: tp, pipeline: pp },
+        engine: Engine::Vllm { gpu_memory_utilization: 0.9, max_num_batched_tokens: 8192 },
+        ..Workload::default()
+    }
+}
+
+fn stage(model: &ModelDescription, tp: u32, index: u32, count: u32) -> VllmBudget {
+    vllm::stage_budget(model, &device(), &serve(tp, count), tp, Stage { index, count }).expect("a budget")
+}
+
+/// Llama-3.1-70B (meta-llama config.json): hidden 8192, 64 heads, 8 KV heads of 128, MLP 28672,
+/// 80 layers, vocabulary 128256, untied head, 131072 positions.
+#[test]
+fn each_stage_of_an_untied_model_holds_its_layers_and_its_end() {
+    let model = builtin("llama-3.1-70b");
+    let whole = stage(&model, 8, 0, 1);
+    let (first, last) = (stage(&model, 8, 0, 2), stage(&model, 8, 1, 2));
+    // vLLM's rotary `cos_sin_cache` (131072 × 128 in bf16) is built on every rank.
+    let rotary = 131072 * 128 * 2;
+    let layer = (2 * 8192 * 8192 + 2 * 1024 * 8192 + 3 * 28672 * 8192) / 8 * 2 + 2 * 8192 * 2;
+    // The embedding and the head: vocabulary-parallel, 128256 rows padded to a multiple of
+    // 64 × 8 (128512), / 8.
+    let embedding = 128512 / 8 * 8192 * 2;
+    assert_eq!(first.weights_bytes, 40 * layer + embedding + rotary, "stage 0: embedding + layers 0-39");
+    assert_eq!(
+        last.weights_bytes,
+        40 * layer + embedding + 8192 * 2 + rotary,
+        "stage 1: layers 40-79 + norm + head"
+    );
+    assert_eq!(first.weights_bytes + last.weights_bytes, whole.weights_bytes + rotary);
+    // Each stage caches K and V of its 40 layers: 2 × 1 head × 128 × 2 bytes each.
+    assert_eq!(first.kv_bytes_per_token, 40 * 2 * 128 * 2);
+    assert_eq!(first.kv_bytes_per_token * 2, whole.kv_bytes_per_token);
+    // The sampler (logits over the vocabulary) runs on the last stage only.
+    assert_eq!(last.activation_peak_at, "sampler");
+    assert_ne!(first.activation_peak_at, "sampler");
+    assert!(first.activation_peak_bytes < last.activation_peak_bytes);
+}
+
+/// Llama-3.2-1B ties its head to the embedding; with two stages the last one holds the head as a
+/// weight of its own (vLLM loads the embedding's values into it).
+#[test]
+fn a_tied_head_is_a_weight_of_its_own_on_the_last_stage() {
+    let model = builtin("llama-3.2-1b");
+    let whole = stage(&model, 1, 0, 1);
+    let (first, last) = (stage(&model, 1, 0, 2), stage(&model, 1, 1, 2));
+    let embedding = 128256 * 2048 * 2;
+    let rotary = 131072 * 64 * 2;
+    assert_eq!(first.weights_bytes + last.weights_bytes, whole.weights_bytes + embedding + rotary);
+    let staged = stage_model(&model, Stage { index: 1, count: 2 });
+    assert!(!staged.has_path("model.embed_tokens"));
+    assert!(
+        staged.has_path("lm_head") && staged.has_path("model.layers.8") && !staged.has_path("model.layers.7")
+    );
+}
+
+#[test]
+fn ranks_follow_vllms_order_and_share_the_smallest_ranks_blocks() {
+    let model = builtin("llama-3.1-70b");
+    let profile = hardware::load("h100-80gb-x8-n2").expect("a profile");
+    let estimate = vllm_estimate(&model, &profile, &serve(8, 2)).expect("an estimate");
+    assert_eq!(estimate.devices.len(), 16);
+    let (first, last) = (stage(&model, 8, 0, 2), stage(&model, 8, 1, 2));
+    let blocks = |b: &VllmBudget| b.kv_capacity_tokens;
+    let capacity = blocks(&first).min(blocks(&last));
+    assert_eq!(estimate.kv_capacity_tokens, Some(capacity));
+    for (rank, d) in estimate.devices.iter().enumerate() {
+        let b = if rank < 8 { &first } else { &last };
+        assert_eq!(d.components.weights, b.weights_bytes, "rank {rank}");
+        // The smallest rank keeps what it had; the others shrink to its blocks (16 tokens each).
+        let kv = d.components.kv_cache;
+        assert!(
+            kv >= capacity * b.kv_bytes_per_token && kv < (capacity + 16) * b.kv_bytes_per_token,
+            "rank {rank}"
+        );
+        if blocks(b) > capacity {
+            assert_eq!(kv, capacity * b.kv_bytes_per_token, "rank {rank}");
+        }
+    }
+    assert!(blocks(&first) > blocks(&last), "the sampler's logits leave the last stage less room");
+    // Tensor parallel 16 instead: the 8 KV heads are replicated, so twice the KV per token and
+    // a warning that names the pipeline layout.
+    let across = vllm_estimate(&model, &profile, &serve(16, 1)).expect("an estimate");
+    assert!(across.kv_capacity_tokens < estimate.kv_capacity_tokens);
+    assert!(across.warnings.iter().any(|w| w.contains("--parallel tp=8,pp=2")), "{:?}", across.warnings);
+}
