@@ -24,6 +24,7 @@ use std::path::Path;
 use vramplan_api::{InputError, InspectRequest, ModelSource};
 use vramplan_profiles::hardware;
 use vramplan_profiles::model::Naming;
+use vramplan_reports::terminal_safe;
 
 pub use vramplan_api::{EXIT_BAD_INPUT, EXIT_NEGATIVE, EXIT_NO_ANSWER};
 /// Exit code when `validate`'s backend has no usable device here.
@@ -117,12 +118,13 @@ where
 {
     match dispatch(args, out, err) {
         Ok(code) => code,
+        // The message may quote an argument or a file: made terminal-safe, as all output is.
         Err(Failure::Parse(e)) => {
-            let _ = write!(err, "{}", e.render());
+            let _ = write!(err, "{}", terminal_safe(&e.render().to_string()));
             EXIT_BAD_INPUT
         }
         Err(Failure::Input(e)) => {
-            let _ = writeln!(err, "error: {e}");
+            let _ = writeln!(err, "error: {}", terminal_safe(&e.to_string()));
             EXIT_BAD_INPUT
         }
     }
@@ -256,7 +258,7 @@ fn parse_or_help<A>(parsed: Result<A, clap::Error>, out: &mut dyn Write) -> Resu
 fn print_hub_activity(err: &mut dyn Write) {
     let activity = vramplan_hub::take_activity();
     for line in &activity.lines {
-        let _ = writeln!(err, "hub: {line}");
+        let _ = writeln!(err, "hub: {}", terminal_safe(line));
     }
     let _ = writeln!(
         err,
@@ -300,6 +302,8 @@ fn inspect(
 }
 
 fn print(out: &mut dyn Write, text: &str) -> Result<i32, InputError> {
+    // Text from input files (names, a currency) reaches the terminal escaped.
+    let text = terminal_safe(text);
     // A closed pipe (`vramplan inspect x | head`) is not an input error: write failures are
     // ignored and the command still succeeds.
     let _ = if text.ends_with('\n') { write!(out, "{text}") } else { writeln!(out, "{text}") };

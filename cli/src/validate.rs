@@ -162,7 +162,8 @@ pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write)
     };
     let result = vramplan_api::validate(&request)?;
     if let Some(why) = &result.unavailable {
-        let _ = writeln!(err, "{}", vramplan_reports::unavailable_message(result.backend, why));
+        let message = vramplan_reports::unavailable_message(result.backend, why);
+        let _ = writeln!(err, "{}", vramplan_reports::terminal_safe(&message));
         if args.json {
             crate::print(out, &result.to_json())?;
         }

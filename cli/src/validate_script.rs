@@ -40,7 +40,7 @@ pub(crate) fn run(
     let result = {
         let mut progress = |line: &str| {
             if show_progress {
-                let _ = write!(err, "\r\x1b[2K{}", progress_words(line));
+                let _ = write!(err, "\r\x1b[2K{}", vramplan_reports::terminal_safe(&progress_words(line)));
                 let _ = err.flush();
             }
         };
@@ -53,7 +53,8 @@ pub(crate) fn run(
     match &result.run {
         None => {
             if let Some(why) = &result.unavailable {
-                let _ = writeln!(err, "{}", vramplan_reports::script_unavailable_message(why));
+                let message = vramplan_reports::script_unavailable_message(why);
+                let _ = writeln!(err, "{}", vramplan_reports::terminal_safe(&message));
             }
             if args.json {
                 crate::print(out, &result.to_json())?;

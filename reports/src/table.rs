@@ -9,10 +9,10 @@ pub struct Table {
 }
 
 impl Table {
-    /// A table with these column titles.
+    /// A table with these column titles (made [`crate::terminal_safe`], as every cell is).
     pub fn new(header: &[&str]) -> Table {
         Table {
-            header: header.iter().map(|s| s.to_string()).collect(),
+            header: header.iter().map(|s| crate::terminal_safe(s).into_owned()).collect(),
             rows: Vec::new(),
             right: vec![false; header.len()],
             show_header: true,
@@ -35,9 +35,10 @@ impl Table {
         self
     }
 
-    /// Adds a row, one cell per column.
+    /// Adds a row, one cell per column, each made [`crate::terminal_safe`] before the columns
+    /// are measured (a cell may quote a name from an input file).
     pub fn row(&mut self, cells: &[&str]) {
-        self.rows.push(cells.iter().map(|s| s.to_string()).collect());
+        self.rows.push(cells.iter().map(|s| crate::terminal_safe(s).into_owned()).collect());
     }
 
     /// The table as text, columns padded to their widest cell.
