@@ -9,6 +9,7 @@
 
 mod check;
 mod estimate;
+mod output;
 mod plan;
 mod plot;
 mod report;
@@ -20,11 +21,12 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::cell::RefCell;
 use std::ffi::OsString;
 use std::io::Write;
-use std::path::Path;
 use vramplan_api::{InputError, InspectRequest, ModelSource};
 use vramplan_profiles::hardware;
 use vramplan_profiles::model::Naming;
 use vramplan_reports::terminal_safe;
+
+pub(crate) use output::{write_all_atomic, write_atomic};
 
 pub use vramplan_api::{EXIT_BAD_INPUT, EXIT_NEGATIVE, EXIT_NO_ANSWER};
 /// Exit code when `validate`'s backend has no usable device here.
@@ -308,17 +310,4 @@ fn print(out: &mut dyn Write, text: &str) -> Result<i32, InputError> {
     // ignored and the command still succeeds.
     let _ = if text.ends_with('\n') { write!(out, "{text}") } else { writeln!(out, "{text}") };
     Ok(0)
-}
-
-/// Writes `bytes` to `path` through a temporary file in the same folder and a rename, so that
-/// nothing half-written is ever left at `path`.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), InputError> {
-    let folder = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let temp = folder.join(format!(".{name}.{}.tmp", std::process::id()));
-    let result = std::fs::write(&temp, bytes).and_then(|()| std::fs::rename(&temp, path));
-    result.map_err(|e| {
-        let _ = std::fs::remove_file(&temp);
-        InputError::io(path, &e).with_fix("write to a folder that exists and that you can write to")
-    })
 }

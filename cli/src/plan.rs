@@ -112,10 +112,13 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
     let solved = vramplan_api::plan(&request)?;
     let mut written_map = None;
     if let (Some(path), Some((format, exported))) = (&args.output, &solved.export) {
-        crate::write_atomic(path, exported.text.as_bytes())?;
+        // The export and its launch script together: both written, or neither.
+        let launch = vramplan_solver::export::launch_path(path);
+        let mut files: Vec<(&std::path::Path, &[u8])> = vec![(path.as_path(), exported.text.as_bytes())];
         if let Some(script) = &exported.launch {
-            crate::write_atomic(&vramplan_solver::export::launch_path(path), script.as_bytes())?;
+            files.push((launch.as_path(), script.as_bytes()));
         }
+        crate::write_all_atomic(&files)?;
         if *format == Format::Accelerate {
             written_map = Some(path.display().to_string());
         }

@@ -1,13 +1,13 @@
 //! `vramplan report MODEL --hardware HW [WORKLOAD] [--device-map F | --plan F] [plan's
 //! options] -o report.md|report.html`: the options as a `vramplan-api` request; writes the
-//! report (Markdown with its SVG drawings beside it, or one HTML file), each file atomically,
+//! report (Markdown with its SVG drawings beside it, or one HTML file), all files or none,
 //! and prints what it wrote.
 
 use crate::estimate::{Inputs, MapSource};
 use crate::plan::SolveOptions;
 use clap::Args;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use vramplan_api::{InputError, ReportRequest};
 
 #[derive(Args, Debug)]
@@ -32,13 +32,12 @@ pub(crate) fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<i32, InputEr
         output: args.output.clone(),
     };
     let report = vramplan_api::report(&request)?;
-    let mut written = Vec::new();
-    for (path, svg) in &report.drawings {
-        crate::write_atomic(path, svg.as_bytes())?;
-        written.push(path.display().to_string());
-    }
+    // The document and its drawings together: all written, or none (the old ones kept).
     let (path, text) = &report.document;
-    crate::write_atomic(path, text.as_bytes())?;
-    written.insert(0, path.display().to_string());
+    let files: Vec<(&Path, &[u8])> = std::iter::once((path.as_path(), text.as_bytes()))
+        .chain(report.drawings.iter().map(|(p, svg)| (p.as_path(), svg.as_bytes())))
+        .collect();
+    crate::write_all_atomic(&files)?;
+    let written: Vec<String> = files.iter().map(|(p, _)| p.display().to_string()).collect();
     crate::print(out, &format!("wrote {}", written.join(", ")))
 }
