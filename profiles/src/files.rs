@@ -77,6 +77,7 @@ impl FileKind {
             // The largest tokenizers (256k tokens with scores and merges) take tens of MiB.
             FileKind::Gguf => 256 * MIB,
             FileKind::CustomModel | FileKind::DeviceMap | FileKind::Plan | FileKind::Measured => 64 * MIB,
+            // A script is not read here (Python reads it); its bound is not applied.
             FileKind::Hardware | FileKind::ExpertLoad | FileKind::Script => 16 * MIB,
             FileKind::Prices | FileKind::Workload => MIB,
             FileKind::Trace => 256 * MIB,
