@@ -8,6 +8,7 @@ mod plan;
 pub mod plot;
 mod script;
 mod table;
+mod terminal;
 mod validate;
 mod whatif;
 
@@ -19,6 +20,7 @@ pub use plan::{
 };
 pub use script::{script_table, script_unavailable_message};
 pub use table::{Table, group_digits};
+pub use terminal::terminal_safe;
 pub use validate::{unavailable_message, validate_table};
 pub use whatif::{
     binding_words, cheapest_text, concurrency_text, fewest_text, frontier_csv, frontier_text, grid_csv,

@@ -197,7 +197,8 @@ pub fn concurrency_text(answers: &[Concurrency]) -> String {
         let note = match (&a.refused, a.tensor_parallel, a.scheduler_limit, binding) {
             (Some(why), ..) => format!("refused: {why}"),
             (_, Some(tp), ..) => format!(
-                "with --parallel tp={tp}: vLLM runs on one GPU unless told, and one does not hold the model"
+                "with --parallel tp={tp}: {} runs on one GPU unless told, and one does not hold the model",
+                engine_name(a.engine)
             ),
             (_, _, Some(limit), _) => {
                 format!("schedules at most {} per step (--max-num-seqs)", group_digits(limit))
@@ -219,7 +220,12 @@ pub fn concurrency_text(answers: &[Concurrency]) -> String {
 pub fn fewest_text(answer: &Fewest) -> String {
     let mut text = match (answer.gpus, &answer.fit, &answer.hardware) {
         (Some(n), Some(fit), Some(hw)) => {
-            format!("fewest {} GPUs that fit: {n}  (--hardware {hw}; {})\n", answer.kind, fit_words(fit))
+            let layout = answer.parallel.as_ref().map_or(String::new(), |p| format!(" --parallel {p}"));
+            format!(
+                "fewest {} GPUs that fit: {n}  (--hardware {hw}{layout}; {})\n",
+                answer.kind,
+                fit_words(fit)
+            )
         }
         _ => format!("no count of {} GPUs up to the search's end fits\n", answer.kind),
     };
@@ -228,7 +234,10 @@ pub fn fewest_text(answer: &Fewest) -> String {
     }
     if !answer.counts.is_empty() {
         let counts: Vec<String> = answer.counts.iter().map(|c| c.to_string()).collect();
-        text += &format!("(tensor-parallel sizes that divide the heads: {})\n", counts.join(", "));
+        text += &format!(
+            "(the counts with a tensor-parallel size that divides the heads: {})\n",
+            counts.join(", ")
+        );
     }
     text + &run_text(&answer.run)
 }

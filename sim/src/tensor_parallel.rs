@@ -96,7 +96,7 @@ pub fn kv_bytes_per_token(model: &ModelDescription, tp: u32, kv_dtype: DType) ->
 }
 
 /// Decoder blocks, the ones that keep a KV cache.
-pub(crate) fn decoder_layers(model: &ModelDescription) -> u64 {
+pub fn decoder_layers(model: &ModelDescription) -> u64 {
     model.facts.layers.iter().filter(|l| l.stack == StackKind::Decoder).count() as u64
 }
 

@@ -446,3 +446,56 @@ fn vllm_over_several_gpus_answers_with_the_tensor_parallelism_it_needs() {
         text.stdout
     );
 }
+
+/// SGLang too runs on one GPU unless told (`--tp-size` defaults to 1): its row widens to the
+/// largest tensor-parallel size the four A100s allow, and holds what `estimate --engine sglang
+/// --parallel tp=4` holds.
+#[test]
+fn sglang_over_several_gpus_answers_with_the_tensor_parallelism_it_needs() {
+    let base = ["llama-3.3-70b", "--hardware", "a100-80gb-x4", "--engine", "sglang", "--seq", "4096"];
+    let out = whatif(&[&["max-concurrency"][..], &base, &["--json"]].concat());
+    let answers: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
+    let row =
+        answers.as_array().and_then(|a| a.iter().find(|r| r["engine"] == "sglang")).expect("an SGLang row");
+    assert_eq!(row["tensor_parallel"], 4, "{row}");
+    let capacity = row["kv_capacity_tokens"].as_u64().expect("capacity");
+    let estimate = vramplan(&[&["estimate"][..], &base, &["--parallel", "tp=4", "--json"]].concat());
+    assert_eq!(estimate.code, 0, "{}", estimate.stderr);
+    assert_eq!(estimate.json()["kv_capacity_tokens"].as_u64(), Some(capacity), "{}", estimate.stdout);
+}
+
+/// `min-gpus` under vLLM answers with the tensor × pipeline shape each count runs as (tensor
+/// parallel inside a server of 8, dividing the heads and the count; pipeline stages for the
+/// rest), checked by `estimate` of that shape: Llama-3.1-405B (128 heads) at 32k × 8 on H100s.
+#[test]
+fn min_gpus_under_vllm_gives_the_tensor_by_pipeline_shape() {
+    let base =
+        ["llama-3.1-405b", "--mode", "inference", "--engine", "vllm", "--seq", "32768", "--batch", "8"];
+    let out = whatif(&[&["min-gpus"][..], &base, &["--hardware", "h100-80gb", "--json"]].concat());
+    let answer = out.json();
+    let n = answer["gpus"].as_u64().expect("a count");
+    let fewer = answer["fewer"].as_u64().expect("a count below");
+    assert_eq!(fewer, n - 1);
+    // The shape vLLM's guide gives each count: the largest tp ≤ 8 dividing 128 heads and the count.
+    let shape = |n: u64| {
+        let tp = (1..=n.min(8)).rev().find(|tp| 128 % tp == 0 && n.is_multiple_of(*tp)).expect("tp");
+        if n / tp > 1 { format!("tp={tp},pp={}", n / tp) } else { format!("tp={tp}") }
+    };
+    assert_eq!(answer["parallel"], shape(n).as_str(), "{answer}");
+    for (count, fits) in [(n, true), (fewer, false)] {
+        let hardware = format!("{count}xh100-80gb");
+        let layout = shape(count);
+        assert_eq!(
+            estimate_fits(&base, &["--hardware", &hardware, "--parallel", &layout]),
+            fits,
+            "{count}: {layout}"
+        );
+    }
+    let text = whatif(&[&["min-gpus"][..], &base, &["--hardware", "h100-80gb"]].concat());
+    let (tp, pp) =
+        shape(n).split_once(',').map_or((shape(n), String::new()), |(t, p)| (t.to_string(), p.to_string()));
+    assert!(text.stdout.contains(&format!("--tensor-parallel-size {}", &tp[3..])), "{}", text.stdout);
+    if !pp.is_empty() {
+        assert!(text.stdout.contains(&format!("--pipeline-parallel-size {}", &pp[3..])), "{}", text.stdout);
+    }
+}

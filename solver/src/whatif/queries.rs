@@ -336,9 +336,20 @@ fn vllm_concurrency(question: &Question, base: &Workload, seq: u64) -> Concurren
     };
     let w = Workload { engine, ..base.clone() };
     let answer = vllm_concurrency_with(question, &w, seq);
-    // vLLM runs on one GPU unless told (`--tensor-parallel-size` defaults to 1): where the
-    // workload names no parallelism and that one GPU holds nothing, the answer over the
-    // profile's GPUs is the one with the largest tensor-parallel size they allow.
+    widened(question, &w, seq, answer, vllm_concurrency_with)
+}
+
+/// A serving engine runs on one GPU unless told (vLLM's `--tensor-parallel-size` and SGLang's
+/// `--tp-size` default to 1): where the workload names no parallelism and that one GPU holds
+/// nothing, the answer over the profile's GPUs is the one with the largest tensor-parallel size
+/// they allow (`answer_with` answers for a workload as it stands).
+fn widened(
+    question: &Question,
+    w: &Workload,
+    seq: u64,
+    answer: Concurrency,
+    answer_with: fn(&Question, &Workload, u64) -> Concurrency,
+) -> Concurrency {
     let gpus = question.hardware.devices.len() as u64;
     if answer.sequences.is_some()
         || answer.refused.is_some()
@@ -350,7 +361,7 @@ fn vllm_concurrency(question: &Question, base: &Workload, seq: u64) -> Concurren
     let heads = question.model.facts.num_attention_heads.max(1);
     let Some(size) = (2..=gpus).rev().find(|n| heads.is_multiple_of(*n)) else { return answer };
     let wide = Workload { parallelism: Parallelism::tensor(size as u32), ..w.clone() };
-    let mut over = vllm_concurrency_with(question, &wide, seq);
+    let mut over = answer_with(question, &wide, seq);
     if over.refused.is_some() {
         return answer;
     }
@@ -405,7 +416,13 @@ fn sglang_concurrency(question: &Question, base: &Workload, seq: u64) -> Concurr
         _ => Engine::SGLANG_DEFAULT,
     };
     let w = Workload { engine, ..base.clone() };
-    let fit = match probe(question, question.hardware, &w) {
+    let answer = sglang_concurrency_with(question, &w, seq);
+    widened(question, &w, seq, answer, sglang_concurrency_with)
+}
+
+/// SGLang's answer for workload `w` as it stands.
+fn sglang_concurrency_with(question: &Question, w: &Workload, seq: u64) -> Concurrency {
+    let fit = match probe(question, question.hardware, w) {
         Ok(fit) => fit,
         Err(e) => return refused(EngineKind::Sglang, seq, e),
     };
@@ -413,7 +430,7 @@ fn sglang_concurrency(question: &Question, base: &Workload, seq: u64) -> Concurr
     let sequences = capacity.map(|c| c / seq.max(1)).filter(|&n| n > 0 && fit.fits);
     let run = match sequences {
         Some(n) => {
-            let mut run = run_flags(question.model, question.hardware, question.workload, &w, &fit);
+            let mut run = run_flags(question.model, question.hardware, question.workload, w, &fit);
             for flags in &mut run {
                 flags.set("--max-running-requests", n.to_string());
             }
@@ -444,6 +461,10 @@ pub struct Fewest {
     pub gpus: Option<u64>,
     /// The hardware short form that gives them (`4xt4`).
     pub hardware: Option<String>,
+    /// The `--parallel` layout they run as, where the count is a tensor-parallel one
+    /// (`tp=4`, `tp=4,pp=3` under vLLM).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parallel: Option<String>,
     /// Its probe (with the device map where one copy is spread over them).
     pub fit: Option<Fit>,
     /// The count just below, which does not fit (`None` when one GPU fits).
@@ -464,7 +485,8 @@ pub struct Fewest {
 
 /// The fewest GPUs of `kind` (a catalog key; default the question's first GPU's) that fit the
 /// workload. One copy over several GPUs is planned for each count; under DDP, ZeRO or FSDP every
-/// GPU is a rank; under vLLM the count is the tensor-parallel size, which must divide the heads.
+/// GPU is a rank; under vLLM each count runs as [`vllm_shape`] lays it out (tensor parallel inside
+/// a server, pipeline stages beyond it), under SGLang the count is its `--tp-size`.
 pub fn min_gpus(question: &Question, kind: Option<&str>) -> Result<Fewest, InputError> {
     let kind = match kind {
         Some(k) => k.to_string(),
@@ -475,9 +497,21 @@ pub fn min_gpus(question: &Question, kind: Option<&str>) -> Result<Fewest, Input
     };
     let load = |n: u64| hardware::load(&format!("{n}x{kind}"));
     load(1)?;
+    let vllm = matches!(question.workload.engine, Engine::Vllm { .. });
+    let heads = question.model.facts.num_attention_heads.max(1);
+    let layers = vramplan_sim::tensor_parallel::decoder_layers(question.model).max(1);
     let workload_on = |n: u64| -> Workload {
         let mut w = question.workload.clone();
-        if matches!(w.engine, Engine::Vllm { .. }) || matches!(w.parallelism, Parallelism::Tensor { .. }) {
+        if vllm {
+            let (tp, pp) = vllm_shape(heads, layers, n).unwrap_or((n, 1));
+            w.parallelism = if n > 1 {
+                Parallelism::Tensor { size: tp as u32, pipeline: pp as u32 }
+            } else {
+                Parallelism::Single
+            };
+        } else if matches!(w.engine, Engine::Sglang { .. })
+            || matches!(w.parallelism, Parallelism::Tensor { .. })
+        {
             w.parallelism = if n > 1 { Parallelism::tensor(n as u32) } else { Parallelism::Single };
         }
         w
@@ -487,12 +521,14 @@ pub fn min_gpus(question: &Question, kind: Option<&str>) -> Result<Fewest, Input
         let fit = probe(question, &h, &workload_on(n))?;
         Ok((fit.fits, (fit, h)))
     };
-    let tensor_parallel = matches!(question.workload.engine, Engine::Vllm { .. })
+    let tensor_parallel = matches!(question.workload.engine, Engine::Vllm { .. } | Engine::Sglang { .. })
         || matches!(question.workload.parallelism, Parallelism::Tensor { .. });
     let (fewer, found, counts, probes) = if tensor_parallel {
-        // Only counts that divide the heads shard them; scan those in order.
-        let heads = question.model.facts.num_attention_heads.max(1);
-        let counts: Vec<u64> = (1..=MAX_GPUS).filter(|n| heads.is_multiple_of(*n)).collect();
+        // Only counts that divide the heads shard them (under vLLM, counts with a tensor ×
+        // pipeline shape); scan those in order.
+        let counts: Vec<u64> = (1..=MAX_GPUS)
+            .filter(|&n| if vllm { vllm_shape(heads, layers, n).is_some() } else { heads.is_multiple_of(n) })
+            .collect();
         let mut fewer = None;
         let mut found = None;
         let mut probes = 0;
@@ -519,8 +555,15 @@ pub fn min_gpus(question: &Question, kind: Option<&str>) -> Result<Fewest, Input
         Some((n, (fit, h))) => run_flags(question.model, h, question.workload, &workload_on(*n), fit),
         None => Vec::new(),
     };
+    let parallel = found
+        .as_ref()
+        .filter(|_| tensor_parallel)
+        .map(|(n, _)| crate::plan::parallel_flag(workload_on(*n).parallelism));
+    // Every count open: nothing to list.
+    let counts = if counts.len() as u64 == MAX_GPUS { Vec::new() } else { counts };
     Ok(Fewest {
         hardware: found.as_ref().map(|(n, _)| format!("{n}x{kind}")),
+        parallel,
         gpus: found.as_ref().map(|(n, _)| *n),
         fit: found.map(|(_, (f, _))| f),
         fewer: fewer.as_ref().map(|(n, _)| *n),
@@ -531,6 +574,21 @@ pub fn min_gpus(question: &Question, kind: Option<&str>) -> Result<Fewest, Input
         probes,
         run,
     })
+}
+
+/// GPUs in one server's NVLink domain (NVIDIA DGX/HGX H100 and A100: 8), the tensor-parallel
+/// group vLLM's multi-node guide keeps inside a node ("the tensor parallel size is the number
+/// of GPUs in each node, and the pipeline parallel size the number of nodes").
+const GPUS_PER_SERVER: u64 = 8;
+
+/// The tensor × pipeline shape vLLM runs on `n` GPUs: the largest tensor-parallel size up to a
+/// server's GPUs that divides both the `heads` and `n`, and `n / tp` pipeline stages, each with
+/// at least one of the `layers`; `None` when there are more stages than layers.
+pub fn vllm_shape(heads: u64, layers: u64, n: u64) -> Option<(u64, u64)> {
+    let tp =
+        (1..=n.min(GPUS_PER_SERVER)).rev().find(|&tp| heads.is_multiple_of(tp) && n.is_multiple_of(tp))?;
+    let pp = n / tp;
+    (pp <= layers).then_some((tp, pp))
 }
 
 /// One weight precision tried by [`best_quant`].
@@ -664,4 +722,20 @@ pub fn cheapest(question: &Question, profiles: &[String], prices: &Prices) -> Re
     };
     let answer = best.map(|(r, _)| r.hardware.clone());
     Ok(Cheapest { profiles: rows.into_iter().map(|(r, _)| r).collect(), answer, run })
+}
+
+#[cfg(test)]
+mod shape_tests {
+    use super::vllm_shape;
+
+    /// The largest tensor-parallel size up to 8 that divides the heads and the count, the rest
+    /// in pipeline stages (vLLM's multi-node guide: TP 8 × PP 2 for two 8-GPU nodes).
+    #[test]
+    fn vllm_shapes_keep_tensor_parallel_inside_a_server() {
+        assert_eq!(vllm_shape(128, 126, 16), Some((8, 2)));
+        assert_eq!(vllm_shape(64, 80, 12), Some((4, 3)));
+        assert_eq!(vllm_shape(40, 40, 3), Some((1, 3)));
+        assert_eq!(vllm_shape(64, 80, 4), Some((4, 1)));
+        assert_eq!(vllm_shape(32, 2, 3), None, "3 stages for 2 layers");
+    }
 }

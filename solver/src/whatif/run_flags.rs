@@ -533,8 +533,11 @@ fn vllm(model: &ModelDescription, answer: &Workload, gpu_memory_utilization: f64
     serve.arg(&pretrained_source(model).unwrap_or_else(|| "MODEL".into()), "");
     serve.arg("--max-model-len", answer.seq);
     serve.arg("--gpu-memory-utilization", gpu_memory_utilization);
-    if let Parallelism::Tensor { size, .. } = answer.parallelism {
+    if let Parallelism::Tensor { size, pipeline } = answer.parallelism {
         serve.arg("--tensor-parallel-size", size);
+        if pipeline > 1 {
+            serve.arg("--pipeline-parallel-size", pipeline);
+        }
     }
     if let Some(dtype) = answer.weight_dtype {
         serve.arg("--dtype", dtype.torch_name());
