@@ -55,7 +55,7 @@ impl RepoCache {
         if is_commit(revision) {
             return Some(revision.to_string());
         }
-        let text = std::fs::read_to_string(self.root.join("refs").join(revision)).ok()?;
+        let text = String::from_utf8(read_cached(&self.root.join("refs").join(revision))?).ok()?;
         let commit = text.trim();
         (!commit.is_empty()).then(|| commit.to_string())
     }
@@ -114,8 +114,8 @@ impl RepoCache {
     /// A cached safetensors header: the file's first bytes and its total size.
     pub fn header(&self, commit: &str, file: &str) -> Option<(Vec<u8>, u64)> {
         let path = self.root.join(HEADERS).join(commit).join(file);
-        let size = std::fs::read_to_string(sidecar(&path)).ok()?.trim().parse().ok()?;
-        let bytes = std::fs::read(&path).ok()?;
+        let size = String::from_utf8(read_cached(&sidecar(&path))?).ok()?.trim().parse().ok()?;
+        let bytes = read_cached(&path)?;
         Some((bytes, size))
     }
 
@@ -202,6 +202,18 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), HubError> {
     })
 }
 
+/// The bytes of a file of the cache, if it is a regular file of at most [`crate::MAX_HEADER`]
+/// bytes (the largest thing kept there); anything else is read as not cached. A FIFO or device
+/// put in the cache would otherwise block the read (`vramplan_profiles::files` refuses them in a
+/// user's input the same way).
+fn read_cached(path: &Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path).ok().filter(|m| m.is_file() && m.len() <= crate::MAX_HEADER)?;
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    std::fs::File::open(path).ok()?.take(crate::MAX_HEADER).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,6 +227,19 @@ mod tests {
         assert!(is_commit(COMMIT));
         assert!(!is_commit("main"));
         assert!(!is_commit(&COMMIT.to_uppercase()));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_fifo_in_the_cache_is_read_as_not_cached() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = RepoCache::new(dir.path(), "org/name");
+        std::fs::create_dir_all(cache.root().join("refs")).unwrap();
+        let fifo = cache.root().join("refs/main");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(made.success());
+        // Opening it would wait for a writer for ever.
+        assert_eq!(cache.commit_of("main"), None);
     }
 
     #[test]

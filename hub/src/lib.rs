@@ -491,6 +491,10 @@ fn header_end(bytes: &[u8], origin: &str) -> Result<u64, HubError> {
 /// Reads `len` bytes from `start` of a local file (fewer where it ends first).
 fn read_local(path: &Path, start: u64, len: u64) -> Result<RangeRead, HubError> {
     let fail = |e: std::io::Error| HubError::Cache { path: path.to_path_buf(), detail: e.to_string() };
+    // A FIFO or device in a snapshot would block the read: only regular files are read.
+    if !std::fs::metadata(path).map_err(fail)?.is_file() {
+        return Err(HubError::Cache { path: path.to_path_buf(), detail: "not a regular file".into() });
+    }
     let mut file = std::fs::File::open(path).map_err(fail)?;
     let total = file.metadata().map_err(fail)?.len();
     file.seek(SeekFrom::Start(start)).map_err(fail)?;
