@@ -1,6 +1,6 @@
 //! Bounds and starts known without HiGHS: the utilisation floor from bytes alone, the chain's
-//! exact partition ([`crate::chain`]) as a cut and a start, the load stage's greedy re-split,
-//! and the crossing stage's price of a plan and floor.
+//! exact partition ([`crate::chain`]) as a cut and a start, the load stage's price of a plan
+//! (its floor and re-split are `loads.rs`'s), and the crossing stage's price of a plan and floor.
 
 use super::blocks::{Block, spills};
 use super::formulation::{Builder, Copies, Formulation, Handoffs, StageModel};
@@ -119,42 +119,6 @@ impl Formulation {
             }
         }
         start
-    }
-
-    /// Re-splits the pools with loads in `counts` (each pool's count per device as `values`
-    /// has it): the heaviest parts first, copy by copy, each to the GPU of least load so far
-    /// with room left in the pool (a device other than a GPU carries no load and is taken
-    /// first). Within one copy's load of even, so the load stage often has nothing to do.
-    fn split_by_load(&self, values: &[f64], counts: &mut [Vec<u32>]) {
-        let pools = self.pool_counts(values);
-        let is_split = |b: usize| {
-            self.parts.iter().zip(&self.split).any(|(parts, s)| !s.is_empty() && parts.contains(&b))
-        };
-        let mut load = vec![0.0; self.shape.1];
-        for (b, block) in self.blocks.iter().enumerate().filter(|&(b, _)| !is_split(b)) {
-            for (d, &count) in counts[b].iter().enumerate() {
-                load[d] += block.load * f64::from(count);
-            }
-        }
-        for (p, parts) in self.parts.iter().enumerate().filter(|(p, _)| !self.split[*p].is_empty()) {
-            let mut room = pools[p].clone();
-            let mut heaviest_first = parts.clone();
-            heaviest_first.sort_by(|&a, &b| self.blocks[b].load.total_cmp(&self.blocks[a].load));
-            for b in heaviest_first {
-                let block = &self.blocks[b];
-                counts[b] = vec![0; self.shape.1];
-                for _ in 0..block.copies {
-                    let lightest = (0..self.shape.1).filter(|&d| room[d] > 0).min_by(|&a, &c| {
-                        let weight = |d: usize| if self.is_gpu[d] { load[d] } else { f64::NEG_INFINITY };
-                        weight(a).total_cmp(&weight(c))
-                    });
-                    let Some(d) = lightest else { break };
-                    room[d] -= 1;
-                    counts[b][d] += 1;
-                    load[d] += block.load;
-                }
-            }
-        }
     }
 
     /// The load stage's objective for block counts `counts`.

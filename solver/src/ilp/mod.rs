@@ -116,10 +116,13 @@
 //! no loads, no handoffs, fewest GPUs not asked for), or when the plan in hand is already
 //! within the relative gap of a bound known without HiGHS:
 //!
-//! - loads: the load that cannot leave the GPUs spreads at best evenly, and no copy is split.
-//!   The plan in hand has its pools with loads re-split greedily (heaviest parts first, each
-//!   copy to the least loaded GPU with room left in the pool), which lands within a copy's load
-//!   of even: 58 layers × 8 load classes of DeepSeek-V3's experts need no MIP for the loads;
+//! - loads: the load that cannot leave the GPUs spreads at best evenly, no copy is split, of
+//!   the `tG + 1` heaviest copies some GPU holds `t + 1`, and with the utilisation held a GPU
+//!   may have to hold many copies, light ones with the heavy (`loads.rs`). The plan in hand
+//!   has its pools with loads re-split by longest processing time first, then improved by
+//!   pairwise exchanges between the most loaded GPU and the others: 58 layers × 8 load
+//!   classes of DeepSeek-V3's experts, and Mixtral-8x22B's skewed measured loads over 16
+//!   GPUs, need no MIP for the loads;
 //! - handoffs: with `U` held, the chain of ordered units must visit at least as many devices as
 //!   their bytes need (largest rooms first), and each change of device costs at least the
 //!   smallest handoff times the smallest link weight. In a pipeline over devices that must all
@@ -215,6 +218,7 @@
 //! the model, built in steps whose rows are in `rows.rs` (every stage) and `objectives.rs`
 //! (load, crossings, fewest GPUs); `bounds.rs` the bounds and starts known without HiGHS;
 //! `fill.rs` plans on the GPUs alone without HiGHS; `packing.rs` the floor of whole copies;
+//! `loads.rs` the load stage's floor and plan without HiGHS;
 //! `split.rs` the whole chain split between GPUs and hosts;
 //! `stages.rs` runs the lexicographic sequence, each MIP through `highs.rs`; `readback.rs`
 //! reads HiGHS's values back as a plan.
@@ -224,6 +228,7 @@ mod bounds;
 mod fill;
 mod formulation;
 mod highs;
+mod loads;
 mod objectives;
 mod packing;
 mod readback;

@@ -186,6 +186,20 @@ pub(super) fn solve_stages(
                 start = Some(values);
             }
         }
+        // The load stage's start (longest processing time first, then exchanges) is often
+        // within the gap of the floor from the loads themselves (`loads.rs`); otherwise the
+        // floor is HiGHS's cut.
+        if let (Stage::Load, Some(start), Some(_)) = (model.stage, &start, formulation.loads) {
+            let floor = formulation.load_floor(problem, capacities, balance);
+            let value = formulation.load_value(&formulation.block_counts(start));
+            if value <= floor * (1.0 + relative_gap) {
+                fixes.push(model.objective.clone().leq(held(value)));
+                incumbent = Some(start.clone());
+                gaps.push(proven(Stage::Load, value, floor.min(value)));
+                continue;
+            }
+            fixes.push(model.objective.clone().geq(floor * (1.0 - 1e-9)));
+        }
         let remaining = time_limit.map(|limit| limit - started.elapsed().as_secs_f64());
         if remaining.is_some_and(|r| r <= 0.0) {
             status = Status::TimeLimit;
@@ -196,16 +210,6 @@ pub(super) fn solve_stages(
             .iter()
             .chain(formulation.stages[..=i].iter().flat_map(|m| &m.rows))
             .chain(&fixes);
-        if let (Stage::Load, Some(start), Some((_, floor))) = (model.stage, &start, formulation.loads) {
-            // The split start is often within the gap of what no plan can beat.
-            let value = formulation.load_value(&formulation.block_counts(start));
-            if value <= floor * (1.0 + relative_gap) {
-                fixes.push(model.objective.clone().leq(held(value)));
-                incumbent = Some(start.clone());
-                gaps.push(proven(Stage::Load, value, floor.min(value)));
-                continue;
-            }
-        }
         let run = run_stage(model, rows.cloned(), start.as_deref(), relative_gap, remaining);
         match run {
             Run::Found { values, objective, bound: stage_bound, optimal } => {

@@ -1,0 +1,265 @@
+//! The load stage without HiGHS: a floor no plan beats, computed from the loads themselves, and
+//! a plan that meets it, built as for any makespan problem (module documentation of `ilp`,
+//! "Objectives").
+//!
+//! # What the stage asks
+//!
+//! Expert parallelism with `--expert-load` gives each copy a load (the tokens routed to its
+//! expert, a layer's experts grouped in load classes by `build.rs`). Once the balance stage has
+//! held the largest GPU utilisation at `U`, the load stage asks for the smallest largest load
+//! a GPU carries, `max_d Σ_b load_b·v[b][d]`, over the mean load per GPU. Memory is what makes
+//! it more than a makespan problem: with `U` held, GPU `d` takes at most `cap_d` copies of a
+//! pool (`⌊(U·S_d − fixed_d) / bytes⌋`, and the pool's own bound there), so a GPU that must
+//! hold many copies cannot hold only the heavy ones.
+//!
+//! # The floor ([`Formulation::load_floor`])
+//!
+//! Let `w_1 ≥ w_2 ≥ … ≥ w_N` be the loads of the `N` copies that must sit on the `G` GPUs
+//! (every copy of a pool that may use no other device), and `m` the fewest of them any one GPU
+//! must hold: `N` less what all the other GPUs can take, `min_d (N − Σ_{e≠d} cap_e)`, or 0.
+//! Every plan with `U` held has a GPU carrying at least:
+//!
+//! - the even share, `Σ w / G` (what cannot leave the GPUs spreads at best evenly);
+//! - for every `t ≥ 0` with `tG + 1 ≤ N`, `Σ_{i=tG+1−t}^{tG+1} w_i` plus, where `m > t + 1`,
+//!   the `m − t − 1` smallest loads: of the `tG + 1` heaviest copies some GPU holds `t + 1`
+//!   (pigeonhole), whose loads are at least the `t + 1` smallest of them, and that GPU holds
+//!   at least `m` copies in all, the others at least the smallest loads there are (disjoint from
+//!   the window when `N − (tG + 1) ≥ m − t − 1`, the only case counted). `t = 0` is the
+//!   heaviest copy and its company; `t = 1` the classic `w_G + w_{G+1}`.
+//!
+//! Each is a lower bound on the largest load of every plan, so their largest is. The floor of
+//! `objectives.rs` (even share and heaviest copy) is the case `m = 0`, `t = 0`.
+//!
+//! # The plan ([`Formulation::split_by_load`])
+//!
+//! With each pool's count per device held as the plan in hand has it (so every row but the
+//! load's still holds), the copies of the pools split by load are placed by *longest
+//! processing time first*: the heaviest part first, copy by copy, each on the GPU of least load
+//! so far with room left in its pool (a device other than a GPU carries no load and is taken
+//! first). Graham's bound puts the result within one copy's load of even before memory binds;
+//! where it binds, the last, lightest copies go where the room is, which is how the floor's
+//! `m` term is met. Then *pairwise exchanges*: while some copy `a` on the most loaded GPU and a
+//! lighter copy `b` of the same pool on another GPU `e` can trade places so that both end
+//! below the current largest load, the trade that leaves the pair's larger load smallest is
+//! made (`δ = w_a − w_b` closest to half the two GPUs' difference: a binary search over `e`'s
+//! parts sorted by load). Each trade keeps every pool's count per device, so bytes, `U` and
+//! every earlier stage's value are unchanged; it lowers the sorted vector of loads
+//! lexicographically, so the loop ends (and is capped at a number of trades proportional to
+//! the parts).
+//!
+//! Where the plan is within the relative gap of the floor, the stage is proven without HiGHS;
+//! otherwise the plan is HiGHS's start and the floor its cut, so the MIP starts from both ends.
+//! Mixtral-8x22B's 56 × 8 experts over 16 H100s with measured, skewed loads ran past two
+//! minutes in HiGHS; the floor and the exchanges prove it within the gap in milliseconds.
+
+use super::formulation::Formulation;
+use crate::problem::Problem;
+
+/// Copies the floor expands one by one; past this the even share and the heaviest copy alone
+/// (the routed experts of a model are bounded by 2¹⁶, docs/limits.md).
+const MOST_COPIES: u64 = 1 << 20;
+
+/// Trades per part of the split pools before the exchanges stop, and at least this many.
+const TRADES_PER_PART: usize = 64;
+const LEAST_TRADES: usize = 4_096;
+
+impl Formulation {
+    /// A lower bound on the load stage's objective (largest GPU load over the mean) for every
+    /// plan whose largest GPU utilisation is at most `balance` (module documentation, "The
+    /// floor"); 0 without loads.
+    pub(super) fn load_floor(&self, problem: &Problem, capacities: &[u64], balance: f64) -> f64 {
+        let Some((per_gpu, even)) = self.loads else { return 0.0 };
+        if per_gpu <= 0.0 {
+            return even;
+        }
+        let gpus: Vec<usize> = (0..self.shape.1).filter(|&d| self.is_gpu[d]).collect();
+        // The pools held to GPUs with some load, and their copies' loads.
+        let on_gpus: Vec<usize> = (0..self.pools.len())
+            .filter(|&p| {
+                let pool = &self.pools[p];
+                pool.copies > 0 && pool.load > 0.0 && pool.allowed.iter().all(|&(d, _)| self.is_gpu[d])
+            })
+            .collect();
+        let copies: u64 = on_gpus.iter().map(|&p| u64::from(self.pools[p].copies)).sum();
+        if gpus.is_empty() || copies == 0 || copies > MOST_COPIES {
+            return even;
+        }
+        let mut loads: Vec<f64> = Vec::with_capacity(copies as usize);
+        for &p in &on_gpus {
+            for &b in &self.parts[p] {
+                let block = &self.blocks[b];
+                loads.extend(std::iter::repeat_n(block.load.max(0.0), block.copies as usize));
+            }
+        }
+        loads.sort_by(|a, b| b.total_cmp(a));
+        let n = loads.len();
+        let mut prefix = Vec::with_capacity(n + 1);
+        prefix.push(0.0);
+        for &w in &loads {
+            prefix.push(prefix.last().copied().unwrap_or(0.0) + w);
+        }
+        // The most copies of these pools each GPU takes with the utilisation held.
+        let cap = |d: usize| -> u64 {
+            let fixed = problem.devices[d].fixed_bytes as f64;
+            let size = capacities[d].saturating_add(problem.devices[d].fixed_bytes) as f64;
+            let room = (balance * size - fixed).max(0.0);
+            on_gpus
+                .iter()
+                .map(|&p| {
+                    let pool = &self.pools[p];
+                    let most = pool.allowed.iter().find(|a| a.0 == d).map_or(0, |a| u64::from(a.1));
+                    let bytes = pool.bytes_on(false);
+                    if bytes == 0 || !room.is_finite() {
+                        most
+                    } else {
+                        most.min((room / bytes as f64).floor() as u64)
+                    }
+                })
+                .sum()
+        };
+        let caps: Vec<u64> = gpus.iter().map(|&d| cap(d)).collect();
+        let all: u64 = caps.iter().sum();
+        let fewest = caps.iter().map(|&c| copies.saturating_sub(all - c)).min().unwrap_or(0) as usize;
+        let g = gpus.len();
+        let mut floor = even * per_gpu;
+        let mut t = 0;
+        while t * g < n {
+            let last = t * g;
+            let window = prefix[last + 1] - prefix[last - t];
+            let more = fewest.saturating_sub(t + 1);
+            let company = if more > 0 && n - (last + 1) >= more { prefix[n] - prefix[n - more] } else { 0.0 };
+            floor = floor.max(window + company);
+            t += 1;
+        }
+        floor / per_gpu
+    }
+
+    /// Re-splits the pools with loads in `counts` (each pool's count per device as `values`
+    /// has it): longest processing time first, then pairwise exchanges (module documentation,
+    /// "The plan").
+    pub(super) fn split_by_load(&self, values: &[f64], counts: &mut [Vec<u32>]) {
+        let split: Vec<usize> = (0..self.pools.len()).filter(|&p| !self.split[p].is_empty()).collect();
+        if split.is_empty() {
+            return;
+        }
+        let n_devices = self.shape.1;
+        let mut room = self.pool_counts(values);
+        let mut in_split = vec![false; self.blocks.len()];
+        for &p in &split {
+            for &b in &self.parts[p] {
+                in_split[b] = true;
+            }
+        }
+        let mut load = vec![0.0; n_devices];
+        for (b, block) in self.blocks.iter().enumerate().filter(|&(b, _)| !in_split[b]) {
+            for (d, &count) in counts[b].iter().enumerate() {
+                load[d] += block.load * f64::from(count);
+            }
+        }
+        // (pool, part), heaviest first; ties in block order.
+        let mut parts: Vec<(usize, usize)> =
+            split.iter().flat_map(|&p| self.parts[p].iter().map(move |&b| (p, b))).collect();
+        parts.sort_by(|&(_, a), &(_, b)| self.blocks[b].load.total_cmp(&self.blocks[a].load).then(a.cmp(&b)));
+        for &(p, b) in &parts {
+            let block = &self.blocks[b];
+            counts[b] = vec![0; n_devices];
+            for _ in 0..block.copies {
+                let weight = |d: usize| if self.is_gpu[d] { load[d] } else { f64::NEG_INFINITY };
+                let lightest = (0..n_devices)
+                    .filter(|&d| room[p][d] > 0)
+                    .min_by(|&a, &c| weight(a).total_cmp(&weight(c)));
+                let Some(d) = lightest else { break };
+                room[p][d] -= 1;
+                counts[b][d] += 1;
+                load[d] += block.load;
+            }
+        }
+        self.exchange(&split, &parts, counts, &mut load);
+    }
+
+    /// Pairwise exchanges between the most loaded GPU and the others, as long as one lowers
+    /// the pair's larger load below the largest (module documentation, "The plan").
+    fn exchange(&self, split: &[usize], parts: &[(usize, usize)], counts: &mut [Vec<u32>], load: &mut [f64]) {
+        let gpus: Vec<usize> = (0..self.shape.1).filter(|&d| self.is_gpu[d]).collect();
+        if gpus.len() < 2 {
+            return;
+        }
+        let w = |b: usize| self.blocks[b].load;
+        let by_load = |a: &usize, b: &usize| w(*a).total_cmp(&w(*b)).then(a.cmp(b));
+        // Per device, per split pool: the parts it holds, lightest first.
+        let mut held: Vec<Vec<Vec<usize>>> = vec![vec![Vec::new(); split.len()]; self.shape.1];
+        for (k, &p) in split.iter().enumerate() {
+            for &b in &self.parts[p] {
+                for &d in &gpus {
+                    if counts[b][d] > 0 {
+                        held[d][k].push(b);
+                    }
+                }
+            }
+        }
+        for lists in &mut held {
+            for list in lists.iter_mut() {
+                list.sort_by(by_load);
+            }
+        }
+        let pool_of: Vec<usize> = {
+            let mut of = vec![usize::MAX; self.blocks.len()];
+            for (k, &p) in split.iter().enumerate() {
+                for &b in &self.parts[p] {
+                    of[b] = k;
+                }
+            }
+            of
+        };
+        let trades = (TRADES_PER_PART * parts.len()).max(LEAST_TRADES);
+        for _ in 0..trades {
+            let top = gpus.iter().copied().fold(gpus[0], |m, d| if load[d] > load[m] { d } else { m });
+            let peak = load[top];
+            // (the pair's larger load after, other GPU, part leaving the top, part coming in)
+            let mut best: Option<(f64, usize, usize, usize)> = None;
+            for &e in &gpus {
+                let difference = peak - load[e];
+                if e == top || difference <= peak.abs() * 1e-12 {
+                    continue;
+                }
+                for (k, theirs) in held[e].iter().enumerate() {
+                    for &a in &held[top][k] {
+                        let wanted = w(a) - difference / 2.0;
+                        let at = theirs.partition_point(|&b| w(b) < wanted);
+                        for &b in
+                            [at.checked_sub(1), Some(at)].iter().flatten().filter_map(|&i| theirs.get(i))
+                        {
+                            let delta = w(a) - w(b);
+                            if delta <= 0.0 || delta >= difference {
+                                continue;
+                            }
+                            let after = (peak - delta).max(load[e] + delta);
+                            if best.is_none_or(|(value, ..)| after < value) {
+                                best = Some((after, e, a, b));
+                            }
+                        }
+                    }
+                }
+            }
+            let Some((_, e, a, b)) = best.filter(|&(after, ..)| after < peak * (1.0 - 1e-12)) else { break };
+            let delta = w(a) - w(b);
+            load[top] -= delta;
+            load[e] += delta;
+            let k = pool_of[a];
+            for (part, from, to) in [(a, top, e), (b, e, top)] {
+                counts[part][from] -= 1;
+                counts[part][to] += 1;
+                if counts[part][from] == 0
+                    && let Ok(i) = held[from][k].binary_search_by(|x| by_load(x, &part))
+                {
+                    held[from][k].remove(i);
+                }
+                if counts[part][to] == 1
+                    && let Err(i) = held[to][k].binary_search_by(|x| by_load(x, &part))
+                {
+                    held[to][k].insert(i, part);
+                }
+            }
+        }
+    }
+}
