@@ -32,10 +32,9 @@ pub(crate) struct ValidateArgs {
     #[arg(long, requires = "script", value_parser = clap::value_parser!(u32).range(1..=64))]
     pub(crate) nproc: Option<u32>,
     /// With --script or --backend torch: the most the run may take, in seconds (all ranks
-    /// together); at the limit the Python and all it started are stopped.
-    #[arg(long, value_name = "S", default_value_t = 600,
-          value_parser = clap::value_parser!(u64).range(1..=86_400))]
-    pub(crate) time_limit: u64,
+    /// together; default 600); at the limit the Python and all it started are stopped.
+    #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub(crate) time_limit: Option<u64>,
     /// With --script: write the run over time (each GPU's allocated and reserved bytes at every
     /// allocation, the phases) as JSON, for `vramplan plot timeline --trace FILE`.
     #[arg(long, value_name = "FILE.json", requires = "script")]
@@ -117,10 +116,20 @@ impl BackendArg {
     }
 }
 
+/// The seconds a Python may run (`--time-limit`) when none is given.
+pub(crate) const DEFAULT_TIME_LIMIT_S: u64 = 600;
+
 /// Runs `vramplan validate`.
 pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<i32, InputError> {
     if let Some(script) = &args.script {
         return crate::validate_script::run(args, script, out, err);
+    }
+    if args.time_limit.is_some() && !matches!(args.backend, BackendArg::Torch) {
+        return Err(InputError::new(
+            "validate --time-limit",
+            "bounds the Python that --script and --backend torch run; the cuda and cpu backends run none",
+        )
+        .with_fix("leave --time-limit out, or add --backend torch"));
     }
     let plan_arg = args.plan.clone().unwrap_or_default();
     if args.hardware.is_some() && args.device_map.is_none() {
@@ -158,7 +167,7 @@ pub(crate) fn run(args: &ValidateArgs, out: &mut dyn Write, err: &mut dyn Write)
         fake_gpus: args.fake_gpus,
         fold_devices: args.fold_devices,
         run_anyway: args.run_anyway,
-        time_limit: std::time::Duration::from_secs(args.time_limit),
+        time_limit: std::time::Duration::from_secs(args.time_limit.unwrap_or(DEFAULT_TIME_LIMIT_S)),
     };
     let result = vramplan_api::validate(&request)?;
     if let Some(why) = &result.unavailable {

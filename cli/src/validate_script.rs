@@ -31,7 +31,7 @@ pub(crate) fn run(
         hardware: args.hardware.clone().unwrap_or_default(),
         nproc: args.nproc,
         steps: args.steps,
-        time_limit: args.time_limit,
+        time_limit: args.time_limit.unwrap_or(crate::validate::DEFAULT_TIME_LIMIT_S),
         trace: args.trace_out.is_some(),
         real_gpus: args.real_gpus,
         python: args.python.clone(),

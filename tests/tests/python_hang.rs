@@ -62,3 +62,13 @@ fn a_script_run_stops_a_python_that_never_answers() {
         out.stderr
     );
 }
+
+#[test]
+fn a_time_limit_where_no_python_runs_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.yaml").display().to_string();
+    let made = vramplan(&["plan", "llama-3.2-1b", "--hardware", "1xa100-80gb", "-o", &plan]);
+    assert_eq!(made.code, 0, "{}", made.stderr);
+    let out = vramplan(&["validate", &plan, "--time-limit", "5"]);
+    vramplan_tests::assert_refused(&out, &["--time-limit", "--backend torch"]);
+}
