@@ -190,7 +190,18 @@ pub(crate) fn simulate(inputs: &Inputs, map: &MapSource) -> Result<EstimateResul
     }
     let gpus = u32::try_from(hardware.devices.len()).unwrap_or(u32::MAX);
     let placement = match (&map.device_map, &plan_file, &map.plan) {
-        (_, Some(p), Some(path)) => Placement::from_entries(p.entries(&path.display().to_string(), gpus)?),
+        (_, Some(p), Some(path)) => {
+            let origin = path.display().to_string();
+            let entries = p.entries(&origin, gpus)?;
+            // A data-parallel or serving plan has no map: each rank, or the engine, places it.
+            let placed_by_runtime = vramplan_sim::estimate::is_data_parallel(workload)
+                || matches!(workload.engine, Engine::Vllm { .. } | Engine::Sglang { .. });
+            if entries.is_empty() && placed_by_runtime {
+                Placement::from_entries(entries)
+            } else {
+                device_map::placement_from_entries(&origin, "device_map", entries, model)?
+            }
+        }
         (Some(source), _, _) => {
             if workload.parallelism != Parallelism::Single {
                 return Err(device_map_needs_one_copy(

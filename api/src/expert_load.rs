@@ -37,6 +37,14 @@ pub(crate) fn read_expert_load(
         "write `{\"model.layers.3.mlp.experts\": [1200, 800, …]}`: tokens per expert, per MoE layer";
     let loads: BTreeMap<String, Vec<f64>> =
         serde_json::from_str(&text).map_err(|e| InputError::json(origin.clone(), &e).with_fix(example))?;
+    if let Some(key) = vramplan_profiles::json_keys::repeated_key(text.as_bytes()) {
+        let e = InputError::new(origin.clone(), format!("`{key}` is listed twice"))
+            .with_fix("give each MoE layer's loads once");
+        return Err(match vramplan_sim::device_map::locate_key(&text, &key, 1) {
+            Some((line, column)) => e.at_line(line, column),
+            None => e.at_key(key),
+        });
+    }
     // Each MoE layer: its block path and its experts module's path.
     let layers: Vec<(String, String)> = model
         .facts

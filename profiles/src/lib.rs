@@ -19,6 +19,7 @@ mod error;
 pub mod files;
 pub mod ggml;
 pub mod hardware;
+pub mod json_keys;
 pub mod model;
 pub mod suggest;
 pub mod units;

@@ -386,3 +386,52 @@ fn unknown_dtypes_and_inconsistent_offsets_are_refused() {
     let (_, text) = broken(&with_header(r#"{"w":{"dtype":"BF16","shape":[3,3],"data_offsets":[0,16]}}"#, 16));
     assert!(text.contains("hold 16 bytes") && text.contains("needs 18"), "{text}");
 }
+
+/// A header that lists a tensor twice is a corrupt file (the second entry would hide the
+/// first's bytes): refused, naming the tensor, where JSON readers keep the last silently.
+#[test]
+fn a_header_listing_a_tensor_twice_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut header = br#"{"a.weight":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a.weight":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}}"#.to_vec();
+    while !header.len().is_multiple_of(8) {
+        header.push(b' ');
+    }
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(&header);
+    bytes.extend_from_slice(&[0u8; 24]);
+    write_raw(&dir.path().join("model.safetensors"), &bytes);
+    let err = load_folder(dir.path(), ImportOptions::default()).expect_err("a repeated tensor");
+    assert!(err.problem.contains("`a.weight` twice"), "{err}");
+}
+
+/// Without a config, a block list's indices must run from 0: `layers.0` and `layers.5000` (or an
+/// index past u64) is a checkpoint missing the blocks between, not a model of two blocks. A
+/// projector's `Sequential(Linear, GELU, Linear)`, which names items 0 and 2, stays a model.
+#[test]
+fn a_block_list_with_missing_items_is_refused() {
+    for far in ["5000", "100000000000000000000"] {
+        let dir = tempfile::tempdir().unwrap();
+        let tensors = vec![
+            ("model.embed_tokens.weight".to_string(), "F16", vec![32, 8]),
+            ("model.layers.0.mlp.weight".to_string(), "F16", vec![8, 8]),
+            (format!("model.layers.{far}.mlp.weight"), "F16", vec![8, 8]),
+        ];
+        write_safetensors(&dir.path().join("model.safetensors"), &tensors);
+        let err = load_folder(dir.path(), ImportOptions::default()).expect_err("missing blocks");
+        assert!(
+            err.problem.contains(&format!("`model.layers.{far}`")) && err.problem.contains("2 items"),
+            "{err}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let tensors = vec![
+        ("model.embed_tokens.weight".to_string(), "F16", vec![32, 8]),
+        ("model.layers.0.mlp.weight".to_string(), "F16", vec![8, 8]),
+        ("model.layers.1.mlp.weight".to_string(), "F16", vec![8, 8]),
+        ("projector.0.weight".to_string(), "F16", vec![8, 8]),
+        ("projector.2.weight".to_string(), "F16", vec![8, 8]),
+    ];
+    write_safetensors(&dir.path().join("model.safetensors"), &tensors);
+    let model = load_folder(dir.path(), ImportOptions::default()).expect("a model");
+    assert_eq!(model.facts.layers.len(), 2);
+}

@@ -142,6 +142,32 @@ fn tied_tensors_count_once() {
     assert!(model.facts.tie_word_embeddings);
 }
 
+/// A tie of a tensor to itself, or ties that close a cycle, leave no tensor of the group to
+/// hold its memory (the group would weigh 0 B): refused at the tie's line. A chain of ties is
+/// followed to the tensor that holds the memory, which counts once.
+#[test]
+fn self_ties_and_cycles_are_refused_and_chains_count_once() {
+    let model = |ties: &str| {
+        format!(
+            "hidden_size: 16\nvocab_size: 50\nties:\n{ties}modules:\n\
+             \x20 - {{name: embed, embedding: {{count: 50, dim: 16}}}}\n\
+             \x20 - {{name: blocks, repeat: 2, params: 100}}\n\
+             \x20 - {{name: head, linear: {{in: 16, out: 50}}}}\n\
+             \x20 - {{name: head2, linear: {{in: 16, out: 50}}}}\n"
+        )
+    };
+    let err = error(&model("  head.weight: head.weight\n"));
+    assert!(err.problem.contains("tied to itself"), "{err}");
+    assert_eq!(line_of(&err), 4, "{err}");
+    let err = error(&model("  head.weight: head2.weight\n  head2.weight: head.weight\n"));
+    assert!(err.problem.contains("cycle"), "{err}");
+    assert_eq!(line_of(&err), 5, "{err}");
+    let (_dir, chained) = load_text(&model("  head2.weight: head.weight\n  head.weight: embed.weight\n"));
+    let chained = chained.unwrap().description;
+    // embed (50 × 16) once, the blocks; head and head2 tied to it.
+    assert_eq!(chained.params(), 50 * 16 + 2 * 100);
+}
+
 #[test]
 fn malformed_yaml_is_located() {
     let err = error("hidden_size: 8\nmodules:\n  - name: a\n   linear: {in: 1, out: 2}\n");

@@ -14,6 +14,7 @@
 use crate::placement::{DeviceError, Placement, Target};
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::Value;
+use std::collections::HashSet;
 use std::fmt;
 use std::path::Path;
 use vramplan_profiles::InputError;
@@ -72,8 +73,9 @@ pub fn placement_from_device_map_text(
     hardware: &HardwareProfile,
 ) -> Result<Placement, InputError> {
     let entries = entries_from_text(text, origin, model, hardware)?;
-    for (i, (key, _)) in entries.iter().enumerate() {
-        if entries[..i].iter().any(|(k, _)| k == key) {
+    let mut listed: HashSet<&str> = HashSet::with_capacity(entries.len());
+    for (key, _) in &entries {
+        if !listed.insert(key.as_str()) {
             let err = InputError::new(origin, format!("{} is listed twice", shown_key(key)));
             let err = match locate_key(text, key, 1) {
                 Some((line, column)) => err.at_line(line, column),
@@ -84,6 +86,48 @@ pub fn placement_from_device_map_text(
     }
     let placement = Placement::from_entries(entries);
     check_everything_placed(origin, &placement, model)?;
+    Ok(placement)
+}
+
+/// A placement from `(name, device)` entries read from the map at `key` of the file `origin`
+/// (a plan file's `device_map`), checked as a device map file is: not empty, every name a module
+/// or tensor of the model, no name twice, every tensor on a device. Errors name the entry's key
+/// (`device_map.model.layers.99`).
+pub fn placement_from_entries(
+    origin: &str,
+    key: &str,
+    entries: Vec<(String, Target)>,
+    model: &ModelDescription,
+) -> Result<Placement, InputError> {
+    if entries.is_empty() {
+        return Err(InputError::new(origin, "the device map is empty: it places nothing")
+            .at_key(key)
+            .with_fix(
+                "write the plan again with `vramplan plan … -o plan.yaml`, or map modules to devices",
+            ));
+    }
+    let mut unknown: Vec<&str> = Vec::new();
+    let mut seen_unknown: HashSet<&str> = HashSet::new();
+    let mut listed: HashSet<&str> = HashSet::with_capacity(entries.len());
+    for (name, _) in &entries {
+        if !name.is_empty()
+            && model.root.find(name).is_none()
+            && model.root.tensor(name).is_none()
+            && seen_unknown.insert(name.as_str())
+        {
+            unknown.push(name);
+        }
+        if !listed.insert(name.as_str()) {
+            return Err(InputError::new(origin, format!("{} is listed twice", shown_key(name)))
+                .at_key(format!("{key}.{name}"))
+                .with_fix("keep one entry per name"));
+        }
+    }
+    if let Some(first) = unknown.first() {
+        return Err(unknown_names_error(origin, &unknown, model).at_key(format!("{key}.{first}")));
+    }
+    let placement = Placement::from_entries(entries);
+    check_everything_placed(origin, &placement, model).map_err(|e| e.at_key(key))?;
     Ok(placement)
 }
 
@@ -118,7 +162,9 @@ fn entries_from_text(
     };
     let gpus = u32::try_from(hardware.devices.len()).unwrap_or(u32::MAX);
     let mut placed: Vec<(String, Target)> = Vec::with_capacity(entries.len());
+    // Unknown names in file order, each once: the set keeps this linear in the map's length.
     let mut unknown: Vec<&str> = Vec::new();
+    let mut seen_unknown: HashSet<&str> = HashSet::new();
     for (key, value) in &entries {
         let target = parse_target(value, gpus).map_err(|e| {
             let fix = match e {
@@ -130,7 +176,7 @@ fn entries_from_text(
         if !key.is_empty()
             && model.root.find(key).is_none()
             && model.root.tensor(key).is_none()
-            && !unknown.contains(&key.as_str())
+            && seen_unknown.insert(key.as_str())
         {
             unknown.push(key);
         }

@@ -444,9 +444,14 @@ pub fn read_plan_file(path: &std::path::Path) -> Result<PlanFile, InputError> {
             Some(_) => {}
         }
     }
-    serde_saphyr::from_str::<PlanFile>(&text).map_err(|e| {
-        InputError::yaml(origin, &e, "plan", "a plan file has `vramplan_plan`, `model`, `hardware`, `target`, `workload` and `device_map`; write one with `vramplan plan -o plan.yaml`")
-    })
+    let plan = serde_saphyr::from_str::<PlanFile>(&text).map_err(|e| {
+        InputError::yaml(origin.clone(), &e, "plan", "a plan file has `vramplan_plan`, `model`, `hardware`, `target`, `workload` and `device_map`; write one with `vramplan plan -o plan.yaml`")
+    })?;
+    if let Err(e) = crate::Runtime::parse(&plan.target) {
+        let line = text.lines().position(|l| l.starts_with("target:")).map_or(1, |l| l as u64 + 1);
+        return Err(InputError::new(origin, e.problem).at_line(line, 1).with_fix(e.fix.unwrap_or_default()));
+    }
+    Ok(plan)
 }
 
 impl PlanFile {

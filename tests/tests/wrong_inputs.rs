@@ -195,6 +195,17 @@ fn an_expert_load_on_a_dense_model_or_a_layer_target_is_refused() {
     assert_refused(&out, &["--expert-load", "--target accelerate", "--target expert-parallel"]);
 }
 
+/// A layer's loads written twice: JSON readers keep the last list silently; refused at the
+/// second entry's line.
+#[test]
+fn an_expert_load_listed_twice_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = expert_loads(|_| {});
+    let twice = text.replacen("{\n", "{\n  \"model.layers.5.mlp.experts\": [1, 1, 1, 1, 1, 1, 1, 1],\n", 1);
+    let out = expert_plan(&write(dir.path(), "twice.json", &twice));
+    assert_bad_input(&out, &["twice.json:", "`model.layers.5.mlp.experts` is listed twice", "once"]);
+}
+
 // estimate --plan
 
 fn written_plan(dir: &Path) -> String {
@@ -232,6 +243,43 @@ fn a_plan_file_of_an_unknown_version_is_refused() {
     let none = write(dir.path(), "none.yaml", text.trim_start_matches("vramplan_plan: 1\n"));
     let out = vramplan(&["estimate", "llama-2-7b", "--hardware", "t4x2", "--plan", &none]);
     assert_refused(&out, &["none.yaml", "key `vramplan_plan`"]);
+}
+
+/// A plan file's map is read as `--device-map` reads a map: an empty map (of a plan that places
+/// one copy), a name the model lacks and a target no runtime has are refused, in `estimate`,
+/// `report` and `plot` alike, where they used to "fit on 0 GPUs" or be taken as given.
+#[test]
+fn a_plan_files_map_and_target_are_checked_as_a_device_map_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = written_plan(dir.path());
+    let text = std::fs::read_to_string(&path).unwrap();
+    let at = text.find("device_map:").expect("a map");
+    let empty = write(dir.path(), "empty.yaml", format!("{}device_map: {{}}\n", &text[..at]));
+    let unknown = write(
+        dir.path(),
+        "unknown.yaml",
+        text.replacen("device_map:\n", "device_map:\n  model.layers.99: 0\n", 1),
+    );
+    let target =
+        write(dir.path(), "target.yaml", text.replacen("target: accelerate", "target: tensorflow", 1));
+    let base = ["llama-2-7b", "--hardware", "t4x2", "--plan"];
+    for (file, says) in [
+        (&empty, &["empty.yaml", "key `device_map`", "empty"][..]),
+        (&unknown, &["unknown.yaml", "key `device_map.model.layers.99`", "not a module"][..]),
+        (&target, &["target.yaml:", "unknown target `tensorflow`"][..]),
+    ] {
+        assert_bad_input(&vramplan(&[&["estimate"][..], &base, &[file.as_str()]].concat()), says);
+        let report = dir.path().join("r.md").display().to_string();
+        assert_bad_input(
+            &vramplan(&[&["report"][..], &base, &[file.as_str(), "-o", &report]].concat()),
+            says,
+        );
+        let png = dir.path().join("p.png").display().to_string();
+        assert_bad_input(
+            &vramplan(&[&["plot", "breakdown"][..], &base, &[file.as_str(), "-o", &png]].concat()),
+            says,
+        );
+    }
 }
 
 // profiles --json

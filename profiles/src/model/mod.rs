@@ -373,21 +373,50 @@ impl ModelDescription {
         quantization::dequantize_weights(self, dtype).cast(dtype)
     }
 
-    /// Ties `tensor_path` to `canonical_path` (both full tensor paths). Fails if either is
-    /// missing, so an importer cannot tie a name it did not build.
+    /// Ties `tensor_path` to `canonical_path` (both full tensor paths): to the tensor that
+    /// `canonical_path` is itself tied to, if it is, so that every group has one tensor that
+    /// holds the memory. Fails if either is missing (an importer cannot tie a name it did not
+    /// build), and for a tie of a tensor to itself or one that closes a cycle, in which no
+    /// tensor of the group would hold its memory.
     pub fn tie(&mut self, tensor_path: &str, canonical_path: &str) -> Result<(), InputError> {
-        let exists = self.root.tensor(canonical_path).is_some();
-        let target = self.root.tensor_mut(tensor_path);
-        match (exists, target) {
-            (true, Some(tensor)) => {
-                tensor.tied_to = Some(canonical_path.to_string());
-                Ok(())
-            }
-            _ => Err(InputError::new(
-                &self.name,
-                format!("cannot tie `{tensor_path}` to `{canonical_path}`: no such tensor"),
-            )),
+        let refuse = |problem: String| InputError::new(&self.name, problem);
+        if self.root.tensor(canonical_path).is_none() || self.root.tensor(tensor_path).is_none() {
+            return Err(refuse(format!("cannot tie `{tensor_path}` to `{canonical_path}`: no such tensor")));
         }
+        // Follow `canonical_path`'s own ties to the tensor that holds the group's memory.
+        let mut holder = canonical_path.to_string();
+        let mut seen = vec![holder.clone()];
+        loop {
+            if holder == tensor_path {
+                let problem = if canonical_path == tensor_path {
+                    format!("`{tensor_path}` is tied to itself")
+                } else {
+                    format!(
+                        "tying `{tensor_path}` to `{canonical_path}` closes a cycle of ties ({})",
+                        seen.join(" → ")
+                    )
+                };
+                return Err(refuse(problem + ": no tensor of the group would hold its memory").with_fix(
+                    "tie each tensor to the one that holds the weights, which is tied to nothing",
+                ));
+            }
+            match self.root.tensor(&holder).and_then(|t| t.tied_to.clone()) {
+                Some(next) if !seen.contains(&next) => {
+                    seen.push(next.clone());
+                    holder = next;
+                }
+                Some(next) => {
+                    return Err(refuse(format!("the ties through `{next}` form a cycle")).with_fix(
+                        "tie each tensor to the one that holds the weights, which is tied to nothing",
+                    ));
+                }
+                None => break,
+            }
+        }
+        if let Some(tensor) = self.root.tensor_mut(tensor_path) {
+            tensor.tied_to = Some(holder);
+        }
+        Ok(())
     }
 
     /// A vision-language model's image processor settings from its `preprocessor_config.json`

@@ -190,8 +190,9 @@ pub(super) fn assemble(
     if let Some(ties) = &file.ties {
         for (tensor, canonical) in &ties.0 {
             model.tie(&tensor.value, &canonical.value).map_err(|e| {
-                at(origin, &tensor.referenced, e.problem)
-                    .with_fix("name both tensors by their full paths (`lm_head.weight: model.embed.weight`)")
+                at(origin, &tensor.referenced, e.problem).with_fix(e.fix.unwrap_or_else(|| {
+                    "name both tensors by their full paths (`lm_head.weight: model.embed.weight`)".to_string()
+                }))
             })?;
         }
     }

@@ -40,6 +40,7 @@ pub(crate) fn build(checkpoint: Checkpoint, origin: &str) -> Result<ModelDescrip
         .with_fix("add the model's config.json to the folder (or the safetensors shards)"));
     }
     let (root, guesses) = tree(&checkpoint);
+    check_lists(&root, origin)?;
     let missing_header = checkpoint.tensors.values().filter(|s| s.is_none()).count();
     describe(root, checkpoint, guesses, missing_header, origin)
 }
@@ -66,6 +67,39 @@ pub(super) fn tree(checkpoint: &Checkpoint) -> (Module, Guesses) {
     let mut guesses = Guesses::default();
     let root = root.into_module("", "", Placement::Plain, &mut guesses);
     (root, guesses)
+}
+
+/// Refuses a list of blocks or experts whose items are not numbered 0 to n − 1: PyTorch numbers
+/// a `ModuleList`'s items so, and every block and expert holds weights, so a checkpoint that
+/// names `layers.0` and `layers.5000` lacks the items between; building two blocks from it would
+/// describe a model that is not there. (Other lists may skip the indices of parameter-free
+/// items, as `Sequential(Linear, GELU, Linear)` names `0` and `2`.)
+pub(super) fn check_lists(module: &Module, origin: &str) -> Result<(), InputError> {
+    let name = module.name();
+    let is_list = (BLOCK_LISTS.contains(&name) || name == "experts")
+        && !module.children.is_empty()
+        && module.children.iter().all(|c| names::is_index(c.name()));
+    if is_list {
+        let count = module.children.len() as u64;
+        // Indices too large for u64 are past any list's end.
+        let beyond =
+            module.children.iter().map(|c| c.name()).find(|n| n.parse::<u64>().map_or(true, |i| i >= count));
+        if let Some(item) = beyond {
+            let path =
+                if module.path.is_empty() { item.to_string() } else { format!("{}.{item}", module.path) };
+            return Err(InputError::new(
+                origin,
+                format!(
+                    "the checkpoint names `{path}`, but `{}` has {count} item{} in all: the items between are missing",
+                    module.path,
+                    if count == 1 { "" } else { "s" }
+                ),
+            )
+            .at_key(path)
+            .with_fix("give the whole checkpoint (every shard), or add the model's config.json to the folder"));
+        }
+    }
+    module.children.iter().try_for_each(|c| check_lists(c, origin))
 }
 
 /// How a node's parent sees it.

@@ -108,6 +108,11 @@ pub(crate) fn parse_header(json: &[u8], data_len: u64, origin: &str) -> Result<S
     let Value::Object(entries) = value else {
         return Err(InputError::new(origin, "the header is not a JSON object of tensors"));
     };
+    if let Some(name) = crate::json_keys::repeated_key(json) {
+        return Err(InputError::new(origin, format!("the header lists tensor `{name}` twice"))
+            .at_key(name)
+            .with_fix("the file is corrupt: download it again"));
+    }
     let mut tensors = Vec::with_capacity(entries.len());
     let mut ranges = Vec::with_capacity(entries.len());
     for (name, entry) in &entries {

@@ -69,6 +69,7 @@ pub(crate) fn build(
         ));
     }
     let (mut root, guesses) = from_names::tree(checkpoint);
+    from_names::check_lists(&root, origin)?;
     let blocks = r.stack(&root)?;
     let (hidden, heads) = (r.sizes.positive(HIDDEN)?, r.sizes.positive(HEADS)?);
     let head_dim = r.sizes.head_dim(HEAD_DIM, hidden, heads, first_present(&r.sizes, HEADS))?;
