@@ -213,7 +213,10 @@ pub(crate) fn simulate(inputs: &Inputs, map: &MapSource) -> Result<EstimateResul
         }
         (None, _, _) => default_placement(model, hardware, workload),
     };
-    let mut estimate = vramplan_sim::estimate(model, hardware, workload, &placement)?;
+    let mut estimate = vramplan_sim::estimate(model, hardware, workload, &placement).map_err(|e| {
+        inputs
+            .place_error(e, plan_file.as_ref().zip(map.plan.as_deref()).map(|(p, path)| (&p.workload, path)))
+    })?;
     let mut all_warnings = warnings;
     if map.device_map.is_none() && plan_file.is_none() && placement.gpus().len() > 1 {
         all_warnings.push(format!(

@@ -112,19 +112,35 @@ impl Inputs {
             measured_activations(&mut model, path)?;
         }
         let hardware = hardware::load(spec)?;
-        let (base, source) = match (&self.workload, fallback) {
-            (Some(path), _) => (input::workload_from_yaml(path)?, WorkloadSource::File(path)),
-            (None, Some((workload, plan))) => (workload, WorkloadSource::Plan(plan)),
-            (None, None) => (Workload::default(), WorkloadSource::Defaults),
+        let base = match (&self.workload, &fallback) {
+            (Some(path), _) => input::workload_from_yaml(path)?,
+            (None, Some((workload, _))) => workload.clone(),
+            (None, None) => Workload::default(),
         };
-        let mut workload = self.flags.apply(base.clone())?;
+        let mut workload = self.flags.apply(base)?;
         let seq_given = self.flags.seq.is_some() || self.workload.is_some();
         let note = input::fit_default_seq(&mut workload, seq_given, &model);
         let mut warnings = input::validate(&workload, &model, &hardware)
-            .map_err(|e| input::place_check_error(e, &base, &self.flags, source))?;
+            .map_err(|e| self.place_error(e, fallback.as_ref().map(|(w, p)| (w, *p))))?;
         warnings.extend(note);
         let model = held_by_runtime(model, &hardware, &workload, &mut warnings)?;
         Ok(Loaded { model, hardware, workload, warnings })
+    }
+
+    /// `err`, from the checks or the simulation of the workload these inputs make (the workload
+    /// file, else `fallback`, a plan's workload and the plan file's path, with the flags over
+    /// it), placed in the file that set its key ([`input::place_check_error`]).
+    pub fn place_error(&self, err: InputError, fallback: Option<(&Workload, &Path)>) -> InputError {
+        match (&self.workload, fallback) {
+            (Some(path), _) => match input::workload_from_yaml(path) {
+                Ok(base) => input::place_check_error(err, &base, &self.flags, WorkloadSource::File(path)),
+                Err(_) => err,
+            },
+            (None, Some((base, plan))) => {
+                input::place_check_error(err, base, &self.flags, WorkloadSource::Plan(plan))
+            }
+            (None, None) => err,
+        }
     }
 }
 

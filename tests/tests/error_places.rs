@@ -28,6 +28,13 @@ fn a_workload_files_semantic_error_names_the_file_and_line() {
         "mode: inference\nengine:\n  kind: vllm\n  gpu_memory_utilization: 0.9\n  max_num_batched_tokens: 0\n",
     );
     assert_refused(&estimate_with(&path, &[]), &[&format!("{path}:5:3:"), "max_num_batched_tokens"]);
+    // Found by the engine as the step is simulated, not by the checks before it.
+    let path = write(
+        dir.path(),
+        "llamacpp.yaml",
+        "mode: inference\nkv_dtype: fp8\nengine:\n  kind: llama_cpp\n  n_ctx: 4096\n  n_ubatch: 512\n",
+    );
+    assert_refused(&estimate_with(&path, &[]), &[&format!("{path}:2:1:"), "kv_dtype"]);
 }
 
 #[test]
