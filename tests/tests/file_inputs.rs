@@ -101,6 +101,27 @@ fn a_fifo_given_as_any_input_file_is_refused_at_once() {
         ),
         ("plan", with(&["estimate", "llama-3.2-1b", "--plan", &fifo("plan.yaml")], &plain), String::new()),
         ("validate plan", args(&["validate", &fifo("vplan.yaml")]), String::new()),
+        ("check's map", with(&["check", &fifo("cmap.json"), "llama-3.2-1b"], &plain), String::new()),
+        (
+            "validate's map",
+            with(&["validate", "llama-3.2-1b", "--device-map", &fifo("vmap.json")], &plain),
+            String::new(),
+        ),
+        (
+            "validate's workload",
+            with(
+                &[
+                    "validate",
+                    "llama-3.2-1b",
+                    "--device-map",
+                    &write(d, "ok.json", "{\"\": 0}"),
+                    "--workload",
+                    &fifo("vw.yaml"),
+                ],
+                &plain,
+            ),
+            String::new(),
+        ),
         (
             "measured",
             with(&["plot", "breakdown", "llama-3.2-1b", "--measured", &fifo("m.json"), "-o", &svg], &plain),
