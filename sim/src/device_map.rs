@@ -221,7 +221,7 @@ fn shown_key(key: &str) -> String {
 fn parse_target(value: &Value, gpus: u32) -> Result<Target, DeviceError> {
     match value {
         Value::Number(n) => Target::parse(&n.to_string(), gpus),
-        Value::String(s) => Target::parse(s, gpus),
+        Value::String(s) => Target::parse_string(s, gpus),
         other => Err(DeviceError::NotADevice { text: other.to_string(), gpus }),
     }
 }

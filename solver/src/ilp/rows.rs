@@ -54,19 +54,21 @@ impl Builder {
     /// Order: contiguous ranges in device order, for the consecutive units `pairs` (unit
     /// indices) whose pools `block_of` gives.
     pub(super) fn keep_order(&mut self, pairs: &[(usize, usize)], block_of: &[usize]) {
-        let n_devices = self.size.len();
         let mut ends: HashMap<usize, (Expression, Expression)> = HashMap::new();
+        let mut prefixes: HashMap<usize, Vec<Expression>> = HashMap::new();
         for &(a, b) in pairs {
             let (a, b) = (block_of[a], block_of[b]);
             if a == b || self.blocks[a].copies == 0 || self.blocks[b].copies == 0 {
                 continue;
             }
             if self.blocks[a].copies == 1 && self.blocks[b].copies == 1 {
-                let (mut prefix_a, mut prefix_b) = (Expression::default(), Expression::default());
-                for d in 0..n_devices.saturating_sub(1) {
-                    prefix_a += self.count(a, d);
-                    prefix_b += self.count(b, d);
-                    self.rows.push((prefix_b.clone() - prefix_a.clone()).leq(0.0));
+                for block in [a, b] {
+                    if let Entry::Vacant(slot) = prefixes.entry(block) {
+                        slot.insert(self.prefix_sums(block));
+                    }
+                }
+                for (sum_b, sum_a) in prefixes[&b].iter().zip(&prefixes[&a]) {
+                    self.rows.push((sum_b.clone() - sum_a.clone()).leq(0.0));
                 }
                 continue;
             }
@@ -77,6 +79,30 @@ impl Builder {
             }
             self.rows.push((ends[&a].1.clone() - ends[&b].0.clone()).leq(0.0));
         }
+    }
+
+    /// The prefix sums `Σ_{d' ≤ d} v[b][d']` of a single-copy pool, for every device but the
+    /// last: each a variable `P[d] = P[d − 1] + v[b][d]` where the count is a variable (a
+    /// constant otherwise), so that the order rows of a chain over `D` devices hold `O(D)`
+    /// terms, not the `O(D²)` of the sums written out (a profile of 4,096 GPUs made 6.6 GB of
+    /// them for GPT-2's 14 units). The relaxation is the same: `P` only names the sums.
+    fn prefix_sums(&mut self, b: usize) -> Vec<Expression> {
+        let n_devices = self.size.len();
+        let mut sums = Vec::with_capacity(n_devices.saturating_sub(1));
+        let mut running = Expression::default();
+        for d in 0..n_devices.saturating_sub(1) {
+            match self.copies[b][d] {
+                Copies::None => {}
+                Copies::All => running += 1.0,
+                Copies::Free(v) => {
+                    let sum = self.vars.add(variable().clamp(0.0, 1.0));
+                    self.rows.push((Expression::from(sum) - running - v).eq(0.0));
+                    running = Expression::from(sum);
+                }
+            }
+            sums.push(running.clone());
+        }
+        sums
     }
 
     /// Per device: charge, workspace, capacity, utilisation. A GPU whose fixed bytes over
