@@ -40,7 +40,8 @@ pub fn markdown(title: &str, sections: &[Section]) -> String {
             text += &format!("\n![{}]({})\n", d.caption.replace(['[', ']'], ""), d.file);
         }
     }
-    text
+    // Names from input files reach the document escaped, as they reach a terminal.
+    crate::terminal_safe(&text).into_owned()
 }
 
 /// The report as one HTML file, the drawings inline.
@@ -65,7 +66,8 @@ pub fn html(title: &str, sections: &[Section]) -> String {
                 &format!("<figure aria-label=\"{}\">\n{}\n</figure>\n", escape(&d.caption), svg.trim_end());
         }
     }
-    text + "</body>\n</html>\n"
+    // Names from input files reach the page escaped: HTML does not allow control characters.
+    crate::terminal_safe(&(text + "</body>\n</html>\n")).into_owned()
 }
 
 /// `text` with HTML's special characters escaped.

@@ -2,7 +2,9 @@
 //! model, a price table's currency, a module path or a message that quotes what a file holds can
 //! carry control characters; printed raw, an escape sequence (`ESC [ 31 m`) recolours, moves the
 //! cursor or rewrites the screen, and a bidirectional override reorders what is shown. Every
-//! table cell and everything the command line prints goes through [`terminal_safe`].
+//! table cell and everything the command line prints goes through [`terminal_safe`], and so do
+//! the files it writes as text (SVG, Markdown and HTML, where XML and HTML allow no control
+//! characters).
 
 use std::borrow::Cow;
 use std::fmt::Write;

@@ -65,3 +65,36 @@ fn a_path_quoted_in_an_error_is_escaped() {
     assert!(out.stderr.contains("no-such-\\x1b[31m.yaml"), "{}", out.stderr);
     assert_no_controls(&out);
 }
+
+#[test]
+fn drawings_and_reports_hold_no_control_characters() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let model = write(
+        d,
+        "evil.yaml",
+        "name: \"tst\\x1b[2J\"\narchitecture: \"Evil\\x1b[31mNet\"\ndtype: fp32\nhidden_size: 16\n\
+         attention_heads: 2\nintermediate_size: 32\nmax_positions: 64\nactivations:\n  per_token: 1KiB\n\
+         modules:\n  - name: proj\n    block: true\n    linear: {in: 16, out: 16}\n",
+    );
+    let svg = d.join("b.svg").display().to_string();
+    let md = d.join("r.md").display().to_string();
+    let html = d.join("r.html").display().to_string();
+    for args in [
+        vec!["plot", "breakdown", model.as_str(), "--hardware", "1xt4", "-o", &svg],
+        vec!["report", model.as_str(), "--hardware", "1xt4", "-o", &md],
+        vec!["report", model.as_str(), "--hardware", "1xt4", "-o", &html],
+    ] {
+        let out = vramplan(&args);
+        assert_eq!(out.code, 0, "{args:?}: {}", out.stderr);
+    }
+    for entry in std::fs::read_dir(d).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e != "yaml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let bad = text.chars().find(|c| c.is_control() && *c != '\n' && *c != '\t');
+            assert!(bad.is_none(), "{} holds {bad:?}", path.display());
+            assert!(text.contains("tst\\x1b[2J"), "{} names the model", path.display());
+        }
+    }
+}

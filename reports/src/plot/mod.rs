@@ -118,7 +118,8 @@ pub fn render(figure: &impl Figure, format: ImageFormat) -> Result<Vec<u8>, Plot
                 figure.draw(&area).map_err(|e| failed(&e))?;
                 area.present().map_err(|e| failed(&e))?;
             }
-            Ok(text.into_bytes())
+            // A name from an input file may hold control characters, which XML does not allow.
+            Ok(crate::terminal_safe(&text).into_owned().into_bytes())
         }
         ImageFormat::Png => {
             let mut rgb = vec![0u8; width as usize * height as usize * 3];
