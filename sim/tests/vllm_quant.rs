@@ -2,7 +2,8 @@
 //! here from the published Llama-3.1-8B config and vLLM 0.19's loaders, vLLM's own refusals, and
 //! the weights and KV capacities vLLM 0.19 logged for quantized models on H100s
 //! (`fixtures/published/vllm-quant/`, rows of the llm-d-planner campaign that
-//! `fixtures/published/measurements/` does not hold).
+//! `fixtures/published/measurements/` does not hold), and an AWQ checkpoint's weights as vLLM 0.7.2
+//! logged them on two A40s (`vllm_awq.csv` beside them).
 
 use serde_json::{Value, json};
 use vramplan_profiles::hardware::{self, Device};
@@ -338,4 +339,137 @@ fn awq_minus_gptq_outside_experts(model: &ModelDescription) -> u64 {
         }
     });
     linear / 128 / 2
+}
+
+/// One row of `fixtures/published/vllm-quant/vllm_awq.csv`: an AWQ checkpoint under vLLM's
+/// `awq_marlin`, with the terms vLLM logged (V0's `model weights take …; non_torch_memory takes
+/// …; PyTorch activation peak memory takes …; the rest of the memory reserved for KV Cache is …`).
+struct AwqRow {
+    id: String,
+    gpu_memory_mib: u64,
+    tp: u32,
+    utilization: f64,
+    max_model_len: u64,
+    max_num_batched_tokens: u64,
+    weights_gib: f64,
+    non_torch_gib: f64,
+    activation_peak_gib: f64,
+    kv_cache_gib: f64,
+}
+
+fn awq_rows() -> Vec<AwqRow> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/published/vllm-quant/vllm_awq.csv");
+    let mut reader = csv::Reader::from_path(path).expect("the fixture");
+    reader
+        .deserialize::<std::collections::BTreeMap<String, String>>()
+        .map(|r| {
+            let r = r.expect("a row");
+            let num = |key: &str| r[key].parse::<f64>().unwrap_or_else(|_| panic!("{key}"));
+            AwqRow {
+                id: r["id"].clone(),
+                gpu_memory_mib: r["gpu_memory_mib"].parse().expect("MiB"),
+                tp: r["tp"].parse().expect("tp"),
+                utilization: num("gpu_memory_utilization"),
+                max_model_len: r["max_model_len"].parse().expect("max_model_len"),
+                max_num_batched_tokens: r["max_num_batched_tokens"].parse().expect("tokens"),
+                weights_gib: num("weights_gib"),
+                non_torch_gib: num("non_torch_gib"),
+                activation_peak_gib: num("activation_peak_gib"),
+                kv_cache_gib: num("kv_cache_gib"),
+            }
+        })
+        .collect()
+}
+
+/// The NVIDIA A40 of the AWQ row: an Ampere GPU of compute capability 8.6 (NVIDIA's table),
+/// `nvidia-smi` total 46068 MiB (the log's `nvidia-smi`), the catalog's Ampere driver reserve;
+/// built here from the catalog's A100 (same generation) since the catalog has no A40.
+fn a40(memory_mib: u64) -> Device {
+    let mut gpu = device("a100-80gb");
+    gpu.name = "NVIDIA A40".into();
+    gpu.model = None;
+    gpu.memory_bytes = memory_mib << 20;
+    gpu.compute_capability = vramplan_profiles::hardware::ComputeCapability { major: 8, minor: 6 };
+    gpu
+}
+
+/// Qwen/Qwen2.5-72B-Instruct-AWQ (config.json): the built-in Qwen2.5-72B with the MLP padded to
+/// 29696 (29568 / 128 = 231 groups do not split over 2 ranks; Qwen re-quantized its 72B AWQ/GPTQ
+/// checkpoints at 29696, QwenLM/Qwen3-VL issue #230, then Qwen2-VL) and AutoAWQ's GEMM `quantization_config`.
+fn qwen25_72b_awq() -> ModelDescription {
+    with_config(
+        "qwen2.5-72b",
+        json!({"intermediate_size": 29696, "torch_dtype": "float16",
+               "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128,
+                                       "zero_point": true, "version": "gemm",
+                                       "modules_to_not_convert": null}}),
+    )
+}
+
+/// The AWQ rows, logged by vLLM 0.7.2's V0 engine. vLLM 0.19's terms apply to the weights and
+/// to the device: `awq_marlin` holds 4-bit weights, fp16 scales and 4-bit zero points per group of
+/// 128 in both versions (the Marlin repack keeps their bytes), so the weights are held to 2 %,
+/// and so is the KV cache that our weights and our CUDA total leave beside the log's own
+/// activation and non-torch terms (0.7.2's `determine_num_available_blocks`: requested − weights
+/// − non-torch increase − torch peak increase, the identity vLLM 0.19 keeps). Those two terms
+/// are not vLLM 0.19's on H100s, and the test records that known miss so that it fails if either
+/// moves: 0.7.2 takes its baseline snapshot before `init_worker_distributed_environment`, so its
+/// non-torch term holds the whole distributed footprint, 0.32 GiB on the A40 pair, against the
+/// 1.02 + 2.09 GiB vLLM 0.19 shows on H100 SXM (`DISTRIBUTED_INIT_BYTES`, `NON_TORCH_TP2_BYTES`,
+/// applied to every GPU for want of other measurements); and 0.7.2's V0 profile run is eager (no
+/// `torch.compile`), its temporaries living until their Python names drop, where our activation
+/// peak models V1's compiled graph: ours is 25 % to 40 % below the logged 5.66 GiB. With all of
+/// vLLM 0.19's terms the KV cache comes within 2 % of the log only because these two differences
+/// cancel; that agreement is printed, not asserted.
+#[test]
+fn awq_weights_match_a_published_vllm_log() {
+    for row in awq_rows() {
+        let model = match row.id.as_str() {
+            "qwen25_72b_awq_tp2_a40" => qwen25_72b_awq(),
+            other => panic!("no model for {other}"),
+        };
+        let gpu = a40(row.gpu_memory_mib);
+        let workload = Workload {
+            seq: row.max_model_len,
+            weight_dtype: Some(DType::F16),
+            engine: Engine::Vllm {
+                gpu_memory_utilization: row.utilization,
+                max_num_batched_tokens: row.max_num_batched_tokens,
+            },
+            ..Workload::default()
+        };
+        let b = vllm::budget(&model, &gpu, &workload, row.tp).expect("budget");
+        let gib = |bytes: u64| bytes as f64 / GIB;
+        let pct = |ours: f64, logged: f64| (ours - logged) / logged * 100.0;
+        let weights_err = pct(gib(b.weights_bytes), row.weights_gib);
+        let v0_kv =
+            gib(b.requested_bytes) - gib(b.weights_bytes) - row.activation_peak_gib - row.non_torch_gib;
+        let v0_kv_err = pct(v0_kv, row.kv_cache_gib);
+        let act_err = pct(gib(b.activation_peak_bytes), row.activation_peak_gib);
+        let kv_019_err = pct(gib(b.kv_cache_bytes), row.kv_cache_gib);
+        println!(
+            "{}: weights {:.2} / {:.2} GiB ({weights_err:+.2} %) [{}]; KV with V0's activation and non-torch \
+             terms {v0_kv:.2} / {:.2} GiB ({v0_kv_err:+.2} %); known miss: activation {:.2} / {:.2} GiB \
+             ({act_err:+.2} %), non-torch {:.2} / {:.2} GiB, KV with vLLM 0.19's terms {:.2} GiB ({kv_019_err:+.2} %)",
+            row.id,
+            gib(b.weights_bytes),
+            row.weights_gib,
+            b.quantization.as_deref().unwrap_or("-"),
+            row.kv_cache_gib,
+            gib(b.activation_peak_bytes),
+            row.activation_peak_gib,
+            gib(b.non_torch_bytes),
+            row.non_torch_gib,
+            gib(b.kv_cache_bytes),
+        );
+        assert!(b.quantization.as_deref().is_some_and(|q| q.contains("Marlin")), "{:?}", b.quantization);
+        assert!(weights_err.abs() <= 2.0, "{}: weights {weights_err:+.2} %", row.id);
+        assert!(v0_kv_err.abs() <= 2.0, "{}: KV under V0's terms {v0_kv_err:+.2} %", row.id);
+        assert!(
+            (-40.0..=-25.0).contains(&act_err),
+            "{}: activation {act_err:+.2} % (known miss moved)",
+            row.id
+        );
+        assert!(gib(b.non_torch_bytes) - row.non_torch_gib > 1.5, "{}: non-torch (known miss moved)", row.id);
+    }
 }
