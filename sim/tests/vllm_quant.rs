@@ -393,9 +393,10 @@ fn a40(memory_mib: u64) -> Device {
     gpu
 }
 
-/// Qwen/Qwen2.5-72B-Instruct-AWQ (config.json): the built-in Qwen2.5-72B with the MLP padded to
-/// 29696 (29568 / 128 = 231 groups do not split over 2 ranks; Qwen re-quantized its 72B AWQ/GPTQ
-/// checkpoints at 29696, QwenLM/Qwen3-VL issue #230, then Qwen2-VL) and AutoAWQ's GEMM `quantization_config`.
+/// Qwen/Qwen2.5-72B-Instruct-AWQ: the built-in Qwen2.5-72B with the MLP padded to 29696 (29568 /
+/// 128 = 231 groups do not split over the log's 2 ranks; Qwen pads its official quantized 72B
+/// checkpoints to 29696, sources in the fixture's README) and AutoAWQ's GEMM
+/// `quantization_config`.
 fn qwen25_72b_awq() -> ModelDescription {
     with_config(
         "qwen2.5-72b",
