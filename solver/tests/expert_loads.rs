@@ -91,8 +91,9 @@ fn two_of_the_heaviest_share_a_gpu() {
     let p = problem(units, 3, 100 * GB);
     let s = ilp::solve(&p, &SolveOptions::default());
     assert_eq!(s.status, Status::Optimal);
-    // The plan holds copies on each GPU that differ from the balance stage's (4, 3, 3): HiGHS
-    // finds it, from the floor as its cut, and reports its value to its tolerance.
+    // The plan holds copies on each GPU that differ from the balance stage's (4, 3, 3): a
+    // move into the room the balance leaves finds it (or HiGHS, from the floor as its cut,
+    // which reports its value to its tolerance).
     let (value, bound, _) = load_stage(&s, &p);
     assert!((value - 20.0).abs() < 1e-6, "{value}");
     assert!((20.0 * 0.99..=20.0 + 1e-9).contains(&bound), "{bound}");
@@ -210,7 +211,7 @@ fn skewed_mixtral(gpus: u32) -> Problem {
 #[test]
 fn skewed_expert_loads_are_proven_within_the_gap_in_under_a_second() {
     // HiGHS alone ran past two minutes on this shape over 16 GPUs (issue 32).
-    for gpus in [8, 16, 32, 64] {
+    for gpus in [8, 16, 32, 64, 128] {
         let p = skewed_mixtral(gpus);
         let started = Instant::now();
         let s = ilp::solve(&p, &SolveOptions::default());

@@ -43,16 +43,19 @@
 //! below the current largest load, the trade that leaves the pair's larger load smallest is
 //! made (`δ = w_a − w_b` closest to half the two GPUs' difference: a binary search over `e`'s
 //! parts sorted by load). Each trade keeps every pool's count per device, so bytes, `U` and
-//! every earlier stage's value are unchanged; it lowers the sorted vector of loads
-//! lexicographically, so the loop ends (and is capped at a number of trades proportional to
-//! the parts).
+//! every earlier stage's value are unchanged. Where the held `U` leaves a GPU room for one more
+//! copy (448 experts over 128 GPUs: some hold 3, room for 4), a copy may also *move* off the
+//! most loaded GPU into that room ([`Formulation::load_start`]), on the same rule; the room is
+//! counted in bytes, fixed bytes and workspace included, so the plan still keeps `U`. Every
+//! trade or move lowers the sorted vector of loads lexicographically, so the loop ends (and is
+//! capped at a number of trades proportional to the parts).
 //!
 //! Where the plan is within the relative gap of the floor, the stage is proven without HiGHS;
 //! otherwise the plan is HiGHS's start and the floor its cut, so the MIP starts from both ends.
 //! Mixtral-8x22B's 56 × 8 experts over 16 H100s with measured, skewed loads ran past two
 //! minutes in HiGHS; the floor and the exchanges prove it within the gap in milliseconds.
 
-use super::formulation::Formulation;
+use super::formulation::{Copies, Formulation};
 use crate::problem::Problem;
 
 /// Copies the floor expands one by one; past this the even share and the heaviest copy alone
@@ -174,12 +177,80 @@ impl Formulation {
                 load[d] += block.load;
             }
         }
-        self.exchange(&split, &parts, counts, &mut load);
+        self.exchange(&split, &parts, counts, &mut load, None);
     }
 
-    /// Pairwise exchanges between the most loaded GPU and the others, as long as one lowers
-    /// the pair's larger load below the largest (module documentation, "The plan").
-    fn exchange(&self, split: &[usize], parts: &[(usize, usize)], counts: &mut [Vec<u32>], load: &mut [f64]) {
+    /// The load stage's start from `start` (a plan with the balance held at `balance`): its
+    /// split as [`Formulation::split_by_load`] made it, improved by moves of a copy off the most
+    /// loaded GPU into room the held balance leaves on another, beside the exchanges (module
+    /// documentation, "The plan"). The pool counts it changes are written into the start.
+    pub(super) fn load_start(
+        &self,
+        problem: &Problem,
+        capacities: &[u64],
+        mut start: Vec<f64>,
+        balance: f64,
+    ) -> Vec<f64> {
+        let split: Vec<usize> = (0..self.pools.len()).filter(|&p| !self.split[p].is_empty()).collect();
+        if split.is_empty() || !balance.is_finite() {
+            return start;
+        }
+        let mut counts = self.block_counts(&start);
+        let assignment = self.assignment(problem, &start);
+        let n_devices = self.shape.1;
+        let held = balance.min(1.0);
+        let room: Vec<f64> = (0..n_devices)
+            .map(|d| {
+                let device = &problem.devices[d];
+                let size = capacities[d].saturating_add(device.fixed_bytes) as f64;
+                let bytes = match problem.device_bytes(&assignment, d) {
+                    0 => device.fixed_bytes,
+                    bytes => bytes,
+                };
+                // A byte short of the limit, for the rounding of `held · size`.
+                if self.is_gpu[d] { (held * size - bytes as f64 - 1.0).max(0.0) } else { 0.0 }
+            })
+            .collect();
+        let mut load = vec![0.0; n_devices];
+        for (b, block) in self.blocks.iter().enumerate() {
+            for (d, &count) in counts[b].iter().enumerate() {
+                load[d] += block.load * f64::from(count);
+            }
+        }
+        let parts: Vec<(usize, usize)> =
+            split.iter().flat_map(|&p| self.parts[p].iter().map(move |&b| (p, b))).collect();
+        let mut spare = Spare { room, pools: self.pool_counts(&start) };
+        self.exchange(&split, &parts, &mut counts, &mut load, Some(&mut spare));
+        for &p in &split {
+            for (d, copies) in self.copies[p].iter().enumerate() {
+                if let Copies::Free(v) = copies
+                    && let Some(slot) = start.get_mut(self.column[v])
+                {
+                    *slot = f64::from(spare.pools[p][d]);
+                }
+            }
+            for (&b, row) in self.parts[p].iter().zip(&self.split[p]) {
+                for (cell, &count) in row.iter().zip(&counts[b]) {
+                    if let Some(slot) = cell.and_then(|v| start.get_mut(self.column[&v])) {
+                        *slot = f64::from(count);
+                    }
+                }
+            }
+        }
+        start
+    }
+
+    /// Pairwise exchanges between the most loaded GPU and the others, and with `spare`, moves
+    /// of a copy into another GPU's room, as long as one lowers the pair's larger load below
+    /// the largest (module documentation, "The plan").
+    fn exchange(
+        &self,
+        split: &[usize],
+        parts: &[(usize, usize)],
+        counts: &mut [Vec<u32>],
+        load: &mut [f64],
+        mut spare: Option<&mut Spare>,
+    ) {
         let gpus: Vec<usize> = (0..self.shape.1).filter(|&d| self.is_gpu[d]).collect();
         if gpus.len() < 2 {
             return;
@@ -211,44 +282,57 @@ impl Formulation {
             }
             of
         };
+        // Whether a copy of split pool `k` fits in `e`'s spare room.
+        let fits = |spare: &Spare, k: usize, e: usize| {
+            let pool = &self.pools[split[k]];
+            let most = pool.allowed.iter().find(|a| a.0 == e).map_or(0, |a| a.1);
+            spare.pools[split[k]][e] < most
+                && spare.room[e] >= pool.bytes_on(false) as f64
+                && (pool.transient == 0 || spare.pools[split[k]][e] > 0)
+        };
         let trades = (TRADES_PER_PART * parts.len()).max(LEAST_TRADES);
         for _ in 0..trades {
             let top = gpus.iter().copied().fold(gpus[0], |m, d| if load[d] > load[m] { d } else { m });
             let peak = load[top];
-            // (the pair's larger load after, other GPU, part leaving the top, part coming in)
-            let mut best: Option<(f64, usize, usize, usize)> = None;
+            // (the pair's larger load after, other GPU, part leaving the top, part coming in:
+            // none for a move)
+            let mut best: Option<(f64, usize, usize, Option<usize>)> = None;
+            let mut consider = |after: f64, e: usize, a: usize, b: Option<usize>| {
+                if best.is_none_or(|(value, ..)| after < value) {
+                    best = Some((after, e, a, b));
+                }
+            };
             for &e in &gpus {
                 let difference = peak - load[e];
                 if e == top || difference <= peak.abs() * 1e-12 {
                     continue;
                 }
                 for (k, theirs) in held[e].iter().enumerate() {
+                    let movable = spare.as_deref().is_some_and(|spare| fits(spare, k, e));
                     for &a in &held[top][k] {
+                        if movable && w(a) > 0.0 && w(a) < difference {
+                            consider((peak - w(a)).max(load[e] + w(a)), e, a, None);
+                        }
                         let wanted = w(a) - difference / 2.0;
                         let at = theirs.partition_point(|&b| w(b) < wanted);
                         for &b in
                             [at.checked_sub(1), Some(at)].iter().flatten().filter_map(|&i| theirs.get(i))
                         {
                             let delta = w(a) - w(b);
-                            if delta <= 0.0 || delta >= difference {
-                                continue;
-                            }
-                            let after = (peak - delta).max(load[e] + delta);
-                            if best.is_none_or(|(value, ..)| after < value) {
-                                best = Some((after, e, a, b));
+                            if delta > 0.0 && delta < difference {
+                                consider((peak - delta).max(load[e] + delta), e, a, Some(b));
                             }
                         }
                     }
                 }
             }
             let Some((_, e, a, b)) = best.filter(|&(after, ..)| after < peak * (1.0 - 1e-12)) else { break };
-            let delta = w(a) - w(b);
-            load[top] -= delta;
-            load[e] += delta;
             let k = pool_of[a];
-            for (part, from, to) in [(a, top, e), (b, e, top)] {
+            let mut change = |part: usize, from: usize, to: usize, held: &mut [Vec<Vec<usize>>]| {
                 counts[part][from] -= 1;
                 counts[part][to] += 1;
+                load[from] -= w(part);
+                load[to] += w(part);
                 if counts[part][from] == 0
                     && let Ok(i) = held[from][k].binary_search_by(|x| by_load(x, &part))
                 {
@@ -259,7 +343,28 @@ impl Formulation {
                 {
                     held[to][k].insert(i, part);
                 }
+            };
+            change(a, top, e, &mut held);
+            match b {
+                Some(b) => change(b, e, top, &mut held),
+                None => {
+                    if let Some(spare) = spare.as_deref_mut() {
+                        let p = split[k];
+                        let bytes = self.pools[p].bytes_on(false) as f64;
+                        spare.pools[p][top] -= 1;
+                        spare.pools[p][e] += 1;
+                        spare.room[top] += bytes;
+                        spare.room[e] -= bytes;
+                    }
+                }
             }
         }
     }
+}
+
+/// The room a held balance leaves on each device, in bytes, and each pool's copies per device,
+/// for the moves of [`Formulation::load_start`].
+struct Spare {
+    room: Vec<f64>,
+    pools: Vec<Vec<u32>>,
 }

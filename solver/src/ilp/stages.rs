@@ -189,6 +189,9 @@ pub(super) fn solve_stages(
         // The load stage's start (longest processing time first, then exchanges) is often
         // within the gap of the floor from the loads themselves (`loads.rs`); otherwise the
         // floor is HiGHS's cut.
+        if model.stage == Stage::Load {
+            start = start.map(|values| formulation.load_start(problem, capacities, values, balance));
+        }
         if let (Stage::Load, Some(start), Some(_)) = (model.stage, &start, formulation.loads) {
             let floor = formulation.load_floor(problem, capacities, balance);
             let value = formulation.load_value(&formulation.block_counts(start));
