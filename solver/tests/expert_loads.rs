@@ -100,6 +100,26 @@ fn two_of_the_heaviest_share_a_gpu() {
     assert_eq!(largest_load(&s, &p), 20.0);
 }
 
+#[test]
+fn the_heaviest_alone_leave_the_others_too_little_room() {
+    // Four 10 GB GPUs, ten 1 GB experts: two of load 10, eight of load 1 (28 in all, 7 even).
+    // Memory balance allows three experts a GPU (3/10). A largest load of 10 keeps each heavy
+    // expert alone, leaving two GPUs for the eight others, room for six: so two light experts
+    // join the heavy ones, and the optimum is 11 ({10, 1} {10, 1} {1, 1, 1} {1, 1, 1}). The
+    // even share, the heaviest expert and the pigeonhole windows give 10 at most; the count
+    // bound (room given up by the GPUs holding the heaviest) gives 11.
+    let mut units: Vec<Unit> = (0..2).map(|e| expert(format!("hot{e}"), GB, 10.0)).collect();
+    units.extend((0..8).map(|e| expert(format!("cold{e}"), GB, 1.0)));
+    let p = problem(units, 4, 10 * GB);
+    let s = ilp::solve(&p, &SolveOptions::default());
+    assert_eq!(s.status, Status::Optimal);
+    let (value, bound, gap) = load_stage(&s, &p);
+    assert!((value - 11.0).abs() < 1e-6, "{value}");
+    assert!((11.0 * (1.0 - 1e-5)..=11.0 + 1e-9).contains(&bound), "{bound}");
+    assert!(gap < 1e-5, "{gap}");
+    assert_eq!(largest_load(&s, &p), 11.0);
+}
+
 /// splitmix64: small, deterministic, no dependency.
 struct Rng(u64);
 
@@ -160,11 +180,12 @@ fn the_floor_never_passes_the_enumerated_optimum() {
     for case in 0..300 {
         let gpus = 2 + (rng.next() % 2) as usize;
         let n = 4 + (rng.next() % 5) as usize;
-        let hot = rng.next().is_multiple_of(3);
+        // A third of the problems have up to one hot expert a GPU, which the count bound needs.
+        let hot = if rng.next().is_multiple_of(3) { 1 + (rng.next() % gpus as u64) as usize } else { 0 };
         let loads: Vec<f64> = (0..n)
             .map(|e| {
                 let l = (1.5 * rng.normal()).exp() * 100.0;
-                if hot && e == 0 { l * 20.0 } else { l.round().max(1.0) }
+                if e < hot { l * 20.0 } else { l.round().max(1.0) }
             })
             .collect();
         let units = loads.iter().enumerate().map(|(e, &l)| expert(format!("e{e}"), GB, l)).collect();

@@ -30,6 +30,19 @@
 //! Each is a lower bound on the largest load of every plan, so their largest is. The floor of
 //! `objectives.rs` (even share and heaviest copy) is the case `m = 0`, `t = 0`.
 //!
+//! Where the plan is still not within the gap of that, and few copies go to each GPU, memory
+//! can bind harder: Mixtral-8x22B's 448 experts over 128 GPUs take at most 4 a GPU, and with
+//! Zipf-shaped loads the 56 hottest weigh nearly the even share each, so a hot expert alone on
+//! its GPU leaves the other GPUs too little room. The *count bound* ([`count_floor`]) is the
+//! smallest largest load `M` that passes, for every `j` where the loads step down, this test:
+//! a GPU holding `t` of the `j` heaviest carries at least `t·w_j`, so beside them at most the
+//! `s(t)` lightest copies whose loads fit within `M − t·w_j`; it holds at most `t + s(t)`
+//! copies, and gives up at least `least − t − s(t)` of its room (`least` the smallest `cap_d`).
+//! The `j` heaviest sit somewhere: over every split of `j` into such `t` (a knapsack, at most
+//! `most` a GPU), the least room given up must leave room for all `N` copies. Every plan of
+//! largest load `M` passes at every `j`, and the test only gets easier as `M` grows, so the `M`
+//! found by bisection, keeping the failing side, is a floor.
+//!
 //! # The plan ([`Formulation::split_by_load`])
 //!
 //! With each pool's count per device held as the plan in hand has it (so every row but the
@@ -62,6 +75,98 @@ use crate::problem::Problem;
 /// (the routed experts of a model are bounded by 2¹⁶, docs/limits.md).
 const MOST_COPIES: u64 = 1 << 20;
 
+/// The count bound's work: copies times the most a GPU takes, past which it is not tried.
+const MOST_COUNTED: u64 = 1 << 14;
+
+/// The smallest largest load, in `[low, high]`, at which every count of the heaviest copies
+/// passes [`counts_fit`]: bisected, keeping the side where it fails, so the result is never
+/// above a largest load some plan reaches (module documentation, "The floor").
+fn count_floor(
+    loads: &[f64],
+    prefix: &[f64],
+    room: usize,
+    least: usize,
+    most: usize,
+    low: f64,
+    high: f64,
+) -> f64 {
+    // The counts checked: where the loads step down (at most 64 of them, evenly spread).
+    let steps: Vec<usize> =
+        (1..=loads.len()).filter(|&j| j == loads.len() || loads[j] < loads[j - 1]).collect();
+    let stride = steps.len().div_ceil(64).max(1);
+    let checked: Vec<usize> = steps.iter().copied().step_by(stride).collect();
+    let fits = |limit: f64| checked.iter().all(|&j| counts_fit(loads, prefix, room, least, most, j, limit));
+    if fits(low) {
+        return low;
+    }
+    let (mut low, mut high) = (low, high);
+    for _ in 0..50 {
+        let middle = 0.5 * (low + high);
+        if fits(middle) {
+            high = middle
+        } else {
+            low = middle
+        }
+        if high - low <= high * 1e-6 {
+            break;
+        }
+    }
+    low
+}
+
+/// Whether the `N` copies (`loads`, heaviest first; `prefix` their running sums) can fit the
+/// GPUs' `room` copies in all (each GPU at least `least`, at most `most`) with no GPU's load
+/// above `limit`, as far as the `j` heaviest tell: a GPU holding `t` of them carries at least
+/// `t·w_j`, and with `s` more copies at least the `s` lightest loads, so it holds at most
+/// `t + s(t)` copies, `s(t)` the most lightest loads that fit beside; it gives up
+/// `least − t − s(t)` of the room it could have had. The fewest given up over every way of
+/// spreading the `j` (a knapsack over `t`) must leave room for every copy.
+fn counts_fit(
+    loads: &[f64],
+    prefix: &[f64],
+    room: usize,
+    least: usize,
+    most: usize,
+    j: usize,
+    limit: f64,
+) -> bool {
+    let n = loads.len();
+    let w = loads[j - 1];
+    // The sum of the `s` lightest loads.
+    let lightest = |s: usize| prefix[n] - prefix[n - s];
+    let beside = |t: usize| -> Option<usize> {
+        let left = limit - t as f64 * w;
+        if left < 0.0 {
+            return None;
+        }
+        // The most `s` with the `s` lightest within `left`, at most `most − t`.
+        let (mut lo, mut hi) = (0, most.saturating_sub(t).min(n));
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if lightest(mid) <= left { lo = mid } else { hi = mid - 1 }
+        }
+        Some(lo)
+    };
+    let largest_t = most.min(j);
+    let lost: Vec<Option<usize>> = (0..=largest_t)
+        .map(|t| if t == 0 { None } else { beside(t).map(|s| least.saturating_sub(t + s)) })
+        .collect();
+    // fewest[x]: the least room given up by GPUs holding `x` of the `j` heaviest.
+    let mut fewest = vec![usize::MAX; j + 1];
+    fewest[0] = 0;
+    for x in 1..=j {
+        for (t, lost) in lost.iter().enumerate().skip(1) {
+            if let Some(lost) = lost
+                && t <= x
+                && fewest[x - t] != usize::MAX
+            {
+                fewest[x] = fewest[x].min(fewest[x - t] + lost);
+            }
+        }
+    }
+    fewest[j] != usize::MAX && room.saturating_sub(fewest[j]) >= n
+}
+
 /// Trades per part of the split pools before the exchanges stop, and at least this many.
 const TRADES_PER_PART: usize = 64;
 const LEAST_TRADES: usize = 4_096;
@@ -70,7 +175,14 @@ impl Formulation {
     /// A lower bound on the load stage's objective (largest GPU load over the mean) for every
     /// plan whose largest GPU utilisation is at most `balance` (module documentation, "The
     /// floor"); 0 without loads.
-    pub(super) fn load_floor(&self, problem: &Problem, capacities: &[u64], balance: f64) -> f64 {
+    pub(super) fn load_floor(
+        &self,
+        problem: &Problem,
+        capacities: &[u64],
+        balance: f64,
+        upper: Option<f64>,
+        relative_gap: f64,
+    ) -> f64 {
         let Some((per_gpu, even)) = self.loads else { return 0.0 };
         if per_gpu <= 0.0 {
             return even;
@@ -133,6 +245,15 @@ impl Formulation {
             let company = if more > 0 && n - (last + 1) >= more { prefix[n] - prefix[n - more] } else { 0.0 };
             floor = floor.max(window + company);
             t += 1;
+        }
+        // Where a plan of `upper` is not within the gap of that, the count bound may be.
+        if let Some(upper) = upper.map(|u| u * per_gpu)
+            && upper > floor * (1.0 + relative_gap)
+            && (n as u64).saturating_mul(caps.iter().copied().max().unwrap_or(0)) <= MOST_COUNTED
+        {
+            let least = caps.iter().copied().min().unwrap_or(0) as usize;
+            let most = caps.iter().copied().max().unwrap_or(0) as usize;
+            floor = count_floor(&loads, &prefix, all as usize, least, most, floor, upper);
         }
         floor / per_gpu
     }

@@ -193,8 +193,8 @@ pub(super) fn solve_stages(
             start = start.map(|values| formulation.load_start(problem, capacities, values, balance));
         }
         if let (Stage::Load, Some(start), Some(_)) = (model.stage, &start, formulation.loads) {
-            let floor = formulation.load_floor(problem, capacities, balance);
             let value = formulation.load_value(&formulation.block_counts(start));
+            let floor = formulation.load_floor(problem, capacities, balance, Some(value), relative_gap);
             if value <= floor * (1.0 + relative_gap) {
                 fixes.push(model.objective.clone().leq(held(value)));
                 incumbent = Some(start.clone());
