@@ -103,6 +103,9 @@ pub fn plot_with_progress(
         PlotKind::Breakdown => {
             let EstimateResult { loaded, estimate, .. } = simulate(&request.inputs, &request.map)?;
             let measured = request.measured.as_deref().map(read_measured).transpose()?;
+            if let (Some(path), Some(peaks)) = (&request.measured, &measured) {
+                check_measured(path, peaks, &estimate.devices)?;
+            }
             let figure = Breakdown {
                 title: caption(&request.inputs, &loaded, "memory at the peak", None),
                 devices: &estimate.devices,
@@ -261,6 +264,67 @@ fn read_measured(path: &Path) -> Result<Vec<DevicePeaks>, InputError> {
         .at_key("run.devices")
         .with_fix("give the file `vramplan validate --json` wrote, unchanged")
     })
+}
+
+/// Measured peaks that belong to this estimate: each of a GPU the estimate has, each GPU once,
+/// and no figure past what the GPU holds (a peak above its memory was not measured on it), with
+/// peak allocated within peak reserved, as torch's caching allocator keeps them.
+fn check_measured(
+    path: &Path,
+    peaks: &[DevicePeaks],
+    devices: &[vramplan_sim::estimate::DeviceEstimate],
+) -> Result<(), InputError> {
+    let origin = path.display().to_string();
+    let fix = "give the `vramplan validate --json` result of this plan, unchanged";
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, peak) in peaks.iter().enumerate() {
+        let key = format!("run.devices[{i}]");
+        let Some(device) = devices.iter().find(|d| d.id == peak.device) else {
+            let ids: Vec<String> = devices.iter().map(|d| d.id.to_string()).collect();
+            return Err(InputError::new(
+                &origin,
+                format!("GPU {} was measured, and the estimate has GPUs {}", peak.device, ids.join(", ")),
+            )
+            .at_key(key)
+            .with_fix(fix));
+        };
+        if !seen.insert(peak.device) {
+            return Err(InputError::new(&origin, format!("GPU {} is measured twice", peak.device))
+                .at_key(key)
+                .with_fix(fix));
+        }
+        let over = [
+            ("allocated_bytes", peak.allocated_bytes),
+            ("reserved_bytes", peak.reserved_bytes),
+            ("driver_used_bytes", peak.driver_used_bytes),
+            ("driver_used_before_bytes", peak.driver_used_before_bytes),
+        ]
+        .into_iter()
+        .find(|(_, bytes)| *bytes > device.capacity_bytes);
+        if let Some((field, bytes)) = over {
+            return Err(InputError::new(
+                &origin,
+                format!(
+                    "`{field}` of GPU {} is {bytes} bytes, more than its {} bytes of memory",
+                    peak.device, device.capacity_bytes
+                ),
+            )
+            .at_key(format!("{key}.{field}"))
+            .with_fix(fix));
+        }
+        if peak.allocated_bytes > peak.reserved_bytes {
+            return Err(InputError::new(
+                &origin,
+                format!(
+                    "GPU {}'s peak allocated bytes exceed its peak reserved bytes, which hold them",
+                    peak.device
+                ),
+            )
+            .at_key(format!("{key}.allocated_bytes"))
+            .with_fix(fix));
+        }
+    }
+    Ok(())
 }
 
 /// The inputs of a sweep or a grid, and how it is judged: the target, the headroom (0 unless

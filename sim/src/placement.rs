@@ -41,22 +41,47 @@ impl fmt::Display for Target {
 }
 
 impl Target {
-    /// Reads a device as device maps, `--pin` and plan files write it: a GPU index (`1`, or
-    /// torch's `cuda:1`), `cpu` or `disk`, in any case and with spaces around it. A GPU must be
-    /// one of the hardware's `gpus` GPUs.
+    /// Reads a device as torch's `torch.device` reads it, and accelerate's `disk`: `cpu`,
+    /// `disk`, `cuda` (the current device, GPU 0), `cuda:N`, or a GPU index `N` (a device map's
+    /// JSON number), exactly so: torch refuses `CPU`, ` cpu`, `cuda: 1` and `cuda:01`, and so
+    /// does this. A GPU must be one of the hardware's `gpus` GPUs. `--pin` reads its device with
+    /// [`Target::parse_lenient`].
     pub fn parse(text: &str, gpus: u32) -> Result<Target, DeviceError> {
-        let lower = text.trim().to_ascii_lowercase();
-        match lower.as_str() {
+        match text {
             "cpu" => return Ok(Target::Cpu),
             "disk" => return Ok(Target::Disk),
+            "cuda" => return Target::gpu(0, gpus),
             _ => {}
         }
-        let digits = lower.strip_prefix("cuda:").unwrap_or(&lower).trim();
-        let not_a_device = || DeviceError::NotADevice { text: text.trim().to_string(), gpus };
-        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        let not_a_device = || DeviceError::NotADevice { text: text.to_string(), gpus };
+        let digits = text.strip_prefix("cuda:").unwrap_or(text);
+        let canonical = digits == "0" || !digits.starts_with('0');
+        if digits.is_empty() || !canonical || !digits.bytes().all(|b| b.is_ascii_digit()) {
             return Err(not_a_device());
         }
         let index: u64 = digits.parse().map_err(|_| not_a_device())?;
+        Target::gpu(index, gpus)
+    }
+
+    /// As [`Target::parse`] for a device written as a string in a device map or plan file
+    /// (`"cuda:1"`, `"cpu"`): a bare index in quotes (`"1"`) is refused, since `torch.device("1")`
+    /// is no device (the map's JSON number `1` is).
+    pub fn parse_string(text: &str, gpus: u32) -> Result<Target, DeviceError> {
+        if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(DeviceError::NotADevice { text: format!("\"{text}\""), gpus });
+        }
+        Target::parse(text, gpus)
+    }
+
+    /// As [`Target::parse`], for vramplan's own flags (`--pin lm_head=CPU`): spaces around the
+    /// device and its case do not matter.
+    pub fn parse_lenient(text: &str, gpus: u32) -> Result<Target, DeviceError> {
+        let lower = text.trim().to_ascii_lowercase();
+        let compact = lower.strip_prefix("cuda:").map_or(lower.clone(), |n| format!("cuda:{}", n.trim()));
+        Target::parse(&compact, gpus)
+    }
+
+    fn gpu(index: u64, gpus: u32) -> Result<Target, DeviceError> {
         match u32::try_from(index) {
             Ok(gpu) if gpu < gpus => Ok(Target::Gpu(gpu)),
             _ => Err(DeviceError::NoSuchGpu { index, gpus }),
@@ -105,7 +130,11 @@ impl fmt::Display for DeviceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DeviceError::NotADevice { text, .. } => {
-                write!(f, "`{text}` is not a device: a GPU index (`0`, `cuda:0`), `cpu` or `disk`")
+                write!(
+                    f,
+                    "`{text}` is not a device as torch reads one (exactly, in lower case, no spaces): a GPU \
+                     index (`0`, `cuda:0`), `cpu` or `disk`"
+                )
             }
             DeviceError::NoSuchGpu { index, gpus } => {
                 let has = match gpus {
@@ -355,16 +384,37 @@ mod tests {
     fn devices_read_alike_wherever_they_are_written() {
         for (text, target) in [
             ("0", Target::Gpu(0)),
-            (" 1 ", Target::Gpu(1)),
             ("cuda:1", Target::Gpu(1)),
-            ("CUDA:0", Target::Gpu(0)),
+            ("cuda", Target::Gpu(0)),
             ("cpu", Target::Cpu),
-            ("Disk", Target::Disk),
+            ("disk", Target::Disk),
         ] {
             assert_eq!(Target::parse(text, 2), Ok(target), "{text}");
         }
-        for text in ["mps", "", "-1", "1.5", "cuda", "gpu1", "cuda:x", "99999999999999999999999"] {
+        // What torch.device refuses (torch 2.15: "Invalid device string", "Expected one of cpu,
+        // cuda, …"), and what is no device at all.
+        for text in [
+            "CPU",
+            " cpu",
+            "cuda: 1",
+            "cuda:01",
+            "cuda:1 ",
+            "CUDA:0",
+            "Disk",
+            "mps",
+            "",
+            "-1",
+            "1.5",
+            "gpu1",
+            "cuda:x",
+            "99999999999999999999999",
+        ] {
             assert!(matches!(Target::parse(text, 2), Err(DeviceError::NotADevice { .. })), "{text}");
+        }
+        assert!(Target::parse_string("1", 2).is_err(), "torch.device(\"1\") is no device");
+        assert_eq!(Target::parse_string("cuda:1", 2), Ok(Target::Gpu(1)));
+        for (text, target) in [(" 1 ", Target::Gpu(1)), ("CUDA: 1", Target::Gpu(1)), ("CPU", Target::Cpu)] {
+            assert_eq!(Target::parse_lenient(text, 2), Ok(target), "{text}");
         }
         let err = Target::parse("cuda:7", 2).unwrap_err();
         assert_eq!(err, DeviceError::NoSuchGpu { index: 7, gpus: 2 });

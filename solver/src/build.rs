@@ -43,6 +43,9 @@ pub struct Request {
     pub min_devices: bool,
     /// Tokens routed to each expert, per MoE layer path (`--expert-load`).
     pub expert_load: BTreeMap<String, Vec<f64>>,
+    /// When a what-if's probes must end (`whatif --time-limit`): each probe's plan gets the
+    /// time left, and a query stops where it stands once it has passed; `None` for none.
+    pub deadline: Option<std::time::Instant>,
 }
 
 impl Request {
@@ -55,6 +58,7 @@ impl Request {
             offload: true,
             min_devices: false,
             expert_load: BTreeMap::new(),
+            deadline: None,
         }
     }
 }
@@ -487,7 +491,7 @@ pub fn parse_pin(text: &str, gpus: u32) -> Result<(String, Target), InputError> 
     if pattern.is_empty() {
         return Err(InputError::new("--pin", format!("`{text}` names no module before `=`")).with_fix(fix));
     }
-    let tier = Target::parse(device, gpus)
+    let tier = Target::parse_lenient(device, gpus)
         .map_err(|e| InputError::new("--pin", format!("`{text}`: {e}")).at_key(pattern).with_fix(e.fix()))?;
     if let Some((prefix, a, b)) = pin_range(pattern)
         && a > b

@@ -465,7 +465,7 @@ impl PlanFile {
             .map(|(module, target)| {
                 let parsed = match target {
                     PlanTarget::Gpu(g) => Target::parse(&g.to_string(), gpus),
-                    PlanTarget::Host(h) => Target::parse(h, gpus),
+                    PlanTarget::Host(h) => Target::parse_string(h, gpus),
                 };
                 let t = parsed.map_err(|e| {
                     InputError::new(origin, format!("`{module}`: {e}"))

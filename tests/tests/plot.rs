@@ -233,6 +233,49 @@ fn breakdown_draws_what_a_validation_measured_beside_the_prediction() {
     assert!(says(&svg, "predicted") && says(&svg, "measured"));
 }
 
+/// Measured peaks that cannot be this plan's are refused, not drawn or dropped: a GPU the
+/// estimate lacks, a GPU measured twice, a peak past the GPU's memory (2⁶⁴ − 1 bytes), peak
+/// allocated above peak reserved.
+#[test]
+fn measured_peaks_that_are_not_this_plans_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = |id: u32, allocated: u64, reserved: u64| {
+        format!(
+            r#"{{"device": {id}, "name": "Tesla T4", "allocated_bytes": {allocated}, "reserved_bytes": {reserved},
+            "driver_used_bytes": 4000000000, "driver_used_before_bytes": 300000000, "peak_event": "x"}}"#
+        )
+    };
+    let result = |devices: &[String]| {
+        format!(r#"{{"findings": [], "ok": true, "run": {{"devices": [{}]}}}}"#, devices.join(", "))
+    };
+    let cases = [
+        (
+            "other.json",
+            result(&[device(0, 1, 2), device(5, 1, 2)]),
+            &["other.json", "GPU 5 was measured", "0, 1"][..],
+        ),
+        (
+            "twice.json",
+            result(&[device(0, 1, 2), device(0, 1, 2)]),
+            &["twice.json", "GPU 0 is measured twice"][..],
+        ),
+        (
+            "huge.json",
+            result(&[device(1, 1, u64::MAX)]),
+            &["huge.json", "`reserved_bytes` of GPU 1", "more than"][..],
+        ),
+        ("inverted.json", result(&[device(0, 3, 2)]), &["inverted.json", "exceed its peak reserved"][..]),
+    ];
+    for (name, text, says) in cases {
+        let file = write(dir.path(), name, &text);
+        let svg = dir.path().join("m.svg").display().to_string();
+        let out =
+            vramplan(&[&["plot", "breakdown"], &PYTHIA[..], &["--measured", &file, "-o", &svg]].concat());
+        assert_refused(&out, says);
+        assert_eq!(out.code, 2, "{name}: {}", out.stderr);
+    }
+}
+
 #[test]
 fn plan_draws_one_column_per_device_and_one_box_per_unit_beside_accelerates_map() {
     let dir = tempfile::tempdir().unwrap();
