@@ -120,6 +120,28 @@ fn the_heaviest_alone_leave_the_others_too_little_room() {
     assert_eq!(largest_load(&s, &p), 11.0);
 }
 
+#[test]
+fn too_few_light_experts_to_go_beside_the_hot_ones() {
+    // Four 10 GB GPUs, twelve 1 GB experts: two of load 10, one of 1, nine of 2 (39 in all).
+    // Memory balance puts three on every GPU (3/10), so each hot expert has two beside it. Two
+    // hot ones on one GPU (20) are worse than any plan below; apart, the lightest pair is
+    // {1, 2} (13) and there is one expert of load 1, so the other hot expert takes {2, 2}:
+    // 14 is the optimum ({10, 1, 2} {10, 2, 2} {2, 2, 2} {2, 2, 2}). Counting copies alone
+    // allows 13 (each hot GPU may hold the two lightest); the places beside the hot experts,
+    // each needing a copy under its bound, and too few such copies, prove 14.
+    let mut units: Vec<Unit> = (0..2).map(|e| expert(format!("hot{e}"), GB, 10.0)).collect();
+    units.push(expert("light".into(), GB, 1.0));
+    units.extend((0..9).map(|e| expert(format!("mid{e}"), GB, 2.0)));
+    let p = problem(units, 4, 10 * GB);
+    let s = ilp::solve(&p, &SolveOptions::default());
+    assert_eq!(s.status, Status::Optimal);
+    let (value, bound, gap) = load_stage(&s, &p);
+    assert!((value - 14.0).abs() < 1e-6, "{value}");
+    assert!((14.0 * (1.0 - 1e-5)..=14.0 + 1e-9).contains(&bound), "{bound}");
+    assert!(gap < 1e-5, "{gap}");
+    assert_eq!(largest_load(&s, &p), 14.0);
+}
+
 /// splitmix64: small, deterministic, no dependency.
 struct Rng(u64);
 

@@ -41,7 +41,11 @@
 //! The `j` heaviest sit somewhere: over every split of `j` into such `t` (a knapsack, at most
 //! `most` a GPU), the least room given up must leave room for all `N` copies. Every plan of
 //! largest load `M` passes at every `j`, and the test only gets easier as `M` grows, so the `M`
-//! found by bisection, keeping the failing side, is a floor.
+//! found by bisection, keeping the failing side, is a floor. Beside it, where no two of the `j`
+//! heaviest fit one GPU within `M`, the copies the others have no room for must go beside them
+//! under a budget, and each place beside a heavy copy needs a copy below a bound of its own:
+//! there must be enough of those ([`alone_fit`], Hall's condition). Counting copies alone lets
+//! every hot GPU take the two lightest; there may be too few of them.
 //!
 //! # The plan ([`Formulation::split_by_load`])
 //!
@@ -81,10 +85,12 @@ const MOST_COUNTED: u64 = 1 << 14;
 /// The smallest largest load, in `[low, high]`, at which every count of the heaviest copies
 /// passes [`counts_fit`]: bisected, keeping the side where it fails, so the result is never
 /// above a largest load some plan reaches (module documentation, "The floor").
+#[allow(clippy::too_many_arguments)]
 fn count_floor(
     loads: &[f64],
     prefix: &[f64],
     room: usize,
+    gpus: usize,
     least: usize,
     most: usize,
     low: f64,
@@ -95,7 +101,12 @@ fn count_floor(
         (1..=loads.len()).filter(|&j| j == loads.len() || loads[j] < loads[j - 1]).collect();
     let stride = steps.len().div_ceil(64).max(1);
     let checked: Vec<usize> = steps.iter().copied().step_by(stride).collect();
-    let fits = |limit: f64| checked.iter().all(|&j| counts_fit(loads, prefix, room, least, most, j, limit));
+    let fits = |limit: f64| {
+        checked.iter().all(|&j| {
+            counts_fit(loads, prefix, room, least, most, j, limit)
+                && alone_fit(loads, room, gpus, least, most, j, limit)
+        })
+    };
     if fits(low) {
         return low;
     }
@@ -165,6 +176,84 @@ fn counts_fit(
         }
     }
     fewest[j] != usize::MAX && room.saturating_sub(fewest[j]) >= n
+}
+
+/// The most GPUs, and copies beside a heavy one, [`alone_fit`] enumerates.
+const MOST_ALONE: usize = 256;
+const MOST_BESIDE: usize = 3;
+
+/// Where no two of the `j` heaviest copies fit one GPU within `limit` (`2·w_j > limit`), they
+/// sit on `j` GPUs, and the copies the other GPUs have no room for (`E`, the others' room
+/// being at most `room − j·least`) go beside them, at most `most − 1` on each, within the
+/// budget `b = limit − w_j` a GPU. A GPU with `k` copies beside its heavy one holds them in
+/// ascending order, the `r`-th at most `(b − (r − 1)·w_min) / (k − r + 1)` (the others at
+/// least the lightest load `w_min`); the copies below each such bound must be at least as many
+/// as the places that need one (Hall's condition for nested sets). Whether some count of GPUs
+/// with 1, 2, … copies beside (at most [`MOST_BESIDE`]) places all `E` so: this is what
+/// proves Mixtral-8x22B's Zipf loads over 128 GPUs, where a hot expert with two of the
+/// lightest beside it is within the budget but there are too few of the lightest. True (no
+/// proof) where it does not apply.
+fn alone_fit(
+    loads: &[f64],
+    room: usize,
+    gpus: usize,
+    least: usize,
+    most: usize,
+    j: usize,
+    limit: f64,
+) -> bool {
+    let n = loads.len();
+    let w = loads[j - 1];
+    if 2.0 * w <= limit || j > MOST_ALONE {
+        return true;
+    }
+    if j > gpus || w > limit {
+        return false;
+    }
+    let others = room.saturating_sub(j * least);
+    let needed = n.saturating_sub(j + others);
+    if needed == 0 {
+        return true;
+    }
+    let beside = most.saturating_sub(1);
+    if beside == 0 {
+        return false;
+    }
+    if beside > MOST_BESIDE {
+        return true;
+    }
+    let budget = limit - w;
+    let lightest = loads[n - 1];
+    // The copies outside the j heaviest with load at most x (the tail is heaviest first).
+    let tail = &loads[j..];
+    let at_most = |x: f64| tail.len() - tail.partition_point(|&l| l > x * (1.0 + 1e-12));
+    // (bound, k): the r-th place of a GPU with k beside.
+    let mut places: Vec<(f64, usize)> = Vec::new();
+    for k in 1..=beside {
+        for r in 1..=k {
+            places.push(((budget - (r - 1) as f64 * lightest) / (k - r + 1) as f64, k));
+        }
+    }
+    places.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let counts: Vec<usize> = places.iter().map(|&(x, _)| at_most(x)).collect();
+    let hall = |q: &[usize; 4]| {
+        let mut need = 0;
+        places.iter().zip(&counts).all(|(&(_, k), &have)| {
+            need += q[k];
+            need <= have
+        })
+    };
+    let q3_most = if beside >= 3 { j } else { 0 };
+    let q2_most = if beside >= 2 { j } else { 0 };
+    for q3 in 0..=q3_most {
+        for q2 in 0..=q2_most.min(j - q3) {
+            let q1 = needed.saturating_sub(2 * q2 + 3 * q3);
+            if q1 + q2 + q3 <= j && hall(&[0, q1, q2, q3]) {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// Trades per part of the split pools before the exchanges stop, and at least this many.
@@ -253,7 +342,7 @@ impl Formulation {
         {
             let least = caps.iter().copied().min().unwrap_or(0) as usize;
             let most = caps.iter().copied().max().unwrap_or(0) as usize;
-            floor = count_floor(&loads, &prefix, all as usize, least, most, floor, upper);
+            floor = count_floor(&loads, &prefix, all as usize, g, least, most, floor, upper);
         }
         floor / per_gpu
     }
@@ -488,4 +577,41 @@ impl Formulation {
 struct Spare {
     room: Vec<f64>,
     pools: Vec<Vec<u32>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::count_floor;
+
+    /// `count_floor` over `loads` (heaviest first) on `gpus` GPUs of `cap` copies each, from
+    /// `low` up to `high`.
+    fn floor(loads: &[f64], gpus: usize, cap: usize, low: f64, high: f64) -> f64 {
+        let mut prefix = vec![0.0];
+        for &w in loads {
+            prefix.push(prefix.last().copied().unwrap_or(0.0) + w);
+        }
+        count_floor(loads, &prefix, gpus * cap, gpus, cap, cap, low, high)
+    }
+
+    #[test]
+    fn the_hot_experts_alone_leave_too_little_room() {
+        // Two of 10 and eight of 1 on four GPUs of three: with the hot ones alone (a largest
+        // load below 11), two GPUs hold at most six of the eight others: 11.
+        let mut loads = vec![10.0, 10.0];
+        loads.extend([1.0; 8]);
+        let found = floor(&loads, 4, 3, 10.0, 12.0);
+        assert!((found - 11.0).abs() < 1e-4, "{found}");
+    }
+
+    #[test]
+    fn too_few_light_experts_go_beside_the_hot_ones() {
+        // Two of 10, one of 1 and nine of 2 on four GPUs of three (every GPU full): each hot
+        // expert has two beside it, {1, 2} for one, {2, 2} for the other (one expert of 1):
+        // 14. Counting alone allows 13 (the two lightest beside each).
+        let mut loads = vec![10.0, 10.0];
+        loads.extend([2.0; 9]);
+        loads.push(1.0);
+        let found = floor(&loads, 4, 3, 10.0, 15.0);
+        assert!((found - 14.0).abs() < 1e-4, "{found}");
+    }
 }
