@@ -296,3 +296,24 @@ fn profiles_show_takes_json_before_or_after_the_name() {
     assert_ok(&yaml);
     assert!(yaml.stdout.contains("name: \"t4\""), "{}", yaml.stdout);
 }
+
+/// Flags the workload does not read are refused, not ignored: training flags in inference, and
+/// transformers' own under a serving engine.
+#[test]
+fn flags_that_do_not_apply_are_refused() {
+    let base = ["estimate", "llama-3.2-1b", "--hardware", "a100-80gb"];
+    let cases: [(&[&str], &[&str]); 4] = [
+        (
+            &["--mode", "inference", "--grad-ckpt", "full"],
+            &["--grad-ckpt", "applies to training", "--mode train"],
+        ),
+        (&["--engine", "vllm", "--trainer", "unsloth"], &["--trainer", "applies to training"]),
+        (&["--mode", "inference", "--optimizer", "sgd"], &["--optimizer", "applies to training"]),
+        (&["--engine", "vllm", "--attn", "eager"], &["--attn", "--engine vllm runs it its own way"]),
+    ];
+    for (extra, says) in cases {
+        let out = vramplan(&[&base[..], extra].concat());
+        assert_bad_input(&out, says);
+    }
+    assert_ok(&vramplan(&[&base[..], &["--mode", "train", "--grad-ckpt", "full"]].concat()));
+}

@@ -292,7 +292,51 @@ impl WorkloadFlags {
         s.activation_offload |= self.activation_offload;
         s.compile |= self.compile;
         s.keep_gradients |= self.keep_gradients;
+        self.refuse_inapplicable(&w)?;
         Ok(w)
+    }
+
+    /// Flags given that the workload as built does not read: training flags in inference, the
+    /// transformers trainer's under a serving engine. Each would be ignored silently, and the
+    /// answer read as if it had applied.
+    fn refuse_inapplicable(&self, w: &Workload) -> Result<(), InputError> {
+        let training = [
+            ("--grad-ckpt", self.grad_ckpt.is_some()),
+            ("--grad-accum", self.grad_accum.is_some_and(|n| n > 1)),
+            ("--optimizer", self.optimizer.is_some()),
+            ("--trainer", self.trainer.is_some()),
+            ("--offload-optimizer", self.offload_optimizer),
+            ("--optimizer-in-backward", self.optimizer_in_backward),
+            ("--activation-offload", self.activation_offload),
+            ("--keep-gradients", self.keep_gradients),
+        ];
+        if w.mode == Mode::Inference
+            && let Some((flag, _)) = training.iter().find(|(_, given)| *given)
+        {
+            return Err(InputError::new(
+                *flag,
+                format!("{flag} applies to training, and the workload runs inference"),
+            )
+            .with_fix(format!("add `--mode train`, or leave out {flag}")));
+        }
+        let engine = match w.engine {
+            Engine::Transformers => None,
+            Engine::Vllm { .. } => Some("vllm"),
+            Engine::Sglang { .. } => Some("sglang"),
+            Engine::LlamaCpp { .. } => Some("llama.cpp"),
+        };
+        let transformers_only = [("--attn", self.attn.is_some()), ("--autocast", self.autocast.is_some())];
+        if let (Some(engine), Some((flag, _))) = (engine, transformers_only.iter().find(|(_, given)| *given))
+        {
+            return Err(InputError::new(
+                *flag,
+                format!(
+                    "{flag} sets how transformers runs the model, and --engine {engine} runs it its own way"
+                ),
+            )
+            .with_fix(format!("leave out {flag} under --engine {engine}")));
+        }
+        Ok(())
     }
 
     fn apply_quant(&self, w: &mut Workload) -> Result<(), InputError> {
