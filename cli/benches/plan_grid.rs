@@ -1,7 +1,8 @@
 //! A benchmark grid of `vramplan plan` (issue 15): some 800 plan cases built by loops over the
 //! catalog's dense, MoE and MLA models, every target, inference and training, 1 to 256 GPUs
-//! (heterogeneous mixes too), offload, pins, `--min-devices`, `--expert-load`, cases that do not
-//! fit and cases under `--time-limit`. Not a test: `cargo test` does not run it.
+//! (heterogeneous mixes too), offload, pins, `--min-devices`, `--expert-load` (with skewed loads
+//! of a measured shape, `skewed-load`), cases that do not fit and cases under `--time-limit`.
+//! Not a test: `cargo test` does not run it.
 //!
 //! Run it with `cargo bench -p vramplan --bench plan_grid` (release), optionally followed by
 //! `-- --filter SUBSTRING --limit N --cap SECONDS --top N --list --verbose`.
@@ -341,6 +342,23 @@ fn cases(loads_dir: &Path) -> Vec<Case> {
             }
         }
     }
+    // Skewed loads of a measured shape (issue 32): per layer a lognormal (seed 4) or a Zipf over
+    // a permutation of the experts (seed 5), the hot experts different in every layer, for the
+    // large MoE models over 8 to 128 GPUs. DeepSeek-V3's 671 GB of fp8 weights need H200s on 8.
+    for model in ["mixtral-8x22b", "qwen3-235b-a22b", "deepseek-v3", "gpt-oss-120b"] {
+        for gpus in [8, 16, 32, 64, 128] {
+            let kind = if model == "deepseek-v3" && gpus == 8 { "h200" } else { "h100-80gb" };
+            let hw = format!("{gpus}x{kind}");
+            for (shape, seed) in [("lognormal", 4), ("zipf", 5)] {
+                g.add_with_load(
+                    format!("skewed-load/{model}/{shape}/{hw}"),
+                    &format!("{model} --hardware {hw} --target expert-parallel"),
+                    model,
+                    seed,
+                );
+            }
+        }
+    }
     g.add_with_load(
         "expert-load/mixtral-8x7b/qlora/s2/2xt4".into(),
         "mixtral-8x7b --hardware 2xt4 --target expert-parallel --mode train --lora-rank 16 --quant nf4",
@@ -453,8 +471,12 @@ impl Lcg {
 }
 
 /// Tokens routed to each of `experts` experts of one layer: seed 1 nearly flat, seed 2 skewed
-/// (a power law), seed 3 a few hot experts over a flat floor.
+/// (a power law), seed 3 a few hot experts over a flat floor; seeds 4 and 5 the shapes routers
+/// are measured to take ([`skewed_loads`]).
 fn expert_loads(experts: u32, seed: u64, layer: usize, rng: &mut Lcg) -> Vec<u64> {
+    if seed >= 4 {
+        return skewed_loads(experts, seed == 5, rng);
+    }
     let hot = 1 + (layer % 3) as u32;
     (0..experts)
         .map(|e| {
@@ -473,6 +495,34 @@ fn expert_loads(experts: u32, seed: u64, layer: usize, rng: &mut Lcg) -> Vec<u64
             tokens.round() as u64
         })
         .collect()
+}
+
+/// One layer's tokens per expert with the skew measured routers show (a few experts take a
+/// large share, which ones differs from layer to layer): a lognormal of σ = 1 per expert
+/// (`zipf` false), or Zipf's law of exponent 1.2 over a random order of the experts (`zipf`
+/// true, the k-th hottest taking a share ∝ k^−1.2); 100,000 routed tokens a layer
+/// spread in those proportions.
+fn skewed_loads(experts: u32, zipf: bool, rng: &mut Lcg) -> Vec<u64> {
+    let n = experts as usize;
+    let weights: Vec<f64> = if zipf {
+        // A Fisher–Yates shuffle gives each expert its rank in this layer.
+        let mut rank: Vec<usize> = (0..n).collect();
+        for i in (1..n).rev() {
+            let j = ((rng.next_unit() * (i + 1) as f64) as usize).min(i);
+            rank.swap(i, j);
+        }
+        rank.iter().map(|&r| ((r + 1) as f64).powf(-1.2)).collect()
+    } else {
+        (0..n)
+            .map(|_| {
+                // Box–Muller: a standard normal from two uniforms.
+                let (u, v) = (rng.next_unit().max(1e-12), rng.next_unit());
+                ((-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()).exp()
+            })
+            .collect()
+    };
+    let total: f64 = weights.iter().sum();
+    weights.iter().map(|w| (100_000.0 * w / total).round() as u64).collect()
 }
 
 /// Writes a case's expert-load file: one entry per MoE layer, keyed by its experts module.
