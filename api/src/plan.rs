@@ -22,6 +22,12 @@ use vramplan_solver::plan::{
     Plan, Settings, SolverKind, Verdict, deadline_after, plan as solve_plan, seconds_left,
 };
 
+/// The time limit of `plan` (and of the plans `plot` and `report` make) where none is given,
+/// in seconds. Every case of the plan grid bench (`cli/benches/plan_grid.rs`, README "Speed")
+/// answers in under a second, so a minute stops only what would otherwise run on (a MIP that
+/// finds no proof), and still answers with the best plan found and its gap.
+pub const DEFAULT_TIME_LIMIT_S: f64 = 60.0;
+
 /// How a plan is solved: the runtime, the headroom, pins, offload and the solver's limits, as
 /// the flags write them.
 #[derive(Debug, Clone)]
@@ -40,6 +46,7 @@ pub struct SolveOptions {
     /// Among equally balanced plans, use the fewest GPUs.
     pub min_devices: bool,
     /// Seconds the whole command may take: the best plan found by then, with its gap.
+    /// [`DEFAULT_TIME_LIMIT_S`] by default; `None` for no limit.
     pub time_limit: Option<f64>,
     /// The solver's tolerance, `1%` (default) or `0.01`; `0` for exact.
     pub gap: Option<String>,
@@ -61,7 +68,7 @@ impl Default for SolveOptions {
             pin: Vec::new(),
             no_offload: false,
             min_devices: false,
-            time_limit: None,
+            time_limit: Some(DEFAULT_TIME_LIMIT_S),
             gap: None,
             solver: "ilp".into(),
             expert_load: None,

@@ -3,7 +3,7 @@
 //! `vramplan-api` request; prints the plan (with accelerate's greedy map beside it for
 //! accelerate targets) and writes the export atomically. Exit 0 with a plan that fits (optimal,
 //! or the best found within `--time-limit`, with its gap), 1 when nothing fits, proven (with the
-//! remedies), 4 when `--time-limit` ran out before either.
+//! remedies), 4 when `--time-limit` (60 s unless given) ran out before either.
 
 use crate::estimate::Inputs;
 use clap::Args;
@@ -58,9 +58,10 @@ pub(crate) struct SolveOptions {
     #[arg(long)]
     min_devices: bool,
     /// Bound the whole command to this many seconds: the best plan found by then is printed with
-    /// its proven gap; with none found and nothing proven, exit 4.
-    #[arg(long, value_name = "SECONDS")]
-    time_limit: Option<f64>,
+    /// its proven gap; with none found and nothing proven, exit 4. Every plan of the bench grid
+    /// takes under a second, so the default only stops what would otherwise run on.
+    #[arg(long, value_name = "SECONDS", default_value_t = vramplan_api::DEFAULT_TIME_LIMIT_S)]
+    time_limit: f64,
     /// The solver's tolerance: each objective (offload, balance, load, crossings, fewest GPUs)
     /// stops once its plan is proven within this share of the best possible, and the plan is
     /// called optimal only when every one is. `1%` (default) or `0.01`; `0` for exact.
@@ -91,7 +92,7 @@ impl SolveOptions {
             pin: self.pin.clone(),
             no_offload: self.no_offload,
             min_devices: self.min_devices,
-            time_limit: self.time_limit,
+            time_limit: Some(self.time_limit),
             gap: self.gap.clone(),
             solver: self.solver.clone(),
             expert_load: self.expert_load.clone(),
