@@ -104,6 +104,15 @@ pub(crate) fn build(
         Runtime::ExpertParallel => expert_units(model, hardware, workload, request)?,
     };
     built.problem.pins = resolve_pins(&built, request)?;
+    // accelerate runs a module wherever the map puts it (its hooks move the hidden states there
+    // and back), so a pinned unit leaves the chain: the order rule holds for the units the user
+    // did not pin, and the replay charges the hand-back (the hidden states copied to the pinned
+    // unit's device). Pipelines and llama.cpp need their layers in order, pins included.
+    if matches!(request.runtime, Runtime::Accelerate | Runtime::AccelerateV4) {
+        for &(u, _) in &built.problem.pins {
+            built.problem.units[u].order = None;
+        }
+    }
     Ok(built)
 }
 
@@ -662,7 +671,7 @@ fn resolve_pins(built: &Built, request: &Request) -> Result<Vec<(usize, usize)>,
         }
     }
     check_pin_together(built, &by_unit)?;
-    if built.problem.ordered {
+    if built.problem.ordered && !matches!(request.runtime, Runtime::Accelerate | Runtime::AccelerateV4) {
         check_pin_order(built, request, &by_unit)?;
     }
     Ok(by_unit.into_iter().map(|(u, (_, d))| (u, d)).collect())
@@ -710,10 +719,10 @@ fn check_pin_together(built: &Built, by_unit: &BTreeMap<usize, (&str, usize)>) -
     Ok(())
 }
 
-/// The layer-order rule: the runtime runs the units of an ordered problem in forward order
-/// and the plan keeps their devices non-decreasing along that chain, in the problem's device
-/// order (accelerate and pipelines: the GPUs by index, then `cpu` and `disk`; llama.cpp: `cpu`
-/// first, as `-ngl` keeps the first layers there). A unit tied to an earlier one takes its
+/// The layer-order rule of pipelines and llama.cpp: the runtime runs the units of an ordered
+/// problem in forward order and the plan keeps their devices non-decreasing along that chain,
+/// in the problem's device order (pipelines: the GPUs by index; llama.cpp: `cpu` first, as
+/// `-ngl` keeps the first layers there). accelerate's pins leave the chain instead. A unit tied to an earlier one takes its
 /// place. Refused: two pins out of that order, and a pin that leaves the units before it (or
 /// after it) more bytes than the devices on that side can hold at all.
 fn check_pin_order(

@@ -76,14 +76,35 @@ fn a_pin_to_a_gpu_the_profile_lacks_names_the_gpus() {
 
 #[test]
 fn pins_against_the_layer_order_say_why() {
-    let out = plan(&["--pin", "model.layers.2=1", "--pin", "model.layers.5=0"]);
+    // A pipeline runs its stages in order: pins out of it are refused, with the rule.
+    let pipeline = |extra: &[&str]| plan(&[&["--target", "pipeline"][..], extra].concat());
+    let out = pipeline(&["--pin", "model.layers.2=1", "--pin", "model.layers.5=0"]);
     assert_refused(&out, &["--pin", "key `model.layers.5`", "runs after `model.layers.2`", "in order"]);
     // The head runs last: pinned to GPU 0, the whole model would have to fit there.
-    let out = plan(&["--pin", "lm_head=0"]);
+    let out = pipeline(&["--pin", "lm_head=0"]);
     assert_refused(&out, &["--pin", "key `lm_head`", "every unit before it", "GPU 0", "a later device"]);
     // The first layer on GPU 1 leaves every later layer to GPU 1 alone without offload.
-    let out = plan(&["--pin", "model.layers.0=1", "--no-offload"]);
+    let out = pipeline(&["--pin", "model.layers.0=1", "--no-offload"]);
     assert_refused(&out, &["--pin", "every unit after it", "an earlier device"]);
+}
+
+/// accelerate runs a module wherever the map puts it (its hooks move the hidden states there
+/// and back), so pins against the layer order are honoured: Llama-2-70B's head on GPU 0 of 8
+/// A100-40GB, after layers on GPU 7, as the user asked; the units not pinned keep the
+/// order. The map is the one accelerate loads: every module on one device.
+#[test]
+fn accelerate_takes_pins_against_the_layer_order() {
+    let out = vramplan(&["plan", "llama-2-70b", "--hardware", "8xa100-40gb", "--pin", "lm_head=0", "--json"]);
+    assert_ok(&out);
+    let map = out.json()["device_map"].as_object().expect("a map").clone();
+    assert_eq!(map["lm_head"], 0, "{map:?}");
+    let layer = |i: u32| map[&format!("model.layers.{i}")].as_u64().expect("a GPU");
+    assert!((1..80).all(|i| layer(i - 1) <= layer(i)), "the layers stay in order: {map:?}");
+    assert!(layer(79) > 0, "the layers do not all crowd GPU 0: {map:?}");
+    let out = plan(&["--pin", "model.layers.2=1", "--pin", "model.layers.5=0", "--json"]);
+    assert_ok(&out);
+    let map = &out.json()["device_map"];
+    assert_eq!((map["model.layers.2"].as_u64(), map["model.layers.5"].as_u64()), (Some(1), Some(0)), "{map}");
 }
 
 #[test]
