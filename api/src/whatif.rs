@@ -105,6 +105,10 @@ pub struct WhatifRequest {
     pub prices: Option<PathBuf>,
     /// grid: the axes.
     pub axes: GridAxes,
+    /// Seconds the query may take ([`crate::DEFAULT_TIME_LIMIT_S`] by default; `None` for no
+    /// limit): each plan a probe solves gets what is left, the frontier stops where it stands,
+    /// and an answer given once the time is up is printed as it is with exit 4.
+    pub time_limit: Option<f64>,
 }
 
 impl Default for WhatifRequest {
@@ -119,6 +123,7 @@ impl Default for WhatifRequest {
             gpu: None,
             prices: None,
             axes: GridAxes::default(),
+            time_limit: Some(crate::DEFAULT_TIME_LIMIT_S),
         }
     }
 }
@@ -156,6 +161,9 @@ pub struct WhatifResult {
     pub model: ModelDescription,
     /// The answer.
     pub answer: WhatifAnswer,
+    /// The time limit the query ran under, where it was reached before the answer was complete:
+    /// the answer is what was found by then (exit 4).
+    pub time_limit_reached: Option<f64>,
 }
 
 impl WhatifResult {
@@ -172,9 +180,10 @@ impl WhatifResult {
         }
     }
 
-    /// Something fits, or nothing does (proven by simulation).
+    /// Something fits, or nothing does (proven by simulation); no answer either way where the
+    /// time limit was reached first.
     pub fn outcome(&self) -> Outcome {
-        Outcome::of(self.found())
+        if self.time_limit_reached.is_some() { Outcome::NoAnswer } else { Outcome::of(self.found()) }
     }
 
     /// What `whatif --json` prints: the answer, and a generic model's label as a `generic`
@@ -188,6 +197,14 @@ impl WhatifResult {
             WhatifAnswer::BestQuant(a) => crate::json_text(a),
             WhatifAnswer::Frontier(a) => crate::json_text(a),
             WhatifAnswer::Grid(a) => crate::json_text(a),
+        };
+        let text = match (serde_json::from_str::<serde_json::Value>(&text), self.time_limit_reached) {
+            // An answer cut short says so beside it: the limit in seconds.
+            (Ok(serde_json::Value::Object(mut object)), Some(limit)) => {
+                object.insert("time_limit_reached".into(), serde_json::json!(limit));
+                crate::json_text(&object)
+            }
+            _ => text,
         };
         match serde_json::from_str::<serde_json::Value>(&text) {
             Ok(value) if vramplan_profiles::model::generic::of(&self.model).is_some() => {
@@ -218,9 +235,16 @@ pub fn whatif_with_progress(
     }
     let Loaded { model, hardware, workload, .. } =
         request.inputs.load_on(runtime.naming(), None, &specs[0])?;
+    if let Some(limit) = request.time_limit
+        && !(limit > 0.0 && limit.is_finite())
+    {
+        return Err(InputError::new("--time-limit", format!("{limit} is not a positive number of seconds"))
+            .with_fix("give seconds, e.g. `--time-limit 60`"));
+    }
     let mut solve = Request::new(runtime);
     solve.headroom = parse_headroom(&request.headroom)?;
     solve.offload = request.offload;
+    solve.deadline = vramplan_solver::plan::deadline_after(request.time_limit);
     let question = Question { model: &model, hardware: &hardware, workload: &workload, request: &solve };
     let answer = match request.query {
         Query::MaxBatch => WhatifAnswer::MaxBatch(whatif::max_batch(&question)?),
@@ -244,7 +268,10 @@ pub fn whatif_with_progress(
             WhatifAnswer::Grid(grid(&question, &axes, progress)?)
         }
     };
-    Ok(WhatifResult { model, answer })
+    // Past the deadline, the probes' plans had no time left: the answer is what was found.
+    let reached = vramplan_solver::whatif::out_of_time(&solve);
+    let time_limit_reached = request.time_limit.filter(|_| reached);
+    Ok(WhatifResult { model, answer, time_limit_reached })
 }
 
 /// `whatif::grid` over `axes`, with `progress` told the total first.

@@ -1,6 +1,7 @@
 //! `vramplan whatif QUERY MODEL --hardware HW [WORKLOAD] [--json|--csv]`: the query and its
 //! options as a `vramplan-api` request; prints the answer. Exit 0 when the query has an answer
-//! (something fits), 1 when nothing does (proven by simulation).
+//! (something fits), 1 when nothing does (proven by simulation), 4 when `--time-limit` (60 s
+//! unless given) was reached first (the answer found by then is printed).
 //!
 //! `grid` takes its axes as the workload flags with a range or a list for a value (`--batch
 //! 1..128`, `--seq 512..32768`, `--quant none,int8,nf4`, `--hardware t4,t4x2`); those values are
@@ -84,6 +85,11 @@ pub(crate) struct WhatifArgs {
     /// Print CSV instead of a table.
     #[arg(long)]
     csv: bool,
+    /// Bound the query to this many seconds: each plan a probe solves gets what is left, the
+    /// frontier stops where it stands; an answer the limit cut short is printed as it is, with
+    /// exit 4.
+    #[arg(long, value_name = "SECONDS", default_value_t = vramplan_api::DEFAULT_TIME_LIMIT_S)]
+    time_limit: f64,
     #[command(flatten)]
     axes: GridAxes,
 }
@@ -171,6 +177,7 @@ pub(crate) fn run(args: &WhatifArgs, out: &mut dyn Write) -> Result<i32, InputEr
         gpu: args.gpu.clone(),
         prices: args.prices.clone(),
         axes: args.axes.request(),
+        time_limit: Some(args.time_limit),
     };
     let bar = Progress::default();
     let result = vramplan_api::whatif_with_progress(&request, &|done, total| bar.advance(done, total));
@@ -196,7 +203,13 @@ pub(crate) fn run(args: &WhatifArgs, out: &mut dyn Write) -> Result<i32, InputEr
         };
         // A generic model says so (and its measured error) above the answer, as estimate and
         // plan do.
-        vramplan_profiles::model::generic::line(&result.model) + &text
+        let text = vramplan_profiles::model::generic::line(&result.model) + &text;
+        match result.time_limit_reached {
+            Some(limit) => format!(
+                "{text}\nThe time limit ({limit} s, --time-limit) was reached first: this is what was found by then.\n"
+            ),
+            None => text,
+        }
     };
     crate::print(out, &text)?;
     Ok(result.outcome().exit_code())

@@ -29,6 +29,11 @@ __all__ = [
     "run",
 ]
 
+# `plan` and `whatif` stop after this many seconds unless given `time_limit=` (the command
+# line's default, `DEFAULT_TIME_LIMIT_S` in api/src/plan.rs): the best answer found by then,
+# with its gap, and exit code 4 where the limit cut it short.
+DEFAULT_TIME_LIMIT_S = 60.0
+
 # Flags whose value is a switch word rather than on/off: True and False are spelled out.
 _SWITCH_WORDS = {"grad_ckpt": ("full", "off")}
 # Flags given once per value (`--pin a=0 --pin b=1`); other lists are comma-joined.
@@ -113,13 +118,15 @@ def _map_file(device_map: Union[Mapping[str, Any], str, os.PathLike]) -> Tuple[s
     return path, path
 
 
-def plan(model: Any, hardware: str, **flags: Any) -> Plan:
+def plan(model: Any, hardware: str, *, time_limit: float = DEFAULT_TIME_LIMIT_S, **flags: Any) -> Plan:
     """Places `model` on `hardware` for the workload the flags give (`vramplan plan`): an exact
     ILP, with accelerate's `device_map="auto"` beside it as the baseline. Keywords are the
     flags (`mode="train"`, `lora_rank=16`, `grad_ckpt=True`, `batch=2`, `seq=2048`,
     `quant="nf4"`, `target="accelerate-v4"`, `pin=["lm_head=0"]`, `time_limit=10`). Returns a
     `Plan` (`.fits`, `.device_map`, `.devices`, `.load_kwargs`, `.to_json()`); one that does
-    not fit says so in `.fits` rather than raising."""
+    not fit says so in `.fits` rather than raising. `time_limit` bounds the whole call (60 s by
+    default)."""
+    flags = {**flags, "time_limit": time_limit}
     code, data, argv, out = _json(["plan"], model, ["--hardware", hardware], flags)
     return Plan(data, code, argv, model, out)
 
@@ -157,10 +164,18 @@ def check(device_map: Union[Mapping[str, Any], str, os.PathLike], model: Any, ha
     return Check(data, code, argv, model, out)
 
 
-def whatif(question: str, model: Any, hardware: Optional[str] = None, **flags: Any) -> WhatIf:
+def whatif(
+    question: str,
+    model: Any,
+    hardware: Optional[str] = None,
+    *,
+    time_limit: float = DEFAULT_TIME_LIMIT_S,
+    **flags: Any,
+) -> WhatIf:
     """Capacity planning backwards (`vramplan whatif QUESTION`): `"max-batch"`, `"max-seq"`,
     `"max-concurrency"`, `"min-gpus"`, `"cheapest"`, `"best-precision"`, `"frontier"`,
-    `"grid"`."""
+    `"grid"`. `time_limit` bounds the whole call (60 s by default)."""
+    flags = {**flags, "time_limit": time_limit}
     if hardware is not None:
         flags = {"hardware": hardware, **flags}
     code, data, argv, out = _json(["whatif", question], model, [], flags)

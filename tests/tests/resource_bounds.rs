@@ -58,3 +58,46 @@ fn a_device_map_of_100000_unknown_names_is_refused_in_linear_time() {
     // build before, the dedup comparing each unknown name with every earlier one).
     assert!(seconds < 10.0, "{seconds:.1} s");
 }
+
+#[test]
+fn plan_and_whatif_are_bounded_by_default() {
+    // The default is printed in `--help` and is the API's and the Python package's.
+    for command in ["plan", "whatif"] {
+        let out = vramplan_within(
+            env!("CARGO_BIN_EXE_vramplan-under-test"),
+            &[command.to_string(), "--help".to_string()],
+            Duration::from_secs(30),
+        )
+        .expect("help ends");
+        let line =
+            out.stdout.lines().position(|l| l.contains("--time-limit")).expect("a --time-limit option");
+        let text: String = out.stdout.lines().skip(line).take(6).collect::<Vec<_>>().join(" ");
+        assert!(text.contains("[default: 60]"), "{command}: {text}");
+    }
+    assert_eq!(vramplan_api::DEFAULT_TIME_LIMIT_S, 60.0);
+    assert_eq!(vramplan_api::SolveOptions::default().time_limit, Some(60.0));
+    assert_eq!(vramplan_api::WhatifRequest::default().time_limit, Some(60.0));
+    let python = include_str!("../../python/vramplan/_api.py");
+    assert!(python.contains("DEFAULT_TIME_LIMIT_S = 60.0"), "the Python package's default");
+}
+
+#[test]
+fn a_frontier_cut_short_answers_with_what_it_found_and_exit_4() {
+    // Llama-3.1-405B's frontier over 8 H100s searches 4 quantizations × 2 KV dtypes × 4 GPU
+    // counts × 2 offload choices × 9 sequence lengths, each a boundary search of plans: far
+    // more than a second. Under `--time-limit 1` it stops where it stands.
+    let started = Instant::now();
+    let out = capped(
+        &["whatif", "frontier", "llama-3.1-405b", "--hardware", "8xh100-80gb", "--time-limit", "1", "--json"],
+        Duration::from_secs(60),
+    )
+    .unwrap_or_else(|| panic!("still running after {:?}", started.elapsed()));
+    assert_eq!(out.code, 4, "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    let answer = out.json();
+    assert_eq!(answer["complete"], false, "{}", out.stdout);
+    assert_eq!(answer["time_limit_reached"], 1.0, "{}", out.stdout);
+    assert!(answer["points"].is_array());
+    // The limit bounds the search (each plan gets what is left of it, no plan is solved past
+    // it): 1.9 s in a debug build, the model and profile read included.
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+}

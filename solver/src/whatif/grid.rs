@@ -6,7 +6,7 @@
 //! fewer GPUs, no offload).
 
 use super::queries::{max_batch, quant_candidates};
-use super::{Binding, Prober, Question, binding, fp8_capable, with_quant};
+use super::{Binding, Prober, Question, binding, fp8_capable, out_of_time, with_quant};
 use crate::build::Request;
 use serde::Serialize;
 use std::borrow::Cow;
@@ -210,6 +210,10 @@ pub struct Frontier {
     pub points: Vec<FrontierPoint>,
     /// Points found before the Pareto filter.
     pub candidates: usize,
+    /// Every configuration was searched; false where the time limit stopped the search first
+    /// (the points are those of the configurations searched by then, and a point a later one
+    /// would have beaten may be among them).
+    pub complete: bool,
 }
 
 /// The trade-off set over batch × sequence × weight quantization × KV dtype × GPU count ×
@@ -244,7 +248,8 @@ pub fn frontier(question: &Question) -> Result<Frontier, InputError> {
         .chain(std::iter::once(top))
         .collect();
     let mut candidates = Vec::new();
-    for quant in &quants {
+    let mut complete = true;
+    'search: for quant in &quants {
         for &kv in &kvs {
             for (gpus, hw) in &counts {
                 let (gpus, hw) = (*gpus, hw.as_ref());
@@ -252,6 +257,10 @@ pub fn frontier(question: &Question) -> Result<Frontier, InputError> {
                     let request = Request { offload, ..question.request.clone() };
                     let mut start = w.batch;
                     for &seq in &seqs {
+                        if out_of_time(question.request) {
+                            complete = false;
+                            break 'search;
+                        }
                         let base = apply(&apply(w, &AxisValue::Quant(quant.clone())), &AxisValue::Seq(seq));
                         let workload = Workload { kv_dtype: kv.or(base.kv_dtype), batch: start, ..base };
                         let q =
@@ -295,5 +304,5 @@ pub fn frontier(question: &Question) -> Result<Frontier, InputError> {
     let count = candidates.len();
     let points: Vec<FrontierPoint> =
         candidates.iter().filter(|b| !candidates.iter().any(|a| beats(a, b))).cloned().collect();
-    Ok(Frontier { points, candidates: count })
+    Ok(Frontier { points, candidates: count, complete })
 }

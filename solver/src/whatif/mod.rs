@@ -33,7 +33,7 @@ pub use run_flags::{
 
 use crate::build::Request;
 use crate::explain::LORA_RANK;
-use crate::plan::{Settings, Verdict, plan};
+use crate::plan::{Settings, Verdict, plan, seconds_left};
 use serde::Serialize;
 use vramplan_profiles::InputError;
 use vramplan_profiles::hardware::HardwareProfile;
@@ -43,6 +43,12 @@ use vramplan_sim::estimate::{DeviceEstimate, Part, estimate_within, is_data_para
 use vramplan_sim::input::{validate_configuration, validate_shape};
 use vramplan_sim::placement::{Placement, Target};
 use vramplan_sim::workload::{Engine, Finetune, Mode, Parallelism, Quant, Workload};
+
+/// Whether the what-if's time limit (`request.deadline`) has passed: a query that loops over
+/// many searches (the frontier) stops where it stands, and the answer is what it found.
+pub fn out_of_time(request: &Request) -> bool {
+    request.deadline.is_some_and(|d| std::time::Instant::now() >= d)
+}
 
 /// What every query starts from: the model, the hardware, the workload as given, and how plans
 /// are made (the runtime, the headroom kept on each GPU).
@@ -155,7 +161,14 @@ impl<'q> Prober<'q> {
             let estimate = sweep.estimate(workload)?;
             return Ok(fit_of(estimate.devices, headroom, estimate.kv_capacity_tokens, estimate.fits));
         }
-        let settings = Settings::default();
+        // Past the what-if's time limit no plan is solved: the probe says "not found", not
+        // proven, and the query answers with what it has (the caller reports the limit).
+        if out_of_time(question.request) {
+            return Ok(Fit { proven: false, ..fit_of(Vec::new(), headroom, None, false) });
+        }
+        // A what-if's time limit bounds each plan it solves: what is left of it.
+        let settings =
+            Settings { time_limit_s: seconds_left(question.request.deadline), ..Settings::default() };
         let planned = plan(question.model, hardware, workload, question.request, &settings)?;
         let mut devices: Vec<DeviceEstimate> =
             planned.devices.iter().filter_map(|d| d.estimate.clone()).collect();
