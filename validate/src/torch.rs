@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use vramplan_solver::export::DeviceMapEntries;
+use vramplan_solver::export::{DeviceMapEntries, PlanTarget};
 
 /// The harness, as shipped.
 const HARNESS: &str = include_str!("../harness/run_plan.py");
@@ -64,12 +64,69 @@ struct Reply {
     message: String,
     #[serde(default)]
     module: String,
-    #[serde(default)]
-    devices: Vec<ReplyDevice>,
+    /// Every CUDA device the run saw; absent only from the answers given before a run
+    /// (`no_device`, `missing_library`).
+    devices: Option<Vec<ReplyDevice>>,
     #[serde(default)]
     mismatched: Vec<String>,
-    #[serde(default)]
-    placed: BTreeMap<String, u64>,
+    /// Bytes of the model's tensors per device they ended on (`cuda:0`, `cpu`, `meta`); absent
+    /// only before a run.
+    placed: Option<BTreeMap<String, u64>>,
+}
+
+/// The outcomes the harness reports after a run.
+const RUN_OUTCOMES: [&str; 5] = ["completed", "not_trained", "out_of_memory", "device_mismatch", "error"];
+
+/// The harness's answer checked before it is believed: a known outcome, the exit status the
+/// harness gives it (0 after a run), every field a run reports, each device once with peak
+/// allocated within peak reserved, and the modules placed only on GPUs the plan names.
+fn checked(reply: Reply, exit: Option<i32>, request: &TorchRequest) -> Result<Reply, String> {
+    if !RUN_OUTCOMES.contains(&reply.outcome.as_str()) {
+        return Err(format!("it answered an unknown outcome `{}`", reply.outcome));
+    }
+    if exit != Some(0) {
+        let status = exit.map_or_else(
+            || "no exit status (killed by a signal)".to_string(),
+            |c| format!("exit status {c}"),
+        );
+        return Err(format!("it answered `{}` and then ended with {status}", reply.outcome));
+    }
+    let (Some(devices), Some(placed)) = (&reply.devices, &reply.placed) else {
+        return Err(format!("its `{}` answer lacks `devices` or `placed`", reply.outcome));
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for d in devices {
+        if !seen.insert(d.device) {
+            return Err(format!("it reported GPU {} twice", d.device));
+        }
+        if d.allocated_bytes > d.reserved_bytes {
+            return Err(format!("GPU {}'s peak allocated bytes exceed its peak reserved bytes", d.device));
+        }
+    }
+    let planned: std::collections::BTreeSet<u32> = request
+        .device_map
+        .0
+        .iter()
+        .filter_map(|(_, t)| match t {
+            PlanTarget::Gpu(g) => Some(*g),
+            PlanTarget::Host(h) => match vramplan_sim::Target::parse_string(h, u32::MAX) {
+                Ok(vramplan_sim::Target::Gpu(g)) => Some(g),
+                _ => None,
+            },
+        })
+        .collect();
+    // The model's tensors on the plan's GPUs, or off them (`cpu`; `meta` for offloaded weights).
+    for device in placed.keys() {
+        let on_plan = match device.strip_prefix("cuda:").map(str::parse::<u32>) {
+            Some(Ok(gpu)) => planned.contains(&gpu),
+            Some(Err(_)) => false,
+            None => matches!(device.as_str(), "cpu" | "meta" | "disk"),
+        };
+        if !on_plan {
+            return Err(format!("it placed tensors on `{device}`, which the plan does not use"));
+        }
+    }
+    Ok(reply)
 }
 
 #[derive(Debug, Deserialize)]
@@ -122,6 +179,10 @@ pub(crate) fn run(
         if reply.outcome == "missing_library" {
             return Err(Unavailable::MissingLibrary { python: python.to_string(), message: reply.message });
         }
+        let exit = finished.status.and_then(|s| s.code());
+        let reply = checked(reply, exit, request).map_err(|why| {
+            failed(format!("the harness's answer cannot be right: {why}; its last lines: {tail}"))
+        })?;
         Ok(validation(reply))
     })();
     let _ = std::fs::remove_dir_all(&dir);
@@ -143,6 +204,7 @@ fn validation(reply: Reply) -> Validation {
         outcome,
         devices: reply
             .devices
+            .unwrap_or_default()
             .into_iter()
             .map(|d| DevicePeaks {
                 device: d.device,
@@ -155,6 +217,56 @@ fn validation(reply: Reply) -> Validation {
             })
             .collect(),
         samples: Vec::new(),
-        placed: reply.placed,
+        placed: reply.placed.unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(map: &str) -> TorchRequest {
+        TorchRequest {
+            config: serde_json::json!({}),
+            device_map: serde_json::from_str(map).expect("a map"),
+            mode: "inference".into(),
+            batch: 1,
+            seq: 8,
+            dtype: "bf16".into(),
+            lora: None,
+            grad_checkpointing: false,
+            steps: 1,
+            fake_gpus: 0,
+        }
+    }
+
+    fn reply(text: &str) -> Reply {
+        serde_json::from_str(text).expect("a reply")
+    }
+
+    const GOOD: &str = r#"{"outcome": "completed", "placed": {"cuda:0": 10, "cuda:1": 5, "meta": 3},
+        "devices": [{"device": 0, "name": "T4", "allocated_bytes": 1, "reserved_bytes": 2, "driver_used_bytes": 3},
+                    {"device": 1, "name": "T4", "allocated_bytes": 1, "reserved_bytes": 2, "driver_used_bytes": 3}]}"#;
+
+    #[test]
+    fn a_consistent_answer_is_believed() {
+        let map = request(r#"{"model.embed_tokens": 0, "model.layers.0": "cuda:1", "lm_head": "cpu"}"#);
+        assert!(checked(reply(GOOD), Some(0), &map).is_ok());
+    }
+
+    #[test]
+    fn an_answer_that_cannot_be_right_is_refused() {
+        let map = request(r#"{"model.embed_tokens": 0, "model.layers.0": 1}"#);
+        let why = |text: &str, exit: Option<i32>| checked(reply(text), exit, &map).expect_err(text);
+        assert!(why(GOOD, Some(1)).contains("exit status 1"));
+        assert!(why(GOOD, None).contains("signal"));
+        assert!(why(&GOOD.replace("completed", "finished"), Some(0)).contains("unknown outcome `finished`"));
+        assert!(why(r#"{"outcome": "completed", "placed": {}}"#, Some(0)).contains("lacks `devices`"));
+        assert!(why(&GOOD.replace("\"device\": 1", "\"device\": 0"), Some(0)).contains("GPU 0 twice"));
+        assert!(
+            why(&GOOD.replacen("\"allocated_bytes\": 1", "\"allocated_bytes\": 9", 1), Some(0))
+                .contains("exceed")
+        );
+        assert!(why(&GOOD.replace("cuda:1", "cuda:7"), Some(0)).contains("`cuda:7`"));
     }
 }
