@@ -101,3 +101,46 @@ fn a_frontier_cut_short_answers_with_what_it_found_and_exit_4() {
     // it): 1.9 s in a debug build, the model and profile read included.
     assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
 }
+
+#[test]
+fn every_subcommand_at_the_profile_bounds_ends_within_the_cap() {
+    // Each subcommand that reads a hardware profile, with the profile at the documented bounds
+    // (4 nodes × 1,024 GPUs), under the 4 GB cap and 30 s: an answer (0, 1 or 4 where a time
+    // limit came first), never bad input about what the user did not write (the frontier once
+    // refused `2048xh100-80gb`, a short form past its bound, made by itself), never a crash.
+    let dir = tempfile::tempdir().unwrap();
+    let profile = write(
+        dir.path(),
+        "bounds.yaml",
+        "name: bounds\ndescription: \"4 nodes of 1,024 GPUs, the documented bound\"\nnodes:\n  - count: 4\n    \
+         devices:\n      - gpu: h100-80gb\n        count: 1024\ninter_node_link: {kind: infiniband, bandwidth: 50GB/s}\n",
+    );
+    let map = write(dir.path(), "map.json", "{\"\": 0}");
+    let report = dir.path().join("r.md").display().to_string();
+    let svg = dir.path().join("t.svg").display().to_string();
+    let p = profile.as_str();
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["estimate", "gpt2", "--hardware", p],
+        vec!["plan", "gpt2", "--hardware", p],
+        vec!["plan", "gpt2", "--hardware", p, "--target", "pipeline"],
+        vec!["plan", "mixtral-8x7b", "--hardware", p, "--target", "expert-parallel"],
+        vec!["check", &map, "gpt2", "--hardware", p],
+        vec!["whatif", "max-seq", "gpt2", "--hardware", p, "--time-limit", "10"],
+        vec!["whatif", "frontier", "gpt2", "--hardware", p, "--time-limit", "5"],
+        vec!["report", "gpt2", "--hardware", p, "-o", &report],
+        vec!["plot", "timeline", "gpt2", "--hardware", p, "-o", &svg],
+    ];
+    for args in cases {
+        let started = Instant::now();
+        let out = capped(&args, Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("`vramplan {}` still running after 30 s", args.join(" ")));
+        assert!(
+            matches!(out.code, 0 | 1 | 4),
+            "`vramplan {}` exit {} after {:?}\nstderr:\n{}",
+            args.join(" "),
+            out.code,
+            started.elapsed(),
+            out.stderr
+        );
+    }
+}

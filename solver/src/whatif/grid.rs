@@ -235,7 +235,9 @@ pub fn frontier(question: &Question) -> Result<Frontier, InputError> {
     // Each count's profile, loaded once: the first GPUs of the question's kind.
     let mut counts: Vec<(u64, Cow<HardwareProfile>)> = Vec::new();
     if let (true, Some(kind)) = (one_kind, &kind) {
-        for n in std::iter::successors(Some(1u64), |n| Some(n * 2)).take_while(|&n| n < total) {
+        // A short form counts at most 1,024 GPUs (docs/limits.md): a profile at the bounds
+        // (4,096 GPUs) gets its smaller counts up to that, then its own.
+        for n in std::iter::successors(Some(1u64), |n| Some(n * 2)).take_while(|&n| n < total && n <= 1024) {
             counts.push((n, Cow::Owned(hardware::load(&format!("{n}x{kind}"))?)));
         }
     }
