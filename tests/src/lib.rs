@@ -76,8 +76,11 @@ pub fn assert_bad_input(out: &Output, needles: &[&str]) {
 
 /// Runs `vramplan ARGS…` as a process of its own (the `vramplan-under-test` binary, offline from
 /// the Hub, stdin closed), killed after `limit`: `None` when it had not ended by then. For tests
-/// of what must end, where a hang in-process would stall the suite.
+/// of what must end, where a hang in-process would stall the suite. Its stdout and stderr are
+/// read as it writes them (threads of their own), so output past a pipe's buffer (64 KiB) does
+/// not stall it.
 pub fn vramplan_within(bin: &str, args: &[String], limit: std::time::Duration) -> Option<Output> {
+    use std::io::Read;
     use std::process::{Command, Stdio};
     let mut child = Command::new(bin)
         .args(args)
@@ -87,14 +90,22 @@ pub fn vramplan_within(bin: &str, args: &[String], limit: std::time::Duration) -
         .env("HF_HUB_OFFLINE", "1")
         .spawn()
         .expect("start vramplan-under-test");
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("piped stdout")));
+    let stderr = drain(Box::new(child.stderr.take().expect("piped stderr")));
     let start = std::time::Instant::now();
     while start.elapsed() < limit {
-        if child.try_wait().expect("wait").is_some() {
-            let out = child.wait_with_output().expect("read output");
+        if let Some(status) = child.try_wait().expect("wait") {
             return Some(Output {
-                code: out.status.code().unwrap_or(-1),
-                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+                code: status.code().unwrap_or(-1),
+                stdout: stdout.join().expect("read stdout"),
+                stderr: stderr.join().expect("read stderr"),
             });
         }
         std::thread::sleep(std::time::Duration::from_millis(20));

@@ -126,13 +126,17 @@ pub(crate) fn describe(value: &Value) -> String {
 impl HfConfig {
     /// Parses JSON text; syntax errors carry line and column.
     pub fn parse(text: &str, origin: &str) -> Result<HfConfig, InputError> {
-        let value: Value = serde_json::from_str(text).map_err(|e| InputError::json(origin, &e))?;
+        const FIX: &str = "a config.json is one JSON object, as transformers' `save_pretrained` writes it: \
+                           correct the file, or download it again";
+        let value: Value =
+            serde_json::from_str(text).map_err(|e| InputError::json(origin, &e).with_fix(FIX))?;
         match value {
             Value::Object(object) => Ok(HfConfig { origin: origin.to_string(), object }),
             other => Err(InputError::new(
                 origin,
                 format!("expected a JSON object (a HF config.json), found {}", describe(&other)),
-            )),
+            )
+            .with_fix(FIX)),
         }
     }
 
@@ -161,8 +165,12 @@ impl HfConfig {
         })
     }
 
+    /// An error at `key`, with the fix that holds for every wrong value of a config key (a
+    /// caller with a more precise one replaces it with [`InputError::with_fix`]).
     fn error(&self, key: &str, problem: String) -> InputError {
-        InputError::new(&self.origin, problem).at_key(key)
+        InputError::new(&self.origin, problem).at_key(key).with_fix(format!(
+            "write `{key}` as transformers' config class takes it (the checkpoint's published config.json has it)"
+        ))
     }
 
     fn missing(&self, keys: &[&str], what: &str) -> InputError {

@@ -106,7 +106,8 @@ pub(crate) fn parse_header(json: &[u8], data_len: u64, origin: &str) -> Result<S
         err.with_fix("the file is corrupt or not a safetensors file: download it again")
     })?;
     let Value::Object(entries) = value else {
-        return Err(InputError::new(origin, "the header is not a JSON object of tensors"));
+        return Err(InputError::new(origin, "the header is not a JSON object of tensors")
+            .with_fix("the file is corrupt or not a safetensors file: download it again"));
     };
     if let Some(name) = crate::json_keys::repeated_key(json) {
         return Err(InputError::new(origin, format!("the header lists tensor `{name}` twice"))
@@ -145,7 +146,11 @@ fn parse_entry(
     data_len: u64,
     origin: &str,
 ) -> Result<(HeaderTensor, (u64, u64)), InputError> {
-    let fail = |problem: String| Err(InputError::new(origin, problem).at_key(name));
+    let fail = |problem: String| {
+        Err(InputError::new(origin, problem)
+            .at_key(name)
+            .with_fix("the file is corrupt or not a safetensors file: download it again"))
+    };
     let Value::Object(fields) = entry else {
         return fail("expected an object with `dtype`, `shape` and `data_offsets`".into());
     };

@@ -22,9 +22,13 @@ pub(crate) fn read_index(path: &Path) -> Result<CheckpointIndex, InputError> {
 }
 
 pub(crate) fn parse_index(text: &str, origin: &str) -> Result<CheckpointIndex, InputError> {
-    let value: Value = serde_json::from_str(text).map_err(|e| InputError::json(origin, &e))?;
+    const FIX: &str = "the index is one JSON object, as transformers' `save_pretrained` writes it: \
+                       correct the file, or download it again";
+    let value: Value = serde_json::from_str(text).map_err(|e| InputError::json(origin, &e).with_fix(FIX))?;
     let Value::Object(object) = value else {
-        return Err(InputError::new(origin, "expected a JSON object with `weight_map` and `metadata`"));
+        return Err(
+            InputError::new(origin, "expected a JSON object with `weight_map` and `metadata`").with_fix(FIX)
+        );
     };
     let Some(Value::Object(map)) = object.get("weight_map") else {
         return Err(InputError::new(
@@ -38,7 +42,9 @@ pub(crate) fn parse_index(text: &str, origin: &str) -> Result<CheckpointIndex, I
     for (name, file) in map {
         let key = || format!("weight_map.{name}");
         let Value::String(file) = file else {
-            return Err(InputError::new(origin, "expected a shard file name (a string)").at_key(key()));
+            return Err(InputError::new(origin, "expected a shard file name (a string)")
+                .at_key(key())
+                .with_fix(FIX));
         };
         let plain = Path::new(file).file_name().is_some_and(|f| f == file.as_str()) && file != "..";
         if !plain {
@@ -56,14 +62,15 @@ pub(crate) fn parse_index(text: &str, origin: &str) -> Result<CheckpointIndex, I
                 Some(f) => Some(f as u64),
                 None => {
                     return Err(InputError::new(origin, format!("expected a byte count, found `{n}`"))
-                        .at_key("metadata.total_size"));
+                        .at_key("metadata.total_size")
+                        .with_fix(FIX));
                 }
             },
         },
         Some(_) => {
-            return Err(
-                InputError::new(origin, "expected a byte count (an integer)").at_key("metadata.total_size")
-            );
+            return Err(InputError::new(origin, "expected a byte count (an integer)")
+                .at_key("metadata.total_size")
+                .with_fix(FIX));
         }
     };
     Ok(CheckpointIndex { weight_map, total_size })
