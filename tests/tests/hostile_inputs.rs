@@ -1066,3 +1066,21 @@ fn malformed_model_files_are_refused_with_a_fix() {
     let out = vramplan(&["inspect", &folder.display().to_string()]);
     vramplan_tests::assert_refused(&out, &["model.safetensors.index.json", "expected a JSON object"]);
 }
+
+/// Regression (found by the 10,000-case run): a custom model's size that is not positive
+/// (`intermediate_size: 0`, or -2⁶³) was refused with its line but without a fix.
+#[test]
+fn a_custom_size_that_is_not_positive_is_refused_with_a_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::read_to_string(repo("docs/examples/timeseries-transformer.yaml")).unwrap();
+    for value in ["0", "-9223372036854775808"] {
+        let text = base.replacen("intermediate_size: 512", &format!("intermediate_size: {value}"), 1);
+        assert_ne!(text, base, "the example names intermediate_size");
+        let path = vramplan_tests::write(dir.path(), "custom.yaml", text);
+        let out = vramplan(&["inspect", &path]);
+        vramplan_tests::assert_refused(
+            &out,
+            &["custom.yaml:", "`intermediate_size` must be a positive integer"],
+        );
+    }
+}

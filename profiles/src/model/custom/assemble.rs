@@ -34,9 +34,12 @@ pub(super) fn at(origin: &str, location: &Location, problem: impl Into<String>) 
     if location.line() > 0 { err.at_line(location.line(), location.column()) } else { err }
 }
 
+/// A positive integer; refused with its line and a fix otherwise (a caller with a more precise
+/// fix replaces it).
 fn positive(origin: &str, value: &Spanned<i64>, what: &str) -> Result<u64, InputError> {
     u64::try_from(value.value).ok().filter(|v| *v > 0).ok_or_else(|| {
         at(origin, &value.referenced, format!("{what} must be a positive integer, found {}", value.value))
+            .with_fix(format!("give {what} as a whole number of at least 1 (docs/custom-models.md)"))
     })
 }
 
