@@ -142,6 +142,33 @@ fn too_few_light_experts_to_go_beside_the_hot_ones() {
     assert_eq!(largest_load(&s, &p), 14.0);
 }
 
+#[test]
+fn a_load_stage_cut_short_answers_with_its_plan_and_gap() {
+    // Three 10 GB GPUs, nine 1 GB experts with loads 7, 5, 4, 4, 3, 2, 2, 1, 1 (29, 9.67 even),
+    // three a GPU. The best split is 10 ({7, 2, 1} {5, 4, 1} {4, 3, 2}); asked for a proof to
+    // 10⁻⁷ with no time left, the load stage stops: the answer is its own plan, with
+    // the floor it has (at most 10) as the bound, not a stage "not run".
+    let loads = [7.0, 5.0, 4.0, 4.0, 3.0, 2.0, 2.0, 1.0, 1.0];
+    let units = loads.iter().enumerate().map(|(e, &l)| expert(format!("e{e}"), GB, l)).collect();
+    let p = problem(units, 3, 10 * GB);
+    let exact = SolveOptions { relative_gap: 1e-7, time_limit_s: Some(1e-9) };
+    let s = ilp::solve(&p, &exact);
+    let stage = s.stages.iter().find(|g| g.stage == Stage::Load).expect("a load stage");
+    eprintln!("{stage:?}");
+    if stage.status == StageStatus::Optimal {
+        // Proven without HiGHS: then exactly.
+        assert!((stage.objective * 29.0 / 3.0 - 10.0).abs() < 1e-9, "{stage:?}");
+        return;
+    }
+    assert_eq!(stage.status, StageStatus::TimeLimit, "{:?}", s.stages);
+    assert_eq!(s.status, Status::TimeLimit);
+    let (value, bound, gap) = load_stage(&s, &p);
+    assert!((largest_load(&s, &p) - value).abs() < 1e-9, "{value}");
+    assert!(value >= 10.0 - 1e-9, "{value}");
+    assert!((29.0 / 3.0 - 1e-9..=10.0 + 1e-9).contains(&bound), "{bound}");
+    assert!(gap > 0.0 && gap < 1.0, "{gap}");
+}
+
 /// splitmix64: small, deterministic, no dependency.
 struct Rng(u64);
 

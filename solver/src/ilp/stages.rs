@@ -192,6 +192,8 @@ pub(super) fn solve_stages(
         if model.stage == Stage::Load {
             start = start.map(|values| formulation.load_start(problem, capacities, values, balance));
         }
+        // The load stage's own plan and floor, should HiGHS stop without a better one.
+        let mut load_plan: Option<(Vec<f64>, f64, f64)> = None;
         if let (Stage::Load, Some(start), Some(_)) = (model.stage, &start, formulation.loads) {
             let value = formulation.load_value(&formulation.block_counts(start));
             let floor = formulation.load_floor(problem, capacities, balance, Some(value), relative_gap);
@@ -202,9 +204,19 @@ pub(super) fn solve_stages(
                 continue;
             }
             fixes.push(model.objective.clone().geq(floor * (1.0 - 1e-9)));
+            load_plan = Some((start.clone(), value, floor));
         }
+        // Cut short at the load stage: its plan keeps every earlier stage's value, and its gap
+        // to the floor is what is proven.
+        let mut stop_at_load = |incumbent: &mut Option<Vec<f64>>, gaps: &mut Vec<StageGap>| {
+            if let Some((values, value, floor)) = load_plan.take() {
+                *incumbent = Some(values);
+                gaps.push(gap(Stage::Load, StageStatus::TimeLimit, value, floor.min(value)));
+            }
+        };
         let remaining = time_limit.map(|limit| limit - started.elapsed().as_secs_f64());
         if remaining.is_some_and(|r| r <= 0.0) {
+            stop_at_load(&mut incumbent, &mut gaps);
             status = Status::TimeLimit;
             break;
         }
@@ -242,6 +254,7 @@ pub(super) fn solve_stages(
             }
             Run::Infeasible if incumbent.is_none() => return infeasible,
             Run::Infeasible | Run::Stopped => {
+                stop_at_load(&mut incumbent, &mut gaps);
                 status = Status::TimeLimit;
                 break;
             }
