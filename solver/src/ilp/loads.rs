@@ -180,7 +180,7 @@ fn counts_fit(
 
 /// The most GPUs, and copies beside a heavy one, [`alone_fit`] enumerates.
 const MOST_ALONE: usize = 256;
-const MOST_BESIDE: usize = 3;
+const MOST_BESIDE: usize = 7;
 
 /// Where no two of the `j` heaviest copies fit one GPU within `limit` (`2·w_j > limit`), they
 /// sit on `j` GPUs, and the copies the other GPUs have no room for (`E`, the others' room
@@ -236,24 +236,58 @@ fn alone_fit(
     }
     places.sort_by(|a, b| a.0.total_cmp(&b.0));
     let counts: Vec<usize> = places.iter().map(|&(x, _)| at_most(x)).collect();
-    let hall = |q: &[usize; 4]| {
+    let hall = |q: &[usize]| {
         let mut need = 0;
         places.iter().zip(&counts).all(|(&(_, k), &have)| {
             need += q[k];
             need <= have
         })
     };
-    let q3_most = if beside >= 3 { j } else { 0 };
-    let q2_most = if beside >= 2 { j } else { 0 };
-    for q3 in 0..=q3_most {
-        for q2 in 0..=q2_most.min(j - q3) {
-            let q1 = needed.saturating_sub(2 * q2 + 3 * q3);
-            if q1 + q2 + q3 <= j && hall(&[0, q1, q2, q3]) {
-                return true;
-            }
+    // GPUs with k beside, chosen from the most down; a choice whose places already fail, or
+    // that cannot take the copies needed, ends its branch; past `MOST_TRIED` choices, no proof.
+    let mut q = vec![0usize; beside + 1];
+    let mut tried = 0usize;
+    search(&mut q, beside, j, needed, &hall, &mut tried).unwrap_or(true)
+}
+
+/// Choices of GPUs tried by [`alone_fit`] before it gives up its proof.
+const MOST_TRIED: usize = 20_000;
+
+/// [`alone_fit`]'s search: counts `q[k]` of GPUs with `k` copies beside a heavy one for
+/// `k = level` down to 2 (`q[1]` what is left to place), `gpus` heavy GPUs in all, `needed`
+/// copies to place. `Some(true)` where a choice passes `hall`, `Some(false)` where none does,
+/// `None` past [`MOST_TRIED`].
+fn search(
+    q: &mut [usize],
+    level: usize,
+    gpus: usize,
+    needed: usize,
+    hall: &dyn Fn(&[usize]) -> bool,
+    tried: &mut usize,
+) -> Option<bool> {
+    *tried += 1;
+    if *tried > MOST_TRIED {
+        return None;
+    }
+    let used: usize = q[level + 1..].iter().sum();
+    let placed: usize = q.iter().enumerate().skip(level + 1).map(|(k, n)| k * n).sum();
+    if level == 1 {
+        q[1] = needed.saturating_sub(placed);
+        let fits = used + q[1] <= gpus && hall(q);
+        q[1] = 0;
+        return Some(fits);
+    }
+    for n in 0..=gpus - used {
+        q[level] = n;
+        // The rest take at most `level − 1` each: enough to place every copy?
+        let most = placed + level * n + (gpus - used - n) * (level - 1);
+        if most >= needed && hall(q) && search(q, level - 1, gpus, needed, hall, tried)? {
+            q[level] = 0;
+            return Some(true);
         }
     }
-    false
+    q[level] = 0;
+    Some(false)
 }
 
 /// Trades per part of the split pools before the exchanges stop, and at least this many.
