@@ -244,7 +244,12 @@ fn serving_table(plan: &Plan, layout: &ServingLayout, warnings: &[String], time:
         if time.is_empty() { String::new() } else { format!("; {time}") }
     );
     text += &format!("KV cache: {} tokens", crate::group_digits(layout.kv_capacity_tokens));
-    text += if gpus > 1 { " (on every rank: the smallest rank's)\n" } else { "\n" };
+    text += match (layout.data_parallel, gpus) {
+        (1, 1) => "\n".to_string(),
+        (1, _) => " (on every rank: the smallest rank's)\n".to_string(),
+        (dp, _) => format!(" in each of the {dp} replicas (on every rank: the smallest rank's)\n"),
+    }
+    .as_str();
     text += &devices_table(&plan.devices);
     text += &format!(
         "\nno device map: {engine} places the model itself. `-o serve.sh` writes its launch script, `-o plan.yaml` keeps \

@@ -79,6 +79,10 @@ PLANS = [
      ["llama-3.1-70b", *H8N2, *INF, "--parallel", "tp=8,pp=2", "--seq", "32768", "--batch", "16"],
      {"vllm": {"tensor_parallel_size": 8, "pipeline_parallel_size": 2, "max_model_len": 32768, "nnodes": 2,
                "master_addr": ADDR}}),
+    ("vllm-mixtral-dp2-ep", "serve.sh",
+     ["mixtral-8x7b", "--hardware", "h100-80gb-x8", *INF, "--parallel", "tp=4", "--data-parallel-size", "2",
+      "--enable-expert-parallel", "--seq", "8192", "--batch", "16"],
+     {"vllm": {"tensor_parallel_size": 4, "data_parallel_size": 2, "enable_expert_parallel": True}}),
     ("sglang-8b-1gpu", "sglang.sh",
      ["llama-3.1-8b", "--hardware", "h100-80gb", *INF, "--gpu-memory-utilization", "0.8", "--seq", "8192",
       "--batch", "4", "--format", "sglang"],
@@ -187,14 +191,16 @@ def parse_vllm(argv):
     # The values the parser leaves to the configs: each checked by the class that holds it.
     CacheConfig(cache_dtype=engine.kv_cache_dtype, gpu_memory_utilization=engine.gpu_memory_utilization)
     ParallelConfig(tensor_parallel_size=engine.tensor_parallel_size,
-                   pipeline_parallel_size=engine.pipeline_parallel_size)
+                   pipeline_parallel_size=engine.pipeline_parallel_size,
+                   data_parallel_size=engine.data_parallel_size,
+                   enable_expert_parallel=engine.enable_expert_parallel)
     if engine.quantization is not None and engine.quantization not in QUANTIZATION_METHODS:
         raise ValueError(f"quantization {engine.quantization!r} is not one of vLLM's {QUANTIZATION_METHODS}")
     if engine.dtype not in typing.get_args(ModelDType):
         raise ValueError(f"dtype {engine.dtype!r} is not one of {typing.get_args(ModelDType)}")
     keys = ["model_tag", "tensor_parallel_size", "pipeline_parallel_size", "dtype", "quantization", "max_model_len",
             "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "kv_cache_dtype", "nnodes",
-            "node_rank", "master_addr", "headless"]
+            "node_rank", "master_addr", "headless", "data_parallel_size", "enable_expert_parallel"]
     parsed = {k: getattr(ns, k) for k in keys}
     parsed["engine_args_model"] = engine.model
     return parsed

@@ -49,12 +49,26 @@ enum Split {
 /// rank of a `tp`-way tensor-parallel group holds: the largest rank when the split is uneven.
 /// `tp` 0 is read as 1.
 pub fn shard_bytes(model: &ModelDescription, tp: u32) -> u64 {
+    shard_bytes_expert_parallel(model, tp, 1)
+}
+
+/// As [`shard_bytes`], with the routed experts spread whole over `ep` ranks instead of split on
+/// their intermediate dimension (vLLM's `--enable-expert-parallel`: `ep = tp × dp`, each rank
+/// holding `ceil(experts / ep)` experts, `determine_expert_map`); `ep` 1 is [`shard_bytes`].
+pub fn shard_bytes_expert_parallel(model: &ModelDescription, tp: u32, ep: u32) -> u64 {
     let tp = u64::from(tp.max(1));
+    let ep = u64::from(ep.max(1));
     let mut total = 0u64;
     visit_with_parent(&model.root, None, &mut |module, parent| {
         for tensor in module.tensors.iter().filter(|t| t.tied_to.is_none()) {
-            let split = classify(model, module, parent, tensor);
-            total = total.saturating_add(rank_bytes(model, tensor, split, tp));
+            let bytes = match module.kind {
+                ModuleKind::Experts { count } if ep > 1 => {
+                    let count = u64::from(count.max(1));
+                    scaled(tensor.bytes(), count.div_ceil(ep), count)
+                }
+                _ => rank_bytes(model, tensor, classify(model, module, parent, tensor), tp),
+            };
+            total = total.saturating_add(bytes);
         }
     });
     total

@@ -259,7 +259,8 @@ impl Engine {
 
 /// vLLM's serving options beyond the engine's budget fractions (`vllm` in the workload file;
 /// flags `--enforce-eager`, `--max-loras`, `--max-lora-rank`, `--kv-cache-memory-bytes`,
-/// `--max-model-len auto`); read only under [`Engine::Vllm`] (`engines::vllm_extras`).
+/// `--max-model-len auto`, `--data-parallel-size`, `--enable-expert-parallel`); read only under
+/// [`Engine::Vllm`] (`engines::vllm_extras`, `engines::estimate`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct VllmOptions {
@@ -278,6 +279,13 @@ pub struct VllmOptions {
     /// Speculative decoding (`--speculative-config`); none by default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub speculative: Option<Speculative>,
+    /// Replicas of the tensor × pipeline group (`--data-parallel-size`); 1 when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_parallel_size: Option<u32>,
+    /// The routed experts spread whole over the `tp × dp` ranks (`--enable-expert-parallel`)
+    /// instead of split on their intermediate dimension.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub enable_expert_parallel: bool,
 }
 
 /// vLLM's `--speculative-config`: what proposes the tokens the model verifies.

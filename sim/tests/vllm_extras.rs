@@ -189,6 +189,8 @@ fn flags_set_the_options_under_vllm_only() {
             kv_cache_memory_bytes: Some(8 << 30),
             max_model_len_auto: true,
             speculative: None,
+            data_parallel_size: None,
+            enable_expert_parallel: false,
         }
     );
     // vLLM's human_readable_int: lowercase decimal, uppercase binary.

@@ -107,3 +107,35 @@ fn ranks_follow_vllms_order_and_share_the_smallest_ranks_blocks() {
     assert!(across.kv_capacity_tokens < estimate.kv_capacity_tokens);
     assert!(across.warnings.iter().any(|w| w.contains("--parallel tp=8,pp=2")), "{:?}", across.warnings);
 }
+
+/// Data parallelism replicates the group; expert parallelism spreads Mixtral-8x7B's 8 experts
+/// whole over the tp × dp ranks instead of splitting each over the tp ranks (Mixtral config:
+/// 32 layers of 8 experts, each 3 matrices of 4096 × 14336 in bf16).
+#[test]
+fn data_and_expert_parallel_ranks_hold_what_vllm_gives_them() {
+    let model = builtin("mixtral-8x7b");
+    let profile = hardware::load("h100-80gb-x8").expect("a profile");
+    let mut replicated = serve(4, 1);
+    replicated.vllm.data_parallel_size = Some(2);
+    let mut spread = replicated.clone();
+    spread.vllm.enable_expert_parallel = true;
+    let dp = vllm_estimate(&model, &profile, &replicated).expect("an estimate");
+    let ep = vllm_estimate(&model, &profile, &spread).expect("an estimate");
+    assert_eq!((dp.devices.len(), ep.devices.len()), (8, 8));
+    let experts: u64 = 32 * 8 * 3 * 4096 * 14336 * 2;
+    // Without EP each rank holds a quarter of every expert; with EP, one whole expert of eight.
+    assert_eq!(
+        dp.devices[0].components.weights - ep.devices[0].components.weights,
+        experts / 4 - experts / 8
+    );
+    assert!(dp.devices.iter().all(|d| d.components.weights == dp.devices[0].components.weights));
+    let dense = builtin("llama-3.2-1b");
+    let mut on_dense = serve(1, 1);
+    on_dense.vllm.enable_expert_parallel = true;
+    assert_eq!(
+        vllm_estimate(&dense, &hardware::load("h100-80gb").expect("a profile"), &on_dense)
+            .expect_err("dense")
+            .origin,
+        "--enable-expert-parallel"
+    );
+}

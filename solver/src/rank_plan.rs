@@ -98,7 +98,7 @@ pub fn serving_plan(
     settings: &Settings,
 ) -> Result<Plan, InputError> {
     let (engine, dp) = match workload.engine {
-        Engine::Vllm { .. } => ("vllm", 1),
+        Engine::Vllm { .. } => ("vllm", workload.vllm.data_parallel_size.unwrap_or(1).max(1)),
         Engine::Sglang { dp_size, .. } => ("sglang", dp_size.unwrap_or(1).max(1)),
         _ => {
             return Err(InputError::new("--engine", "not a serving engine")

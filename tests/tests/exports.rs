@@ -1,5 +1,5 @@
 //! Every runnable export `plan -o` writes is one the real tool accepted:
-//! `fixtures/reference/exports/v5.json` holds, for 17 plans over vLLM, SGLang, DeepSpeed, FSDP
+//! `fixtures/reference/exports/v5.json` holds, for 18 plans over vLLM, SGLang, DeepSpeed, FSDP
 //! (accelerate) and torchrun, every file the export wrote and what the tool's own parser made of
 //! each (`scripts/reference/exports.py`: vLLM's `make_arg_parser`, SGLang's
 //! `ServerArgs.add_cli_args`, DeepSpeed's `DeepSpeedConfig`, accelerate's config loader and

@@ -24,9 +24,9 @@ use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::ModelDescription;
 use vramplan_profiles::units::format_bytes;
 
-/// vLLM's estimate: the ranks of its `pp` pipeline stages of `tp`-way tensor-parallel groups
-/// (`--parallel tp=N,pp=M`, else one GPU), rank `stage × tp + i` on the profile's GPU of that
-/// index, as vLLM numbers them. The ranks of a stage have the same budget; the KV capacity is the
+/// vLLM's estimate: the ranks of its `dp` replicas (`--data-parallel-size`) of `pp` pipeline
+/// stages of `tp`-way tensor-parallel groups (`--parallel tp=N,pp=M`, else one GPU), rank
+/// `(replica × pp + stage) × tp + i` on the profile's GPU of that index, as vLLM numbers them. The ranks of a stage have the same budget; the KV capacity is the
 /// smallest stage's, since vLLM sizes every stage's cache to the same number of blocks.
 pub fn vllm_estimate(
     model: &ModelDescription,
@@ -35,16 +35,27 @@ pub fn vllm_estimate(
 ) -> Result<Estimate, InputError> {
     let tp = workload.tensor_parallel_size();
     let pp = workload.pipeline_parallel_size();
-    let ranks = tp as usize * pp as usize;
+    let dp = workload.vllm.data_parallel_size.unwrap_or(1).max(1);
+    if workload.vllm.enable_expert_parallel && model.facts.moe.is_none() {
+        return Err(InputError::new(
+            "--enable-expert-parallel",
+            format!("{} is a dense model: it has no experts to spread", model.name),
+        )
+        .with_fix("leave out --enable-expert-parallel"));
+    }
+    let group = tp as usize * pp as usize;
+    let ranks = group * dp as usize;
     if ranks > hardware.devices.len() {
-        let layout = if pp > 1 {
-            format!("tensor parallel {tp} × pipeline parallel {pp}")
-        } else {
-            format!("tensor parallelism over {tp}")
-        };
+        let mut layout = format!("tensor parallel {tp}");
+        if pp > 1 {
+            layout += &format!(" × pipeline parallel {pp}");
+        }
+        if dp > 1 {
+            layout += &format!(" × {dp} data-parallel replicas");
+        }
         return Err(InputError::new(
             "--parallel",
-            format!("{layout} GPUs, but `{}` has {}", hardware.name, hardware.devices.len()),
+            format!("{layout} runs on {ranks} GPUs, but `{}` has {}", hardware.name, hardware.devices.len()),
         )
         .with_fix("use a profile with enough GPUs (e.g. `4xa100-80gb`) or a smaller tp or pp"));
     }
@@ -54,7 +65,7 @@ pub fn vllm_estimate(
         .take(ranks)
         .enumerate()
         .map(|(rank, device)| {
-            let stage = Stage { index: (rank / tp as usize) as u32, count: pp };
+            let stage = Stage { index: ((rank % group) / tp as usize) as u32, count: pp };
             vllm::stage_budget(model, device, workload, tp, stage)
         })
         .collect::<Result<Vec<_>, _>>()?;

@@ -45,7 +45,9 @@ use super::pipeline_stage::{self, Stage};
 use super::vllm_bnb::{self, Bnb, Transients};
 use super::vllm_extras;
 use super::vllm_quant;
-use crate::tensor_parallel::{kv_bytes_per_token, kv_heads_per_rank, query_heads_per_rank, shard_bytes};
+use crate::tensor_parallel::{
+    kv_bytes_per_token, kv_heads_per_rank, query_heads_per_rank, shard_bytes_expert_parallel,
+};
 use crate::workload::{Engine, Workload};
 use serde::Serialize;
 use std::borrow::Cow;
@@ -244,7 +246,12 @@ pub fn stage_budget(
         _ => None,
     };
     // vLLM's rotary embedding keeps its `cos_sin_cache` instead of transformers' frequency buffers.
-    let weights_bytes = loaded_weights_bytes(&weights, model, tp, act_dtype)
+    let ep = if options.enable_expert_parallel {
+        tp.saturating_mul(options.data_parallel_size.unwrap_or(1).max(1))
+    } else {
+        1
+    };
+    let weights_bytes = loaded_weights_bytes(&weights, model, tp, ep, act_dtype)
         .saturating_add(lora_bytes)
         .saturating_add(drafter.as_ref().map_or(0, |d| d.weights_bytes));
     let mut transients = bnb.map_or_else(Transients::default, |bnb| {
@@ -322,15 +329,17 @@ pub fn stage_budget(
 }
 
 /// The torch memory of loading `weights` (the description as vLLM holds it) on one rank of a
-/// `tp`-way group: its shard without transformers' rotary `inv_freq` buffers, plus vLLM's rotary
-/// `cos_sin_cache` for `model`'s positions in `dtype`.
+/// `tp`-way group, its routed experts spread whole over `ep` ranks under expert parallelism (1:
+/// split with the group): its shard without transformers' rotary `inv_freq` buffers, plus vLLM's
+/// rotary `cos_sin_cache` for `model`'s positions in `dtype`.
 pub(crate) fn loaded_weights_bytes(
     weights: &ModelDescription,
     model: &ModelDescription,
     tp: u32,
+    ep: u32,
     dtype: DType,
 ) -> u64 {
-    shard_bytes(weights, tp)
+    shard_bytes_expert_parallel(weights, tp, ep)
         .saturating_sub(hf_rotary_buffer_bytes(weights))
         .saturating_add(rotary_cache_bytes(model, dtype))
 }

@@ -214,7 +214,7 @@ pub fn drafter(
             })?;
             let draft = if draft.dtype == dtype { draft } else { draft.cast(dtype) };
             (
-                super::vllm::loaded_weights_bytes(&draft, &draft, tp, dtype),
+                super::vllm::loaded_weights_bytes(&draft, &draft, tp, 1, dtype),
                 kv_bytes_per_token(&draft, tp, kv_dtype),
             )
         }

@@ -140,6 +140,12 @@ pub struct WorkloadFlags {
     /// 3}`; methods draft_model with "model", eagle, eagle3, mtp, ngram).
     #[cfg_attr(feature = "clap", arg(long, value_name = "JSON"))]
     pub speculative_config: Option<String>,
+    /// vLLM: replicas of the tensor × pipeline group (`--data-parallel-size`, default 1).
+    #[cfg_attr(feature = "clap", arg(long, value_name = "D"))]
+    pub data_parallel_size: Option<u32>,
+    /// vLLM: spread the routed experts whole over the tp × dp ranks (`--enable-expert-parallel`).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub enable_expert_parallel: bool,
     /// KV-cache dtype (default: the compute dtype): fp16 | bf16 | fp8 …
     #[cfg_attr(feature = "clap", arg(long))]
     pub kv_dtype: Option<String>,

@@ -1,6 +1,6 @@
 //! The serving engines' own flags over a workload: vLLM's (`--enforce-eager`, `--enable-lora`,
 //! `--max-loras`, `--max-lora-rank`, `--kv-cache-memory-bytes`, `--max-model-len N|auto`,
-//! `--speculative-config`), the readings they share (a speculative config's JSON, vLLM's
+//! `--speculative-config`, `--data-parallel-size`, `--enable-expert-parallel`), the readings they share (a speculative config's JSON, vLLM's
 //! human-readable integers), and the refusal of an engine's flag under another engine. The
 //! flags themselves are declared with the others in `flags.rs`.
 
@@ -21,6 +21,8 @@ impl WorkloadFlags {
             ("--kv-cache-memory-bytes", self.kv_cache_memory_bytes.is_some()),
             ("--max-model-len", self.max_model_len.is_some()),
             ("--speculative-config", self.speculative_config.is_some()),
+            ("--data-parallel-size", self.data_parallel_size.is_some()),
+            ("--enable-expert-parallel", self.enable_expert_parallel),
         ];
         if !matches!(w.engine, Engine::Vllm { .. }) {
             return engine_flag_unused(&given, "vllm");
@@ -49,6 +51,14 @@ impl WorkloadFlags {
         if let Some(text) = &self.speculative_config {
             o.speculative = Some(parse_speculative(text)?);
         }
+        if let Some(dp) = self.data_parallel_size {
+            if dp == 0 {
+                return Err(InputError::new("--data-parallel-size", "0 replicas")
+                    .with_fix("use 1 or more (vLLM's default is 1)"));
+            }
+            o.data_parallel_size = Some(dp);
+        }
+        o.enable_expert_parallel |= self.enable_expert_parallel;
         if let Some(text) = &self.max_model_len {
             let lower = text.trim().to_ascii_lowercase();
             if lower == "auto" || lower == "-1" {

@@ -274,7 +274,8 @@ pub fn vllm(launch: &Launch, plan_gpus: usize) -> Result<Export, InputError> {
     // The ranks fill the profile's nodes in order; each node runs `vllm serve` with its share
     // (vLLM's multiprocessing backend across nodes: `--nnodes`, `--node-rank`, `--headless` on
     // all but node 0).
-    let world = tp * pp;
+    let dp = w.vllm.data_parallel_size.unwrap_or(1).max(1);
+    let world = tp * pp * dp;
     let nodes = nodes_holding(&launch.gpus_per_node, world);
     let per_node = launch.gpus_per_node.first().copied().unwrap_or(1).max(1);
     if nodes > 1 && (!world.is_multiple_of(nodes) || world / nodes != per_node) {
@@ -292,6 +293,12 @@ pub fn vllm(launch: &Launch, plan_gpus: usize) -> Result<Export, InputError> {
     let mut line = Line::new("vllm serve");
     line.word(&launch.model());
     line.arg("--tensor-parallel-size", tp).arg("--pipeline-parallel-size", pp);
+    if dp > 1 {
+        line.arg("--data-parallel-size", dp);
+    }
+    if w.vllm.enable_expert_parallel {
+        line.word("--enable-expert-parallel");
+    }
     if nodes > 1 {
         line.arg("--nnodes", nodes).arg("--master-addr", "$MASTER_ADDR");
     }
@@ -349,7 +356,7 @@ pub fn vllm(launch: &Launch, plan_gpus: usize) -> Result<Export, InputError> {
     }
     if nodes > 1 {
         assumes.push(format!(
-            "Multi-node: {world} ranks (tensor parallel {tp} × pipeline parallel {pp}) over {nodes} nodes of {per_node} GPUs, with vLLM's multiprocessing backend; run this on every node with NODE_RANK set and MASTER_ADDR the address of node 0, which serves the API (the others run headless)."
+            "Multi-node: {world} ranks (tensor parallel {tp} × pipeline parallel {pp} × data parallel {dp}) over {nodes} nodes of {per_node} GPUs, with vLLM's multiprocessing backend; run this on every node with NODE_RANK set and MASTER_ADDR the address of node 0, which serves the API (the others run headless)."
         ));
     }
     let lines: Vec<String> = (0..nodes)
