@@ -859,6 +859,8 @@ struct Tally {
     raw_escapes: usize,
     failing: usize,
     failures: Vec<String>,
+    /// The longest case, and which.
+    slowest: (Duration, u64),
 }
 
 /// Checks one case's outcome, counting it in `tally`.
@@ -934,9 +936,13 @@ fn run_cases(cases: u64, seed: u64) -> (Tally, Duration) {
                     let dir = root.path().join(format!("case-{index}"));
                     std::fs::create_dir_all(&dir).unwrap();
                     let case = draw(index, seed, &bases, &dir);
+                    let started = Instant::now();
                     let out = run_capped(&case.args);
+                    let took = started.elapsed();
                     let _ = std::fs::remove_dir_all(&dir);
-                    judge(&case, index, seed, out, &mut tally.lock().unwrap());
+                    let mut tally = tally.lock().unwrap();
+                    tally.slowest = tally.slowest.max((took, index));
+                    judge(&case, index, seed, out, &mut tally);
                 }
             });
         }
@@ -952,7 +958,7 @@ fn assert_hostile_cases_hold(cases: u64) {
     println!(
         "hostile inputs: {} cases from seed {seed} in {:.1} s: exit 0/1/2/3/4 {:?}; {} panics, {} hangs, \
          {} other exit codes, {} exits 2 without a fix, {} raw escapes; {} inputs the docs refuse: \
-         {} exits 0, {} other exits",
+         {} exits 0, {} other exits; slowest case {} in {:.2} s",
         tally.cases,
         took.as_secs_f64(),
         tally.by_code,
@@ -964,6 +970,8 @@ fn assert_hostile_cases_hold(cases: u64) {
         tally.refused_cases,
         tally.exit_0_on_refused,
         tally.not_refused,
+        tally.slowest.1,
+        tally.slowest.0.as_secs_f64(),
     );
     assert_eq!(tally.cases as u64, cases);
     assert!(
