@@ -249,8 +249,10 @@ impl PlanResult {
             (Engine::Transformers, Mode::Train, Parallelism::Ddp) => (Format::Torchrun, "torchrun"),
             _ => return None,
         };
-        let exported = self.export_as(format, "launch.sh", inputs).ok()?;
-        Some(Launched { format: name.to_string(), commands: exported.commands })
+        Some(match self.export_as(format, "launch.sh", inputs) {
+            Ok(exported) => Launched { format: name.to_string(), commands: exported.commands, refused: None },
+            Err(e) => Launched { format: name.to_string(), commands: Vec::new(), refused: Some(e.problem) },
+        })
     }
 }
 
@@ -260,8 +262,11 @@ impl PlanResult {
 pub struct Launched {
     /// The `--format` that writes them to a file (`vllm`, `sglang`, `torchrun`).
     pub format: String,
-    /// The command each node runs, node 0 first.
+    /// The command each node runs, node 0 first; empty where the export refuses the layout.
     pub commands: Vec<String>,
+    /// Why no launch can be written for this layout (the export's refusal), where it cannot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
 
 /// The line a plan that offloads adds where the host figures it used are vramplan's defaults,

@@ -336,6 +336,9 @@ fn whatif_inputs(request: &PlotRequest) -> Result<(Loaded, Request), InputError>
     let mut solve = Request::new(runtime);
     solve.headroom = parse_headroom(request.solve.headroom.as_deref().unwrap_or("0"))?;
     solve.offload = false;
+    // The plot's time limit bounds its points' plans as whatif's bounds its probes: points not
+    // answered by then are drawn as such (`?`).
+    solve.deadline = vramplan_solver::plan::deadline_after(request.solve.time_limit);
     Ok((loaded, solve))
 }
 

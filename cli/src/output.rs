@@ -27,6 +27,10 @@ pub(crate) fn write_all_atomic(files: &[(&Path, &[u8])]) -> Result<(), InputErro
             remove_all(&temps);
             return Err(fail(path, &e));
         }
+        // A file replaced keeps its mode (a launch script made executable stays so).
+        if let Some(old) = std::fs::metadata(path).ok().filter(|m| m.is_file()) {
+            let _ = std::fs::set_permissions(&temp, old.permissions());
+        }
         temps.push(temp);
     }
     // Then each into place, the file it replaces kept aside until all are in place.
@@ -132,5 +136,18 @@ mod tests {
         write_all_atomic(&files).unwrap();
         assert_eq!(listing(d), ["r-a.svg", "r.md"]);
         assert_eq!(std::fs::read_to_string(d.join("r.md")).unwrap(), "new report");
+    }
+
+    /// A launch script the user made executable stays executable when it is written again.
+    #[test]
+    fn a_replaced_file_keeps_its_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("serve.sh");
+        std::fs::write(&script, "old").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        write_all_atomic(&[(&script, b"new")]).unwrap();
+        let mode = std::fs::metadata(&script).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o755);
     }
 }

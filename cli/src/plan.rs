@@ -140,7 +140,8 @@ pub(crate) fn run(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, InputErro
             text += &vramplan_reports::accelerate_loading(file, model, &solved.result.device_map, workload);
         }
         if let Some(launch) = &solved.launch {
-            text += &vramplan_reports::launch_lines(&launch.format, &launch.commands);
+            text +=
+                &vramplan_reports::launch_lines(&launch.format, &launch.commands, launch.refused.as_deref());
         }
         text
     };

@@ -133,7 +133,7 @@ pub fn read_text(path: &Path, kind: FileKind) -> Result<String, InputError> {
     // A file that grows while it is read is still read no further than the bound.
     file.take(cap + 1).read_to_end(&mut bytes).map_err(|e| InputError::io(path, &e).with_fix(give(kind)))?;
     if bytes.len() as u64 > cap {
-        return Err(too_large("larger than it was when opened, and"));
+        return Err(too_large(&format!("over {cap} bytes (it grew while it was read)")));
     }
     String::from_utf8(bytes).map_err(|e| {
         InputError::new(

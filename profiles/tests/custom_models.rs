@@ -164,8 +164,10 @@ fn self_ties_and_cycles_are_refused_and_chains_count_once() {
     assert_eq!(line_of(&err), 5, "{err}");
     let (_dir, chained) = load_text(&model("  head2.weight: head.weight\n  head.weight: embed.weight\n"));
     let chained = chained.unwrap().description;
-    // embed (50 × 16) once, the blocks; head and head2 tied to it.
+    // embed (50 × 16) once, the blocks; head and head2 tied to it, in one group.
     assert_eq!(chained.params(), 50 * 16 + 2 * 100);
+    let group: Vec<String> = ["embed.weight", "head.weight", "head2.weight"].map(String::from).to_vec();
+    assert_eq!(chained.tied_groups(), vec![group]);
 }
 
 #[test]

@@ -211,13 +211,18 @@ fn data_parallel_table(plan: &Plan, parallelism: &Parallelism, warnings: &[Strin
     text
 }
 
-/// A serving engine's plan: its layout, the KV cache it holds, each rank against its limit.
-fn serving_table(plan: &Plan, layout: &ServingLayout, warnings: &[String], time: &str) -> String {
-    let engine = match layout.engine.as_str() {
+/// An engine or launcher as the reports name it (`vllm` → vLLM).
+fn engine_display(name: &str) -> &str {
+    match name {
         "vllm" => "vLLM",
         "sglang" => "SGLang",
         other => other,
-    };
+    }
+}
+
+/// A serving engine's plan: its layout, the KV cache it holds, each rank against its limit.
+fn serving_table(plan: &Plan, layout: &ServingLayout, warnings: &[String], time: &str) -> String {
+    let engine = engine_display(&layout.engine);
     let mut shape = format!("tensor parallel {}", layout.tensor_parallel);
     if layout.pipeline_parallel > 1 {
         shape += &format!(" × pipeline parallel {}", layout.pipeline_parallel);
@@ -251,10 +256,7 @@ fn serving_table(plan: &Plan, layout: &ServingLayout, warnings: &[String], time:
     }
     .as_str();
     text += &devices_table(&plan.devices);
-    text += &format!(
-        "\nno device map: {engine} places the model itself. `-o serve.sh` writes its launch script, `-o plan.yaml` keeps \
-         this plan.\n"
-    );
+    text += &format!("\nno device map: {engine} places the model itself. `-o plan.yaml` keeps this plan.\n");
     if !warnings.is_empty() {
         text += "\nwarnings:\n";
         for w in warnings {
@@ -265,13 +267,12 @@ fn serving_table(plan: &Plan, layout: &ServingLayout, warnings: &[String], time:
 }
 
 /// How to launch a plan: each node's command (`format` is the `--format` that writes them to a
-/// file), with the node's rank where there are several.
-pub fn launch_lines(format: &str, commands: &[String]) -> String {
-    let engine = match format {
-        "vllm" => "vLLM",
-        "sglang" => "SGLang",
-        other => other,
-    };
+/// file), with the node's rank where there are several; or why none can be written (`refused`).
+pub fn launch_lines(format: &str, commands: &[String], refused: Option<&str>) -> String {
+    let engine = engine_display(format);
+    if let Some(why) = refused {
+        return format!("\nno {engine} launch for this layout: {why}\n");
+    }
     let script = if format == "torchrun" { "; train.py stands for your training script" } else { "" };
     let mut text = match commands.len() {
         0 => return String::new(),

@@ -234,10 +234,7 @@ pub fn fewest_text(answer: &Fewest) -> String {
     }
     if !answer.counts.is_empty() {
         let counts: Vec<String> = answer.counts.iter().map(|c| c.to_string()).collect();
-        text += &format!(
-            "(the counts with a tensor-parallel size that divides the heads: {})\n",
-            counts.join(", ")
-        );
+        text += &format!("(the counts the engine can shard the model over: {})\n", counts.join(", "));
     }
     text + &run_text(&answer.run)
 }
@@ -333,7 +330,13 @@ fn grid_rows(grid: &Grid, bytes: BytesCell) -> (Vec<&'static str>, Vec<Vec<Strin
         .iter()
         .map(|p| {
             let mut row: Vec<String> = p.at.iter().map(|v| axis_cell(v).1).collect();
-            row.push(if p.refused.is_some() { "refused".into() } else { p.fits.to_string() });
+            row.push(if p.refused.is_some() {
+                "refused".into()
+            } else if p.unanswered {
+                "unanswered".into()
+            } else {
+                p.fits.to_string()
+            });
             row.push(bytes(p.peak_bytes));
             row.push(format!("{:.4}", p.utilisation));
             row.push(match (&p.refused, &p.binding) {
@@ -356,7 +359,13 @@ pub fn grid_text(grid: &Grid) -> String {
         table.row(&cells);
     }
     let fits = grid.points.iter().filter(|p| p.fits).count();
-    format!("{}\n{} of {} points fit\n", table.render().trim_end(), fits, grid.points.len())
+    let unanswered = grid.points.iter().filter(|p| p.unanswered).count();
+    let more = if unanswered > 0 {
+        format!("; {unanswered} not answered within the time limit (--time-limit)")
+    } else {
+        String::new()
+    };
+    format!("{}\n{} of {} points fit{more}\n", table.render().trim_end(), fits, grid.points.len())
 }
 
 /// The grid as CSV (bytes unformatted).

@@ -169,7 +169,7 @@ fn entries_from_text(
         let target = parse_target(value, gpus).map_err(|e| {
             let fix = match e {
                 DeviceError::NoSuchGpu { .. } => format!("{} than `{}`", e.fix(), hardware.name),
-                DeviceError::NotADevice { .. } => e.fix(),
+                DeviceError::NotADevice { .. } | DeviceError::NotAFlagDevice { .. } => e.fix(),
             };
             at(key, InputError::new(origin, format!("{}: {e}", shown_key(key))).with_fix(fix))
         })?;

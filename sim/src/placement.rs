@@ -78,7 +78,13 @@ impl Target {
     pub fn parse_lenient(text: &str, gpus: u32) -> Result<Target, DeviceError> {
         let lower = text.trim().to_ascii_lowercase();
         let compact = lower.strip_prefix("cuda:").map_or(lower.clone(), |n| format!("cuda:{}", n.trim()));
-        Target::parse(&compact, gpus)
+        Target::parse(&compact, gpus).map_err(|e| match e {
+            // Named as written, and without the exactness a flag does not need.
+            DeviceError::NotADevice { gpus, .. } => {
+                DeviceError::NotAFlagDevice { text: text.trim().to_string(), gpus }
+            }
+            other => other,
+        })
     }
 
     fn gpu(index: u64, gpus: u32) -> Result<Target, DeviceError> {
@@ -100,6 +106,14 @@ pub enum DeviceError {
         /// The hardware's GPU count.
         gpus: u32,
     },
+    /// As `NotADevice`, for a device in vramplan's own flags, whose case and spaces do not
+    /// matter (`--pin lm_head=gpu1`).
+    NotAFlagDevice {
+        /// The device as written, trimmed.
+        text: String,
+        /// The hardware's GPU count.
+        gpus: u32,
+    },
     /// A GPU index past the hardware's `gpus` GPUs.
     NoSuchGpu {
         /// The GPU index as written.
@@ -113,7 +127,7 @@ impl DeviceError {
     /// How to write the device instead.
     pub fn fix(&self) -> String {
         match self {
-            DeviceError::NotADevice { gpus, .. } => {
+            DeviceError::NotADevice { gpus, .. } | DeviceError::NotAFlagDevice { gpus, .. } => {
                 format!("use a GPU index ({}), `cpu` or `disk`", gpu_range(*gpus))
             }
             DeviceError::NoSuchGpu { gpus: 0, .. } => {
@@ -135,6 +149,9 @@ impl fmt::Display for DeviceError {
                     "`{text}` is not a device as torch reads one (exactly, in lower case, no spaces): a GPU \
                      index (`0`, `cuda:0`), `cpu` or `disk`"
                 )
+            }
+            DeviceError::NotAFlagDevice { text, .. } => {
+                write!(f, "`{text}` is not a device: a GPU index (`0`, `cuda:0`), `cpu` or `disk`")
             }
             DeviceError::NoSuchGpu { index, gpus } => {
                 let has = match gpus {

@@ -49,29 +49,74 @@ enum Split {
 /// rank of a `tp`-way tensor-parallel group holds: the largest rank when the split is uneven.
 /// `tp` 0 is read as 1.
 pub fn shard_bytes(model: &ModelDescription, tp: u32) -> u64 {
-    shard_bytes_expert_parallel(model, tp, 1)
+    shard_bytes_expert_parallel(model, tp, ExpertSplit::Intermediate(tp))
 }
 
-/// As [`shard_bytes`], with the routed experts spread whole over `ep` ranks instead of split on
-/// their intermediate dimension (vLLM's `--enable-expert-parallel`: `ep = tp × dp`, each rank
-/// holding `ceil(experts / ep)` experts, `determine_expert_map`); `ep` 1 is [`shard_bytes`].
-pub fn shard_bytes_expert_parallel(model: &ModelDescription, tp: u32, ep: u32) -> u64 {
+/// How a rank holds the routed experts, where it differs from the tensor-parallel split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpertSplit {
+    /// Each expert split on its intermediate dimension over this many ranks: vLLM's `FusedMoE`
+    /// flattens its tensor-parallel group across data parallel (`tp × dp`,
+    /// `FusedMoEParallelConfig.flatten_tp_across_dp_and_pcp`), with or without data parallel.
+    Intermediate(u32),
+    /// The experts spread whole over this many ranks (`--enable-expert-parallel`:
+    /// `ep = tp × dp`, `ceil(experts / ep)` each, `determine_expert_map`).
+    Whole(u32),
+}
+
+/// As [`shard_bytes`], with the routed experts held as `experts` says (the tensor-parallel
+/// split is `ExpertSplit::Intermediate(tp)`).
+pub fn shard_bytes_expert_parallel(model: &ModelDescription, tp: u32, experts: ExpertSplit) -> u64 {
     let tp = u64::from(tp.max(1));
-    let ep = u64::from(ep.max(1));
     let mut total = 0u64;
     visit_with_parent(&model.root, None, &mut |module, parent| {
         for tensor in module.tensors.iter().filter(|t| t.tied_to.is_none()) {
-            let bytes = match module.kind {
-                ModuleKind::Experts { count } if ep > 1 => {
+            let split = classify(model, module, parent, tensor);
+            let bytes = match (module.kind, experts) {
+                (ModuleKind::Experts { count }, ExpertSplit::Whole(ep)) => {
                     let count = u64::from(count.max(1));
-                    scaled(tensor.bytes(), count.div_ceil(ep), count)
+                    scaled(tensor.bytes(), count.div_ceil(u64::from(ep.max(1))), count)
                 }
-                _ => rank_bytes(model, tensor, classify(model, module, parent, tensor), tp),
+                (ModuleKind::Experts { .. }, ExpertSplit::Intermediate(n)) => {
+                    rank_bytes(model, tensor, split, u64::from(n.max(1)))
+                }
+                _ => rank_bytes(model, tensor, split, tp),
             };
             total = total.saturating_add(bytes);
         }
     });
     total
+}
+
+/// Why vLLM refuses to shard `model` over `tp` ranks, if it does (SGLang's layers are vLLM's and
+/// refuse the same): the attention heads must divide (`num_heads % tp_size == 0`), the KV heads
+/// must divide or be divided (`total_num_kv_heads % tp == 0` or `tp % total_num_kv_heads == 0`,
+/// `LlamaAttention`), and the MLP's and each expert's intermediate features must divide
+/// (`divide(output_size, tp_size)` of the column-parallel linears).
+pub fn serving_tp_refusal(model: &ModelDescription, tp: u32) -> Option<String> {
+    let tp = u64::from(tp.max(1));
+    let facts = &model.facts;
+    let heads = facts.num_attention_heads;
+    let kv = facts.num_kv_heads;
+    if heads > 0 && !heads.is_multiple_of(tp) {
+        return Some(format!(
+            "tensor parallelism over {tp} GPUs does not divide the {heads} attention heads"
+        ));
+    }
+    if kv > 0 && !kv.is_multiple_of(tp) && !tp.is_multiple_of(kv) {
+        return Some(format!(
+            "tensor parallelism over {tp} GPUs neither divides the {kv} KV heads nor is a multiple of them"
+        ));
+    }
+    let expert = facts.moe.as_ref().map_or(0, |m| m.expert_intermediate_size);
+    for (what, size) in [("MLP", facts.intermediate_size), ("expert", expert)] {
+        if size > 0 && !size.is_multiple_of(tp) {
+            return Some(format!(
+                "tensor parallelism over {tp} GPUs does not divide the {size} {what} features"
+            ));
+        }
+    }
+    None
 }
 
 /// KV heads one rank holds: `kv_heads / tp`, and one (a replica) when `tp` exceeds the KV heads.

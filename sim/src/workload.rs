@@ -437,6 +437,11 @@ impl Workload {
         }
     }
 
+    /// vLLM's data-parallel replicas (`--data-parallel-size`), 1 by default.
+    pub fn data_parallel_size(&self) -> u32 {
+        self.vllm.data_parallel_size.unwrap_or(1).max(1)
+    }
+
     /// The pipeline stages a serving engine runs (`--parallel tp=N,pp=M`, vLLM's
     /// `--pipeline-parallel-size`), 1 by default.
     pub fn pipeline_parallel_size(&self) -> u32 {

@@ -108,9 +108,11 @@ fn ranks_follow_vllms_order_and_share_the_smallest_ranks_blocks() {
     assert!(across.warnings.iter().any(|w| w.contains("--parallel tp=8,pp=2")), "{:?}", across.warnings);
 }
 
-/// Data parallelism replicates the group; expert parallelism spreads Mixtral-8x7B's 8 experts
-/// whole over the tp × dp ranks instead of splitting each over the tp ranks (Mixtral config:
-/// 32 layers of 8 experts, each 3 matrices of 4096 × 14336 in bf16).
+/// Data parallelism replicates the group, but vLLM's MoE layers flatten the tensor-parallel
+/// group across it (`flatten_tp_across_dp_and_pcp`: "TP = 2, DP = 2 and EP = False … sharded
+/// across 4 devices"): at tp 4 × dp 2 each rank holds an eighth of every expert, and with
+/// expert parallelism one whole expert of eight: the same bytes, where tp 4 alone holds a
+/// quarter (Mixtral config: 32 layers of 8 experts, each 3 matrices of 4096 × 14336 in bf16).
 #[test]
 fn data_and_expert_parallel_ranks_hold_what_vllm_gives_them() {
     let model = builtin("mixtral-8x7b");
@@ -123,9 +125,10 @@ fn data_and_expert_parallel_ranks_hold_what_vllm_gives_them() {
     let ep = vllm_estimate(&model, &profile, &spread).expect("an estimate");
     assert_eq!((dp.devices.len(), ep.devices.len()), (8, 8));
     let experts: u64 = 32 * 8 * 3 * 4096 * 14336 * 2;
-    // Without EP each rank holds a quarter of every expert; with EP, one whole expert of eight.
+    assert_eq!(dp.devices[0].components.weights, ep.devices[0].components.weights);
+    let alone = vllm_estimate(&model, &profile, &serve(4, 1)).expect("an estimate");
     assert_eq!(
-        dp.devices[0].components.weights - ep.devices[0].components.weights,
+        alone.devices[0].components.weights - dp.devices[0].components.weights,
         experts / 4 - experts / 8
     );
     assert!(dp.devices.iter().all(|d| d.components.weights == dp.devices[0].components.weights));
@@ -137,5 +140,28 @@ fn data_and_expert_parallel_ranks_hold_what_vllm_gives_them() {
             .expect_err("dense")
             .origin,
         "--enable-expert-parallel"
+    );
+}
+
+/// vLLM's tensor-parallel asserts, on Qwen2.5-14B's config (40 heads, 8 KV heads, MLP 13824):
+/// 5 divides the heads but neither divides the 8 KV heads nor is a multiple of them
+/// (`LlamaAttention`/`Qwen2Attention`: `total_num_kv_heads % tp_size == 0` or the converse);
+/// 2, 4 and 8 pass; 16 does not divide the heads.
+#[test]
+fn tensor_parallel_sizes_vllm_refuses_are_refused() {
+    use vramplan_sim::tensor_parallel::serving_tp_refusal;
+    let qwen = builtin("qwen2.5-14b");
+    assert!(serving_tp_refusal(&qwen, 5).is_some_and(|why| why.contains("8 KV heads")));
+    for tp in [1, 2, 4, 8] {
+        assert_eq!(serving_tp_refusal(&qwen, tp), None, "tp {tp}");
+    }
+    assert!(serving_tp_refusal(&qwen, 16).is_some_and(|why| why.contains("40 attention heads")));
+    let profile = hardware::load("8xh100-80gb").expect("a profile");
+    let mut five = serve(5, 1);
+    five.seq = 4096;
+    let err = vramplan_sim::input::validate(&five, &qwen, &profile).expect_err("tp 5");
+    assert!(
+        err.problem.contains("KV heads") && err.fix.as_deref().is_some_and(|f| f.contains("1, 2, 4, 8")),
+        "{err}"
     );
 }

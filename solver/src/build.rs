@@ -109,8 +109,14 @@ pub(crate) fn build(
     // did not pin, and the replay charges the hand-back (the hidden states copied to the pinned
     // unit's device). Pipelines and llama.cpp need their layers in order, pins included.
     if matches!(request.runtime, Runtime::Accelerate | Runtime::AccelerateV4) {
-        for &(u, _) in &built.problem.pins {
-            built.problem.units[u].order = None;
+        // With the units it is held together with (a tied head and its embedding).
+        let pinned: Vec<usize> = built.problem.pins.iter().map(|&(u, _)| u).collect();
+        for u in pinned {
+            let group =
+                built.problem.together.iter().find(|g| g.contains(&u)).cloned().unwrap_or_else(|| vec![u]);
+            for v in group {
+                built.problem.units[v].order = None;
+            }
         }
     }
     Ok(built)

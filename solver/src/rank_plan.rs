@@ -34,7 +34,7 @@ pub struct ServingLayout {
     pub tensor_parallel: u32,
     /// Pipeline stages (vLLM).
     pub pipeline_parallel: u32,
-    /// Replicas of the whole pipeline (SGLang's `--dp-size`).
+    /// Replicas of the whole pipeline (vLLM's `--data-parallel-size`, SGLang's `--dp-size`).
     pub data_parallel: u32,
     /// Tokens the KV cache holds (the smallest rank's).
     pub kv_capacity_tokens: u64,
@@ -98,7 +98,7 @@ pub fn serving_plan(
     settings: &Settings,
 ) -> Result<Plan, InputError> {
     let (engine, dp) = match workload.engine {
-        Engine::Vllm { .. } => ("vllm", workload.vllm.data_parallel_size.unwrap_or(1).max(1)),
+        Engine::Vllm { .. } => ("vllm", workload.data_parallel_size()),
         Engine::Sglang { dp_size, .. } => ("sglang", dp_size.unwrap_or(1).max(1)),
         _ => {
             return Err(InputError::new("--engine", "not a serving engine")

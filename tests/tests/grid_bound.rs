@@ -20,7 +20,10 @@ fn a_grid_past_the_bound_on_its_points_is_refused_up_front() {
         let start = Instant::now();
         let out = vramplan(&args);
         assert!(start.elapsed() < Duration::from_secs(5), "{head:?} took {:?}", start.elapsed());
-        assert_refused(&out, &[&format!("{} {}", head[0], head[1]), "100000000 points (10000 × 10000)", "more than 10000"]);
+        assert_refused(
+            &out,
+            &[&format!("{} {}", head[0], head[1]), "100000000 points (10000 × 10000)", "more than 10000"],
+        );
     }
     // Three axes, each small, their product past the bound.
     let out = vramplan(&[

@@ -476,9 +476,12 @@ fn min_gpus_under_vllm_gives_the_tensor_by_pipeline_shape() {
     let n = answer["gpus"].as_u64().expect("a count");
     let fewer = answer["fewer"].as_u64().expect("a count below");
     assert_eq!(fewer, n - 1);
-    // The shape vLLM's guide gives each count: the largest tp ≤ 8 dividing 128 heads and the count.
+    // The shape vLLM's guide gives each count: the largest tp ≤ 8 dividing the count that vLLM's
+    // layers accept for Llama-3.1-405B's config (128 heads, 8 KV heads: `total_num_kv_heads % tp`
+    // or `tp % total_num_kv_heads`, MLP 53248), the rest in pipeline stages.
     let shape = |n: u64| {
-        let tp = (1..=n.min(8)).rev().find(|tp| 128 % tp == 0 && n.is_multiple_of(*tp)).expect("tp");
+        let accepted = |tp: u64| 128 % tp == 0 && (8 % tp == 0 || tp.is_multiple_of(8)) && 53248 % tp == 0;
+        let tp = (1..=n.min(8)).rev().find(|tp| accepted(*tp) && n.is_multiple_of(*tp)).expect("tp");
         if n / tp > 1 { format!("tp={tp},pp={}", n / tp) } else { format!("tp={tp}") }
     };
     assert_eq!(answer["parallel"], shape(n).as_str(), "{answer}");
@@ -498,4 +501,48 @@ fn min_gpus_under_vllm_gives_the_tensor_by_pipeline_shape() {
     if !pp.is_empty() {
         assert!(text.stdout.contains(&format!("--pipeline-parallel-size {}", &pp[3..])), "{}", text.stdout);
     }
+}
+
+/// A grid cut short by its time limit marks the points it did not answer as such, not as points
+/// that do not fit (a plot would have drawn them as "×"), and exits 4.
+#[test]
+fn a_grid_cut_short_marks_its_unanswered_points() {
+    let out = vramplan(&[
+        "whatif",
+        "grid",
+        "llama-2-7b",
+        "--hardware",
+        "t4x2",
+        "--batch",
+        "1,2,4",
+        "--seq",
+        "512,1024",
+        "--time-limit",
+        "0.001",
+        "--json",
+    ]);
+    assert_eq!(out.code, 4, "{}{}", out.stdout, out.stderr);
+    let answer = out.json();
+    let points = answer["points"].as_array().or_else(|| answer["grid"]["points"].as_array()).expect("points");
+    let unanswered: Vec<&serde_json::Value> = points.iter().filter(|p| p["unanswered"] == true).collect();
+    assert!(!unanswered.is_empty(), "{answer}");
+    assert!(unanswered.iter().all(|p| p["fits"] == false && p.get("binding").is_none()), "{answer}");
+    let text = vramplan(&[
+        "whatif",
+        "grid",
+        "llama-2-7b",
+        "--hardware",
+        "t4x2",
+        "--batch",
+        "1,2,4",
+        "--seq",
+        "512,1024",
+        "--time-limit",
+        "0.001",
+    ]);
+    assert!(
+        text.stdout.contains("unanswered") && text.stdout.contains("not answered within the time limit"),
+        "{}",
+        text.stdout
+    );
 }

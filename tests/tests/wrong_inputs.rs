@@ -105,6 +105,14 @@ fn accelerate_takes_pins_against_the_layer_order() {
     assert_ok(&out);
     let map = &out.json()["device_map"];
     assert_eq!((map["model.layers.2"].as_u64(), map["model.layers.5"].as_u64()), (Some(1), Some(0)), "{map}");
+    // A tied head pinned to the last GPU takes its embedding along (one tensor, one device), and
+    // neither holds the layers to the GPUs after it.
+    let out =
+        vramplan(&["plan", "llama-3.2-1b", "--hardware", "4xa100-40gb", "--pin", "lm_head=3", "--json"]);
+    assert_ok(&out);
+    let map = &out.json()["device_map"];
+    assert_eq!((map["lm_head"].as_u64(), map["model.embed_tokens"].as_u64()), (Some(3), Some(3)), "{map}");
+    assert!(map["model.layers.0"].as_u64().is_some_and(|g| g < 3), "{map}");
 }
 
 #[test]

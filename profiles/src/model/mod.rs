@@ -414,8 +414,16 @@ impl ModelDescription {
             }
         }
         if let Some(tensor) = self.root.tensor_mut(tensor_path) {
-            tensor.tied_to = Some(holder);
+            tensor.tied_to = Some(holder.clone());
         }
+        // Tensors tied to `tensor_path` follow it to the holder: no tie names a tied tensor.
+        self.root.visit_mut(&mut |module| {
+            for t in &mut module.tensors {
+                if t.tied_to.as_deref() == Some(tensor_path) {
+                    t.tied_to = Some(holder.clone());
+                }
+            }
+        });
         Ok(())
     }
 

@@ -187,7 +187,7 @@ impl Figure for GridFigure<'_> {
             (Key::Swatch(shade(0.75)), "fits, 75 % of the limit".to_string()),
             (Key::Swatch(shade(1.0)), "fits, at the limit".to_string()),
             (Key::Swatch(OVER), "× does not fit".to_string()),
-            (Key::Swatch(REFUSED), "– refused by the runtime".to_string()),
+            (Key::Swatch(REFUSED), "– refused by the runtime, ? not answered in time".to_string()),
         ];
         legend(root, (right, top), &rows, RIGHT - 30)
     }
@@ -197,6 +197,8 @@ impl Figure for GridFigure<'_> {
 fn cell_style(point: &GridPoint) -> (RGBColor, Option<&'static str>) {
     if point.refused.is_some() {
         (REFUSED, Some("–"))
+    } else if point.unanswered {
+        (REFUSED, Some("?"))
     } else if !point.fits {
         (OVER, Some("×"))
     } else {

@@ -35,7 +35,7 @@ pub fn vllm_estimate(
 ) -> Result<Estimate, InputError> {
     let tp = workload.tensor_parallel_size();
     let pp = workload.pipeline_parallel_size();
-    let dp = workload.vllm.data_parallel_size.unwrap_or(1).max(1);
+    let dp = workload.data_parallel_size();
     if workload.vllm.enable_expert_parallel && model.facts.moe.is_none() {
         return Err(InputError::new(
             "--enable-expert-parallel",
@@ -57,7 +57,7 @@ pub fn vllm_estimate(
             "--parallel",
             format!("{layout} runs on {ranks} GPUs, but `{}` has {}", hardware.name, hardware.devices.len()),
         )
-        .with_fix("use a profile with enough GPUs (e.g. `4xa100-80gb`) or a smaller tp or pp"));
+        .with_fix("use a profile with enough GPUs (e.g. `4xa100-80gb`), or a smaller tp, pp or --data-parallel-size"));
     }
     let budgets = hardware
         .devices
@@ -101,6 +101,13 @@ pub fn vllm_estimate(
             hardware.name,
             hardware.devices.len()
         ));
+    }
+    if pp > 1 {
+        warnings.push(
+            "the non-torch memory of a pipeline-parallel rank (NCCL's buffers) is taken as a tensor-parallel \
+             group's of the same world size: no pipeline-parallel vLLM log was found to measure it"
+                .to_string(),
+        );
     }
     // A tensor-parallel group across nodes all-reduces every layer over the network.
     let group_nodes = |g: &[vramplan_profiles::hardware::Device]| {

@@ -46,7 +46,7 @@ use super::vllm_bnb::{self, Bnb, Transients};
 use super::vllm_extras;
 use super::vllm_quant;
 use crate::tensor_parallel::{
-    kv_bytes_per_token, kv_heads_per_rank, query_heads_per_rank, shard_bytes_expert_parallel,
+    ExpertSplit, kv_bytes_per_token, kv_heads_per_rank, query_heads_per_rank, shard_bytes_expert_parallel,
 };
 use crate::workload::{Engine, Workload};
 use serde::Serialize;
@@ -246,12 +246,28 @@ pub fn stage_budget(
         _ => None,
     };
     // vLLM's rotary embedding keeps its `cos_sin_cache` instead of transformers' frequency buffers.
-    let ep = if options.enable_expert_parallel {
-        tp.saturating_mul(options.data_parallel_size.unwrap_or(1).max(1))
+    // vLLM's MoE layers take the tensor-parallel group flattened across data parallel.
+    let moe_ranks = tp.saturating_mul(workload.data_parallel_size());
+    if let Some(moe) = &model.facts.moe
+        && !options.enable_expert_parallel
+        && moe_ranks > 1
+        && !moe.expert_intermediate_size.is_multiple_of(u64::from(moe_ranks))
+    {
+        return Err(InputError::new(
+            "--data-parallel-size",
+            format!(
+                "vLLM splits each expert's {} intermediate features over tp × dp = {moe_ranks} ranks, and they do not divide",
+                moe.expert_intermediate_size
+            ),
+        )
+        .with_fix("add --enable-expert-parallel, or choose tp × dp dividing the experts' intermediate size"));
+    }
+    let experts = if options.enable_expert_parallel {
+        ExpertSplit::Whole(moe_ranks)
     } else {
-        1
+        ExpertSplit::Intermediate(moe_ranks)
     };
-    let weights_bytes = loaded_weights_bytes(&weights, model, tp, ep, act_dtype)
+    let weights_bytes = loaded_weights_bytes(&weights, model, tp, experts, act_dtype)
         .saturating_add(lora_bytes)
         .saturating_add(drafter.as_ref().map_or(0, |d| d.weights_bytes));
     let mut transients = bnb.map_or_else(Transients::default, |bnb| {
@@ -329,17 +345,16 @@ pub fn stage_budget(
 }
 
 /// The torch memory of loading `weights` (the description as vLLM holds it) on one rank of a
-/// `tp`-way group, its routed experts spread whole over `ep` ranks under expert parallelism (1:
-/// split with the group): its shard without transformers' rotary `inv_freq` buffers, plus vLLM's
+/// `tp`-way group, its routed experts held as `experts` says: its shard without transformers' rotary `inv_freq` buffers, plus vLLM's
 /// rotary `cos_sin_cache` for `model`'s positions in `dtype`.
 pub(crate) fn loaded_weights_bytes(
     weights: &ModelDescription,
     model: &ModelDescription,
     tp: u32,
-    ep: u32,
+    experts: ExpertSplit,
     dtype: DType,
 ) -> u64 {
-    shard_bytes_expert_parallel(weights, tp, ep)
+    shard_bytes_expert_parallel(weights, tp, experts)
         .saturating_sub(hf_rotary_buffer_bytes(weights))
         .saturating_add(rotary_cache_bytes(model, dtype))
 }

@@ -90,6 +90,11 @@ pub fn lora_rank(options: &VllmOptions) -> u64 {
 
 /// The refusals of vLLM's `LoRAConfig` and the models this module does not size.
 pub fn check(model: &ModelDescription, options: &VllmOptions) -> Result<(), InputError> {
+    if options.data_parallel_size == Some(0) {
+        return Err(InputError::new("workload", "0 data-parallel replicas")
+            .at_key("vllm.data_parallel_size")
+            .with_fix("use 1 or more (vLLM's default is 1)"));
+    }
     if options.max_loras == 0 {
         return Ok(());
     }
@@ -214,7 +219,13 @@ pub fn drafter(
             })?;
             let draft = if draft.dtype == dtype { draft } else { draft.cast(dtype) };
             (
-                super::vllm::loaded_weights_bytes(&draft, &draft, tp, 1, dtype),
+                super::vllm::loaded_weights_bytes(
+                    &draft,
+                    &draft,
+                    tp,
+                    crate::tensor_parallel::ExpertSplit::Intermediate(tp),
+                    dtype,
+                ),
                 kv_bytes_per_token(&draft, tp, kv_dtype),
             )
         }

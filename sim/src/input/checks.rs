@@ -563,10 +563,13 @@ fn check_parallelism(
                  DeepSpeed's pipeline stages)",
             ))
         }
+        Parallelism::Tensor { size: 0, .. } => Err(InputError::new(ORIGIN, "tensor parallelism over 0 GPUs")
+            .at_key("parallelism.size")
+            .with_fix("use `tp=N` with N at least 1")),
         Parallelism::Tensor { size, pipeline } if pipeline > 1 => {
             let ranks = size as usize * pipeline as usize;
             let layers = crate::tensor_parallel::decoder_layers(model);
-            if size == 0 || ranks > gpus {
+            if ranks > gpus {
                 Err(InputError::new(
                     ORIGIN,
                     format!(
@@ -602,18 +605,26 @@ fn check_parallelism(
                 .at_key("parallelism.size")
                 .with_fix(format!("use `tp=N` with N from 1 to {gpus}, or a profile with more GPUs")));
             }
+            // vLLM's and SGLang's layers check more than the heads.
+            let serving = matches!(w.engine, Engine::Vllm { .. } | Engine::Sglang { .. });
             let heads = model.facts.num_attention_heads;
-            if heads > 0 && !heads.is_multiple_of(u64::from(size)) {
+            let refusal = |n: u32| {
+                if serving {
+                    crate::tensor_parallel::serving_tp_refusal(model, n)
+                } else {
+                    (heads > 0 && !heads.is_multiple_of(u64::from(n))).then(|| {
+                        format!(
+                            "tensor parallelism over {n} GPUs does not divide the {heads} attention heads"
+                        )
+                    })
+                }
+            };
+            if let Some(problem) = refusal(size) {
                 let sizes: Vec<String> =
-                    (1..=gpus as u64).filter(|n| heads.is_multiple_of(*n)).map(|n| n.to_string()).collect();
-                return Err(InputError::new(
-                    ORIGIN,
-                    format!(
-                        "tensor parallelism over {size} GPUs does not divide the {heads} attention heads"
-                    ),
-                )
-                .at_key("parallelism.size")
-                .with_fix(format!("use a size that divides {heads}: {}", sizes.join(", "))));
+                    (1..=gpus as u32).filter(|n| refusal(*n).is_none()).map(|n| n.to_string()).collect();
+                return Err(InputError::new(ORIGIN, problem)
+                    .at_key("parallelism.size")
+                    .with_fix(format!("use a size that divides them: {}", sizes.join(", "))));
             }
             Ok(())
         }

@@ -274,20 +274,19 @@ pub fn vllm(launch: &Launch, plan_gpus: usize) -> Result<Export, InputError> {
     // The ranks fill the profile's nodes in order; each node runs `vllm serve` with its share
     // (vLLM's multiprocessing backend across nodes: `--nnodes`, `--node-rank`, `--headless` on
     // all but node 0).
-    let dp = w.vllm.data_parallel_size.unwrap_or(1).max(1);
+    let dp = w.data_parallel_size();
     let world = tp * pp * dp;
     let nodes = nodes_holding(&launch.gpus_per_node, world);
-    let per_node = launch.gpus_per_node.first().copied().unwrap_or(1).max(1);
-    if nodes > 1 && (!world.is_multiple_of(nodes) || world / nodes != per_node) {
+    // vLLM runs `world / nnodes` ranks on each node and refuses a world size `--nnodes` does not
+    // divide (`EngineArgs`: "`--nnodes` must evenly divide the total world size").
+    let per_node = world / nodes;
+    if nodes > 1 && !world.is_multiple_of(nodes) {
         return Err(refuse(
             "vllm",
             format!(
-                "{world} ranks do not fill {nodes} nodes of {per_node} GPUs evenly, which `--nnodes` needs"
+                "its {world} ranks take {nodes} nodes, and vLLM's `--nnodes {nodes}` must divide the world size"
             ),
-            format!(
-                "use tp × pp as a multiple of {per_node}, e.g. `--parallel tp={per_node},pp={}`",
-                world.div_ceil(per_node)
-            ),
+            format!("choose tp × pp × dp as a multiple of {nodes}"),
         ));
     }
     let mut line = Line::new("vllm serve");
@@ -356,7 +355,7 @@ pub fn vllm(launch: &Launch, plan_gpus: usize) -> Result<Export, InputError> {
     }
     if nodes > 1 {
         assumes.push(format!(
-            "Multi-node: {world} ranks (tensor parallel {tp} × pipeline parallel {pp} × data parallel {dp}) over {nodes} nodes of {per_node} GPUs, with vLLM's multiprocessing backend; run this on every node with NODE_RANK set and MASTER_ADDR the address of node 0, which serves the API (the others run headless)."
+            "Multi-node: {world} ranks (tensor parallel {tp} × pipeline parallel {pp} × data parallel {dp}) over {nodes} nodes, {per_node} on each, with vLLM's multiprocessing backend; run this on every node with NODE_RANK set and MASTER_ADDR the address of node 0, which serves the API (the others run headless)."
         ));
     }
     let lines: Vec<String> = (0..nodes)

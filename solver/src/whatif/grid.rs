@@ -52,6 +52,10 @@ pub struct GridPoint {
     /// The runtime refuses the point (why).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+    /// Not answered: no plan was found and none was proven impossible before the what-if's time
+    /// limit (`fits` is then false without a proof).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unanswered: bool,
 }
 
 /// A grid's points, the first axis varying slowest.
@@ -123,8 +127,9 @@ pub fn grid(
                 fits: fit.fits,
                 peak_bytes: fit.peak_bytes,
                 utilisation: fit.utilisation,
-                binding: if fit.fits { None } else { binding(None, &fit) },
+                binding: if fit.fits || !fit.proven { None } else { binding(None, &fit) },
                 refused: None,
+                unanswered: !fit.fits && !fit.proven,
                 at,
             },
             Err(e) => GridPoint {
@@ -134,6 +139,7 @@ pub fn grid(
                 utilisation: 0.0,
                 binding: None,
                 refused: Some(e.to_string()),
+                unanswered: false,
             },
         };
         progress(1);

@@ -498,12 +498,27 @@ pub fn min_gpus(question: &Question, kind: Option<&str>) -> Result<Fewest, Input
     let load = |n: u64| hardware::load(&format!("{n}x{kind}"));
     load(1)?;
     let vllm = matches!(question.workload.engine, Engine::Vllm { .. });
+    let replicas = match question.workload.engine {
+        Engine::Sglang { dp_size, .. } => dp_size.unwrap_or(1),
+        _ => question.workload.data_parallel_size(),
+    };
+    if replicas > 1 {
+        return Err(InputError::new(
+            "min-gpus",
+            format!("the workload runs {replicas} data-parallel replicas, and min-gpus sizes one copy of the model"),
+        )
+        .with_fix("leave out the data-parallel size: the answer is one replica's GPUs, to multiply by the replicas"));
+    }
     let heads = question.model.facts.num_attention_heads.max(1);
     let layers = vramplan_sim::tensor_parallel::decoder_layers(question.model).max(1);
+    let serving_tp = |tp: u64| {
+        u32::try_from(tp)
+            .is_ok_and(|tp| vramplan_sim::tensor_parallel::serving_tp_refusal(question.model, tp).is_none())
+    };
     let workload_on = |n: u64| -> Workload {
         let mut w = question.workload.clone();
         if vllm {
-            let (tp, pp) = vllm_shape(heads, layers, n).unwrap_or((n, 1));
+            let (tp, pp) = vllm_shape(layers, n, serving_tp).unwrap_or((n, 1));
             w.parallelism = if n > 1 {
                 Parallelism::Tensor { size: tp as u32, pipeline: pp as u32 }
             } else {
@@ -527,7 +542,9 @@ pub fn min_gpus(question: &Question, kind: Option<&str>) -> Result<Fewest, Input
         // Only counts that divide the heads shard them (under vLLM, counts with a tensor ×
         // pipeline shape); scan those in order.
         let counts: Vec<u64> = (1..=MAX_GPUS)
-            .filter(|&n| if vllm { vllm_shape(heads, layers, n).is_some() } else { heads.is_multiple_of(n) })
+            .filter(
+                |&n| if vllm { vllm_shape(layers, n, serving_tp).is_some() } else { heads.is_multiple_of(n) },
+            )
             .collect();
         let mut fewer = None;
         let mut found = None;
@@ -582,11 +599,11 @@ pub fn min_gpus(question: &Question, kind: Option<&str>) -> Result<Fewest, Input
 const GPUS_PER_SERVER: u64 = 8;
 
 /// The tensor × pipeline shape vLLM runs on `n` GPUs: the largest tensor-parallel size up to a
-/// server's GPUs that divides both the `heads` and `n`, and `n / tp` pipeline stages, each with
-/// at least one of the `layers`; `None` when there are more stages than layers.
-pub fn vllm_shape(heads: u64, layers: u64, n: u64) -> Option<(u64, u64)> {
-    let tp =
-        (1..=n.min(GPUS_PER_SERVER)).rev().find(|&tp| heads.is_multiple_of(tp) && n.is_multiple_of(tp))?;
+/// server's GPUs that divides `n` and that vLLM accepts for the model (`tp_ok`: the heads, the
+/// KV heads and the MLP features divide, `serving_tp_refusal`), and `n / tp` pipeline stages,
+/// each with at least one of the `layers`; `None` when there are more stages than layers.
+pub fn vllm_shape(layers: u64, n: u64, tp_ok: impl Fn(u64) -> bool) -> Option<(u64, u64)> {
+    let tp = (1..=n.min(GPUS_PER_SERVER)).rev().find(|&tp| n.is_multiple_of(tp) && tp_ok(tp))?;
     let pp = n / tp;
     (pp <= layers).then_some((tp, pp))
 }
@@ -732,10 +749,18 @@ mod shape_tests {
     /// in pipeline stages (vLLM's multi-node guide: TP 8 × PP 2 for two 8-GPU nodes).
     #[test]
     fn vllm_shapes_keep_tensor_parallel_inside_a_server() {
-        assert_eq!(vllm_shape(128, 126, 16), Some((8, 2)));
-        assert_eq!(vllm_shape(64, 80, 12), Some((4, 3)));
-        assert_eq!(vllm_shape(40, 40, 3), Some((1, 3)));
-        assert_eq!(vllm_shape(64, 80, 4), Some((4, 1)));
-        assert_eq!(vllm_shape(32, 2, 3), None, "3 stages for 2 layers");
+        // Llama-3.1-405B: 128 heads, 8 KV heads, MLP 53248, 126 layers.
+        let llama = |tp: u64| 128 % tp == 0 && (8 % tp == 0 || tp.is_multiple_of(8)) && 53248 % tp == 0;
+        assert_eq!(vllm_shape(126, 16, llama), Some((8, 2)));
+        assert_eq!(vllm_shape(126, 12, llama), Some((4, 3)));
+        assert_eq!(vllm_shape(126, 4, llama), Some((4, 1)));
+        // Qwen2.5-14B: 40 heads, 8 KV heads, MLP 13824, 48 layers: 5 divides the heads, not the
+        // KV heads (vLLM asserts `total_num_kv_heads % tp == 0` or the converse).
+        let qwen = |tp: u64| 40 % tp == 0 && (8 % tp == 0 || tp.is_multiple_of(8)) && 13824 % tp == 0;
+        assert_eq!(vllm_shape(48, 5, qwen), Some((1, 5)));
+        assert_eq!(vllm_shape(48, 10, qwen), Some((2, 5)));
+        assert_eq!(vllm_shape(48, 20, qwen), Some((4, 5)));
+        assert_eq!(vllm_shape(2, 3, |_| true), Some((3, 1)));
+        assert_eq!(vllm_shape(2, 3, |tp| tp == 1), None, "3 stages for 2 layers");
     }
 }

@@ -82,8 +82,13 @@ pub(super) fn check_lists(module: &Module, origin: &str) -> Result<(), InputErro
     if is_list {
         let count = module.children.len() as u64;
         // Indices too large for u64 are past any list's end.
-        let beyond =
-            module.children.iter().map(|c| c.name()).find(|n| n.parse::<u64>().map_or(true, |i| i >= count));
+        // Past the end, too large for u64, or written with leading zeros (`01`): not an item of
+        // a list of `count`.
+        let beyond = module
+            .children
+            .iter()
+            .map(|c| c.name())
+            .find(|n| n.parse::<u64>().map_or(true, |i| i >= count || i.to_string() != *n));
         if let Some(item) = beyond {
             let path =
                 if module.path.is_empty() { item.to_string() } else { format!("{}.{item}", module.path) };
