@@ -507,7 +507,7 @@ fn min_gpus_under_vllm_gives_the_tensor_by_pipeline_shape() {
 /// that do not fit (a plot would have drawn them as "×"), and exits 4.
 #[test]
 fn a_grid_cut_short_marks_its_unanswered_points() {
-    let out = vramplan(&[
+    let args = [
         "whatif",
         "grid",
         "llama-2-7b",
@@ -519,27 +519,15 @@ fn a_grid_cut_short_marks_its_unanswered_points() {
         "512,1024",
         "--time-limit",
         "0.001",
-        "--json",
-    ]);
+    ];
+    let out = vramplan(&[&args[..], &["--json"]].concat());
     assert_eq!(out.code, 4, "{}{}", out.stdout, out.stderr);
     let answer = out.json();
     let points = answer["points"].as_array().or_else(|| answer["grid"]["points"].as_array()).expect("points");
     let unanswered: Vec<&serde_json::Value> = points.iter().filter(|p| p["unanswered"] == true).collect();
     assert!(!unanswered.is_empty(), "{answer}");
     assert!(unanswered.iter().all(|p| p["fits"] == false && p.get("binding").is_none()), "{answer}");
-    let text = vramplan(&[
-        "whatif",
-        "grid",
-        "llama-2-7b",
-        "--hardware",
-        "t4x2",
-        "--batch",
-        "1,2,4",
-        "--seq",
-        "512,1024",
-        "--time-limit",
-        "0.001",
-    ]);
+    let text = vramplan(&args);
     assert!(
         text.stdout.contains("unanswered") && text.stdout.contains("not answered within the time limit"),
         "{}",
