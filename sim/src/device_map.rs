@@ -73,16 +73,13 @@ pub fn placement_from_device_map_text(
     hardware: &HardwareProfile,
 ) -> Result<Placement, InputError> {
     let entries = entries_from_text(text, origin, model, hardware)?;
-    let mut listed: HashSet<&str> = HashSet::with_capacity(entries.len());
-    for (key, _) in &entries {
-        if !listed.insert(key.as_str()) {
-            let err = InputError::new(origin, format!("{} is listed twice", shown_key(key)));
-            let err = match locate_key(text, key, 1) {
-                Some((line, column)) => err.at_line(line, column),
-                None => err.at_key(key.as_str()),
-            };
-            return Err(err.with_fix("keep one entry per name"));
-        }
+    if let Some(key) = first_repeat(&entries) {
+        let err = InputError::new(origin, format!("{} is listed twice", shown_key(key)));
+        let err = match locate_key(text, key, 1) {
+            Some((line, column)) => err.at_line(line, column),
+            None => err.at_key(key),
+        };
+        return Err(err.with_fix("keep one entry per name"));
     }
     let placement = Placement::from_entries(entries);
     check_everything_placed(origin, &placement, model)?;
@@ -106,25 +103,14 @@ pub fn placement_from_entries(
                 "write the plan again with `vramplan plan … -o plan.yaml`, or map modules to devices",
             ));
     }
-    let mut unknown: Vec<&str> = Vec::new();
-    let mut seen_unknown: HashSet<&str> = HashSet::new();
-    let mut listed: HashSet<&str> = HashSet::with_capacity(entries.len());
-    for (name, _) in &entries {
-        if !name.is_empty()
-            && model.root.find(name).is_none()
-            && model.root.tensor(name).is_none()
-            && seen_unknown.insert(name.as_str())
-        {
-            unknown.push(name);
-        }
-        if !listed.insert(name.as_str()) {
-            return Err(InputError::new(origin, format!("{} is listed twice", shown_key(name)))
-                .at_key(format!("{key}.{name}"))
-                .with_fix("keep one entry per name"));
-        }
-    }
+    let unknown = unknown_names(&entries, model);
     if let Some(first) = unknown.first() {
         return Err(unknown_names_error(origin, &unknown, model).at_key(format!("{key}.{first}")));
+    }
+    if let Some(name) = first_repeat(&entries) {
+        return Err(InputError::new(origin, format!("{} is listed twice", shown_key(name)))
+            .at_key(format!("{key}.{name}"))
+            .with_fix("keep one entry per name"));
     }
     let placement = Placement::from_entries(entries);
     check_everything_placed(origin, &placement, model).map_err(|e| e.at_key(key))?;
@@ -162,9 +148,6 @@ fn entries_from_text(
     };
     let gpus = u32::try_from(hardware.devices.len()).unwrap_or(u32::MAX);
     let mut placed: Vec<(String, Target)> = Vec::with_capacity(entries.len());
-    // Unknown names in file order, each once: the set keeps this linear in the map's length.
-    let mut unknown: Vec<&str> = Vec::new();
-    let mut seen_unknown: HashSet<&str> = HashSet::new();
     for (key, value) in &entries {
         let target = parse_target(value, gpus).map_err(|e| {
             let fix = match e {
@@ -173,19 +156,35 @@ fn entries_from_text(
             };
             at(key, InputError::new(origin, format!("{}: {e}", shown_key(key))).with_fix(fix))
         })?;
-        if !key.is_empty()
-            && model.root.find(key).is_none()
-            && model.root.tensor(key).is_none()
-            && seen_unknown.insert(key.as_str())
-        {
-            unknown.push(key);
-        }
         placed.push((key.clone(), target));
     }
+    let unknown = unknown_names(&placed, model);
     if let Some(first) = unknown.first() {
         return Err(at(first, unknown_names_error(origin, &unknown, model)));
     }
     Ok(placed)
+}
+
+/// The names of `entries` that are neither a module nor a tensor of `model`, in order, each
+/// once (`""`, the whole model, is a name): a set keeps this linear in the map's length.
+fn unknown_names<'a, T>(entries: &'a [(String, T)], model: &ModelDescription) -> Vec<&'a str> {
+    let mut seen: HashSet<&str> = HashSet::new();
+    entries
+        .iter()
+        .map(|(name, _)| name.as_str())
+        .filter(|name| {
+            !name.is_empty()
+                && model.root.find(name).is_none()
+                && model.root.tensor(name).is_none()
+                && seen.insert(name)
+        })
+        .collect()
+}
+
+/// The first name of `entries` listed a second time.
+fn first_repeat<T>(entries: &[(String, T)]) -> Option<&str> {
+    let mut listed: HashSet<&str> = HashSet::with_capacity(entries.len());
+    entries.iter().map(|(name, _)| name.as_str()).find(|name| !listed.insert(name))
 }
 
 /// The object's entries in file order, repeats kept.

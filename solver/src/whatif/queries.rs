@@ -334,9 +334,7 @@ fn vllm_concurrency(question: &Question, base: &Workload, seq: u64) -> Concurren
         Engine::Vllm { .. } => base.engine.clone(),
         _ => Engine::VLLM_DEFAULT,
     };
-    let w = Workload { engine, ..base.clone() };
-    let answer = vllm_concurrency_with(question, &w, seq);
-    widened(question, &w, seq, answer, vllm_concurrency_with)
+    widened(question, &Workload { engine, ..base.clone() }, seq, vllm_concurrency_with)
 }
 
 /// A serving engine runs on one GPU unless told (vLLM's `--tensor-parallel-size` and SGLang's
@@ -347,9 +345,9 @@ fn widened(
     question: &Question,
     w: &Workload,
     seq: u64,
-    answer: Concurrency,
     answer_with: fn(&Question, &Workload, u64) -> Concurrency,
 ) -> Concurrency {
+    let answer = answer_with(question, w, seq);
     let gpus = question.hardware.devices.len() as u64;
     if answer.sequences.is_some()
         || answer.refused.is_some()
@@ -358,8 +356,12 @@ fn widened(
     {
         return answer;
     }
-    let heads = question.model.facts.num_attention_heads.max(1);
-    let Some(size) = (2..=gpus).rev().find(|n| heads.is_multiple_of(*n)) else { return answer };
+    // The largest size the engine shards the model over (heads, KV heads, MLP features).
+    let accepted = |n: &u64| {
+        u32::try_from(*n)
+            .is_ok_and(|n| vramplan_sim::tensor_parallel::serving_tp_refusal(question.model, n).is_none())
+    };
+    let Some(size) = (2..=gpus).rev().find(accepted) else { return answer };
     let wide = Workload { parallelism: Parallelism::tensor(size as u32), ..w.clone() };
     let mut over = answer_with(question, &wide, seq);
     if over.refused.is_some() {
@@ -415,9 +417,7 @@ fn sglang_concurrency(question: &Question, base: &Workload, seq: u64) -> Concurr
         Engine::Sglang { .. } => base.engine.clone(),
         _ => Engine::SGLANG_DEFAULT,
     };
-    let w = Workload { engine, ..base.clone() };
-    let answer = sglang_concurrency_with(question, &w, seq);
-    widened(question, &w, seq, answer, sglang_concurrency_with)
+    widened(question, &Workload { engine, ..base.clone() }, seq, sglang_concurrency_with)
 }
 
 /// SGLang's answer for workload `w` as it stands.
