@@ -70,6 +70,12 @@ fn a_tied_head_is_a_weight_of_its_own_on_the_last_stage() {
     let embedding = 128256 * 2048 * 2;
     let rotary = 131072 * 64 * 2;
     assert_eq!(first.weights_bytes + last.weights_bytes, whole.weights_bytes + embedding + rotary);
+    // The tied head is the last stage's alone (it holds no bytes of its own while tied, yet it
+    // is a module with weights, not a rotary-like buffer module every stage builds).
+    for name in ["llama-3.2-1b", "gpt2"] {
+        let first = stage_model(&builtin(name), Stage { index: 0, count: 2 });
+        assert!(!first.has_path("lm_head"), "{name}: stage 0 holds no head");
+    }
     let staged = stage_model(&model, Stage { index: 1, count: 2 });
     assert!(!staged.has_path("model.embed_tokens"));
     assert!(

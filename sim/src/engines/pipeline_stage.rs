@@ -8,7 +8,7 @@
 //! embeddings"). The layers a stage does not hold are `PPMissingLayer` placeholders with no
 //! weights; the input embedding lives on the first stage only, the final norm and the LM head on
 //! the last only, and a tied head becomes a weight of its own on the last stage (vLLM loads the
-//! embedding's values into it). Modules without parameters (rotary embeddings) are built on every
+//! embedding's values into it). Modules with only buffers (rotary embeddings) are built on every
 //! stage.
 //!
 //! [`stage_model`] cuts the model description to what one stage holds, so the rest of the
@@ -17,7 +17,7 @@
 
 use std::collections::BTreeSet;
 use std::ops::Range;
-use vramplan_profiles::model::{ModelDescription, Module, StackKind};
+use vramplan_profiles::model::{ModelDescription, Module, StackKind, TensorKind};
 
 /// One pipeline stage of `count`: `index` from 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,7 +124,7 @@ fn prune(
     module.children.retain(|c| {
         let i = index;
         index += 1;
-        let keep = i == at || c.params() == 0 || (i < at && stage.is_first()) || (i > at && stage.is_last());
+        let keep = i == at || only_buffers(c) || (i < at && stage.is_first()) || (i > at && stage.is_last());
         if !keep {
             dropped.push(c.path.clone());
         }
@@ -133,6 +133,16 @@ fn prune(
     if let Some(child) = module.children.iter_mut().find(|c| on_path(c)) {
         prune(child, container, stage, dropped_layers, dropped);
     }
+}
+
+/// Whether `module` holds no weights of its own or tied ones (only buffers: a rotary
+/// embedding). A tied head counts none in `params()`, yet it is a module of the last stage.
+fn only_buffers(module: &Module) -> bool {
+    let mut weights = false;
+    module.visit(&mut |m| {
+        weights |= m.tensors.iter().any(|t| !matches!(t.kind, TensorKind::Buffer { .. }));
+    });
+    !weights
 }
 
 /// Clears `tied_to` on every tensor tied to a tensor under a removed path.
