@@ -25,7 +25,8 @@ What runs, as LitGPT's scripts and Lightning Fabric do on one GPU:
   `model(input_ids, lm_head_chunk_size=128)` and `chunked_cross_entropy` over the list of logit
   chunks (LoRA), or `model(input_ids)` and `chunked_cross_entropy(logits[..., :-1, :], ...)` in
   chunks of 128 rows (full), `backward`, `optimizer.step()`, `optimizer.zero_grad()`; two steps,
-  so the second sees the optimizer states.
+  so the second sees the optimizer states; the loop's `logits`, `loss` and batch stay named
+  until the next step's assignments replace them, as in the scripts' `fit`.
 
 Usage (the venv `scripts/reference/run trace-litgpt` builds):
     scripts/reference/run trace-litgpt
@@ -169,8 +170,9 @@ def trace(config):
                         logits = model(input_ids, lm_head_chunk_size=128)
                         logits[-1] = logits[-1][..., :-1, :]
                         loss = chunked_cross_entropy(logits, targets[..., 1:])
+                    # `logits`, `loss` and the batch stay named until the next step
+                    # replaces them, as in the scripts' loops.
                     loss.backward()
-                    del logits, loss, input_ids, targets
                     optimizer.step()
                     optimizer.zero_grad()
                     if step == 0:
