@@ -157,7 +157,17 @@ def trace(config):
             model.train()
             model.max_seq_length = seq  # fit(): the longest sample, here the batch's length
             tracker = reference.PeakTracker()
-            tracker.track_external(model, optimizer)
+            # Tensors held outside the model's parameters and buffers, which MemTracker only sees
+            # when told: each 4-bit weight's quantization state (absmax, code), and under QLoRA
+            # the replaced embedding, which the script's `old_embedding` keeps to its end.
+            held = []
+            if finetune == "qlora":
+                held.append(old.weight)
+                for m in model.modules():
+                    state = getattr(getattr(m, "weight", None), "quant_state", None)
+                    if state is not None:
+                        held += [state.absmax, state.code]
+            tracker.track_external(model, optimizer, *held)
             vocab = model.config.padded_vocab_size
             with tracker:
                 for step in range(2):

@@ -45,8 +45,9 @@ pub(crate) fn quantizes_head(workload: &Workload) -> bool {
     runs(workload) && matches!(workload.quant, Quant::Nf4 { .. } | Quant::Fp4 { .. } | Quant::Int8)
 }
 
-/// The embedding's gradient that LitGPT's QLoRA holds from the first backward on
-/// (`StableEmbedding`, in the model's dtype, as its weight of `weight_bytes`); 0 otherwise.
+/// The bytes of an embedding of `weight_bytes` that LitGPT's QLoRA holds twice more: the
+/// `StableEmbedding`'s gradient, from the first backward on, and the replaced embedding, which
+/// the script's `old_embedding` keeps to its end (both in the model's dtype); 0 otherwise.
 pub(crate) fn stable_embedding_gradient(workload: &Workload, weight_bytes: u64) -> u64 {
     let qlora = matches!(workload.finetune, Finetune::Lora { .. })
         && matches!(workload.quant, Quant::Nf4 { .. } | Quant::Fp4 { .. });
@@ -117,21 +118,69 @@ pub(crate) fn attention_saved(c: u64, q: u64, kv: u64, grouped: bool, heads: u64
     vec![c * q, k, v, c * q, 4 * heads]
 }
 
-/// Per token, what LitGPT's LoRA dropout keeps in a block (`lora_dropout=0.05` by default in
-/// `finetune/lora.py`): for each input its adapters read (one `LoRAQKVLinear` for q, k and v
-/// together), the dropout's 1-byte mask and the dropped copy `lora_A` keeps for its gradient.
-pub(crate) fn lora_dropout_saved(workload: &Workload, sites: &[LoraSite], precision: &Precision) -> Vec<u64> {
-    if !runs(workload) || !matches!(workload.finetune, Finetune::Lora { .. }) {
-        return Vec::new();
-    }
+/// Per token, what LitGPT's LoRA adapters keep in a block (`litgpt/lora.py`, `lora_dropout=0.05`
+/// by default in `finetune/lora.py` and in the config hub's files): each adapter's `lora_A`
+/// output for `lora_B`'s gradient, and for each dropout its 1-byte mask and the dropped copy
+/// `lora_A` keeps for its gradient, in place of the input itself (which the frozen base does not
+/// keep). q, k and v are one `LoRAQKVLinear` with one dropout; every other wrapped linear
+/// (the projection, `fc_1`, `fc_2`, the MLP's `proj`) is a `LoRALinear` with its own.
+///
+/// `LoRAQKVLinear.zero_pad` scatters the adapters' output into a zero tensor of the fused
+/// projection's width (`index_copy_`) when not all of q, k and v are wrapped (LitGPT's default
+/// wraps q and v), and autograd keeps the scattered source, of the wrapped parts' width (`q`
+/// features for the query, `kv` for a key or value). A fused target (transformers'
+/// `query_key_value`) is read as LitGPT's default, q and v.
+pub(crate) fn lora_saved(
+    sites: &[LoraSite],
+    workload: &Workload,
+    precision: &Precision,
+    q: u64,
+    kv: u64,
+) -> Vec<u64> {
+    let Finetune::Lora { rank, .. } = &workload.finetune else { return Vec::new() };
     let c = precision.compute_bytes();
-    // The wrapped layers of one parent but its last read one input (`LoraSite::parent`).
-    let mut inputs: Vec<(&str, bool, u64)> = Vec::new();
+    let adapter = super::units::trainable_dtype(workload, precision).bits() / 8;
+    let mut saved = Vec::new();
+    let mut fused: Vec<&str> = Vec::new();
     for site in sites {
-        let input = (site.parent.as_str(), site.last, site.inputs);
-        if !inputs.contains(&input) {
-            inputs.push(input);
+        saved.push(adapter * rank);
+        let qkv = !site.last && site.parent.to_ascii_lowercase().contains("att");
+        if qkv {
+            if fused.contains(&site.parent.as_str()) {
+                continue;
+            }
+            fused.push(&site.parent);
+        }
+        saved.extend([site.inputs, c * site.inputs]);
+    }
+    let attention: Vec<&str> = sites
+        .iter()
+        .filter(|s| !s.last && s.parent.to_ascii_lowercase().contains("att"))
+        .map(|s| s.path.rsplit('.').next().unwrap_or(""))
+        .collect();
+    if !attention.is_empty() {
+        let any = |names: &[&str]| attention.iter().any(|n| names.contains(n));
+        let separate =
+            attention.iter().all(|n| ["q_proj", "k_proj", "v_proj", "query", "key", "value"].contains(n));
+        let (query, key, value) = if separate {
+            (any(&["q_proj", "query"]), any(&["k_proj", "key"]), any(&["v_proj", "value"]))
+        } else {
+            (true, false, true)
+        };
+        if !(query && key && value) {
+            saved.push(c * (u64::from(query) * q + u64::from(key) * kv + u64::from(value) * kv));
         }
     }
-    inputs.iter().flat_map(|(_, _, width)| [*width, c * width]).collect()
+    saved
+}
+
+/// Whether a block's two norms read the same input under LitGPT: its GPT-NeoX (Pythia) configs
+/// are `parallel_residual=True` with `shared_attention_norm=False`, so `norm_1(x)` and
+/// `norm_2(x)` both take the block's input, which each LayerNorm keeps for backward: one tensor.
+/// (Phi's configs share one norm, `shared_attention_norm=True`, as transformers' Phi does.)
+pub(crate) fn norms_share_input(
+    model: &vramplan_profiles::model::ModelDescription,
+    workload: &Workload,
+) -> bool {
+    runs(workload) && model.facts.model_type == "gpt_neox"
 }
