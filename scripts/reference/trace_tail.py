@@ -79,6 +79,12 @@ def configurations():
     for model, batch, seq in LONG_PROMPTS:
         out.append({"model": model, "mode": "inference", "finetune": "none", "ckpt": False, "batch": batch,
                     "seq": seq, "dtype": "bf16", "tail": "qwen3-long-prompt"})
+    # Qwen3-0.6B's shapes with a narrow MLP (a test-only config: its own `config` record), so that
+    # the attention half, where `q_norm` upcasts the per-head q to fp32, is the layer's widest.
+    narrow = {**common.load_raw_config("qwen3-0.6b"), "intermediate_size": 1024}
+    for batch, seq in [(1, 16384), (2, 8192)]:
+        out.append({"model": "qwen3-0.6b-narrow-mlp", "config": narrow, "mode": "inference", "finetune": "none",
+                    "ckpt": False, "batch": batch, "seq": seq, "dtype": "bf16", "tail": "qwen3-long-prompt"})
     for model, batch, seq, ckpt, dtype in FULL_FT:
         out.append({"model": model, "mode": "train", "finetune": "full", "ckpt": ckpt, "batch": batch,
                     "seq": seq, "dtype": dtype, "tail": "full-ft-large-batch"})
