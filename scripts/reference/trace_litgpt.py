@@ -63,9 +63,17 @@ CONFIGS = [
     ("llama-3.2-1b", "Llama-3.2-1B", "lora", 1, 1024),
     ("llama-3.2-1b", "Llama-3.2-1B", "qlora", 2, 512),
     ("llama-3.2-1b", "Llama-3.2-1B", "lora", 4, 256),
+    # Traced after the rows above were compared: the shapes of LitGPT's published config-hub
+    # runs of TinyLlama (tiny-llama/{full,lora,qlora}.yaml: micro-batch 4 or 8, at most 512
+    # tokens), their LoRA on every linear and the head (`lora_*: true`).
+    ("tinyllama-1.1b", "tiny-llama-1.1b", "full", 4, 512),
+    ("tinyllama-1.1b", "tiny-llama-1.1b", "lora-hub", 8, 512),
+    ("tinyllama-1.1b", "tiny-llama-1.1b", "qlora-hub", 8, 512),
 ]
 LORA = {"lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.05, "lora_query": True, "lora_key": False,
         "lora_value": True, "lora_projection": False, "lora_mlp": False, "lora_head": False}
+# The config hub's LoRA files switch every `lora_*` on.
+LORA_HUB = {**LORA, "lora_key": True, "lora_projection": True, "lora_mlp": True, "lora_head": True}
 
 
 def _nf4_linear_like(linear, compute_dtype):
@@ -128,6 +136,7 @@ class _PagedAdamWLike(torch.optim.Optimizer):
 def trace(config):
     """Runs one configuration and returns what it recorded."""
     name, finetune, batch, seq = config["litgpt_name"], config["finetune"], config["batch"], config["seq"]
+    lora = LORA_HUB if config.get("lora_targets") == "all" else LORA
     dtype = torch.bfloat16
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)  # Fabric's bf16-true: init_module and forward_context
@@ -139,7 +148,7 @@ def trace(config):
             else:
                 from litgpt.lora import GPT, mark_only_lora_as_trainable
                 from litgpt.lora import Config as LoraConfig
-                model = GPT(LoraConfig.from_name(name, **LORA))
+                model = GPT(LoraConfig.from_name(name, **lora))
                 mark_only_lora_as_trainable(model)
             if finetune == "qlora":
                 _quantize(model, dtype)
@@ -199,11 +208,13 @@ def configurations():
     """The records' configurations, in the fixture's order."""
     out = []
     for model, litgpt_name, finetune, batch, seq in CONFIGS:
+        hub = finetune.endswith("-hub")
+        finetune = finetune.removesuffix("-hub")
         c = {"model": model, "litgpt_name": litgpt_name, "mode": "train", "finetune": finetune, "ckpt": False,
              "batch": batch, "seq": seq, "dtype": "bf16", "precision": "bf16-true"}
         if finetune != "full":
             c.update({"lora_rank": LORA["lora_r"], "lora_alpha": LORA["lora_alpha"],
-                      "lora_dropout": LORA["lora_dropout"], "lora_targets": ["query", "value"]})
+                      "lora_dropout": LORA["lora_dropout"], "lora_targets": "all" if hub else ["query", "value"]})
         if finetune == "qlora":
             c["quantize"] = "bnb.nf4"
         out.append(c)
