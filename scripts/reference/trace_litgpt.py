@@ -69,6 +69,9 @@ CONFIGS = [
     ("tinyllama-1.1b", "tiny-llama-1.1b", "full", 4, 512),
     ("tinyllama-1.1b", "tiny-llama-1.1b", "lora-hub", 8, 512),
     ("tinyllama-1.1b", "tiny-llama-1.1b", "qlora-hub", 8, 512),
+    # And Phi-2's (phi-2/{lora,qlora}.yaml: micro-batch 4), traced after the three above.
+    ("phi-2", "phi-2", "lora-hub", 4, 512),
+    ("phi-2", "phi-2", "qlora-hub", 4, 512),
 ]
 LORA = {"lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.05, "lora_query": True, "lora_key": False,
         "lora_value": True, "lora_projection": False, "lora_mlp": False, "lora_head": False}
