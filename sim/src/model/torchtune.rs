@@ -48,9 +48,12 @@ pub(crate) fn check_version(w: &Workload) -> Result<(), InputError> {
 /// `numel` values for a matmul (`LinearNF4` forward, and again in backward): the codes' high and
 /// low nibbles as int64 indices (`.to(torch.long)`, `n/2` each: `8n` bytes, locals until it
 /// returns), both halves looked up in the NF4 table and scaled (`c·n` each pair), and their
-/// interleaving `stack` (`c·n`): `(8 + 3c)·n`. Same code in torchao 0.1 and 0.10.
-pub(crate) fn dequant_working_set(numel: u64, compute_bytes: u64) -> u64 {
-    (8 + 3 * compute_bytes) * numel
+/// interleaving `stack` (`c·n`): `(8 + 3c)·n`. Same code in torchao 0.1 and 0.10. Compiled
+/// (`compile`: torchtune compiles each layer, `LinearNF4` and the `NF4Tensor` subclass trace
+/// through), inductor fuses the unpacking, lookup and scaling into the kernel that writes the
+/// dequantized weight: `c·n`.
+pub(crate) fn dequant_working_set(numel: u64, compute_bytes: u64, compiled: bool) -> u64 {
+    if compiled { compute_bytes * numel } else { (8 + 3 * compute_bytes) * numel }
 }
 
 /// Bytes live beyond the model while torchtune 0.1 loads one NF4 weight of `numel` values, at
