@@ -22,6 +22,13 @@
 //! - backward prefetches the next unit's all-gather (`backward_prefetch=BACKWARD_PRE`, the
 //!   default): from the loss's backward on, the next decoder layer's unsharded parameter is
 //!   live beside the current one's. The forward does not prefetch (`forward_prefetch=False`).
+//! - the wrap (`_init_param_handle_from_module`, layer by layer, the root last) brings each
+//!   unit's parameters to the GPU unsharded (`_move_module_to_device`, or on ranks other than 0
+//!   fsdp_qlora's `param_init_fn`, `to_empty`), broadcasts them from rank 0 in flat buckets
+//!   (`sync_module_states=True`, fsdp_qlora's `--low_memory` default), flattens them into a new
+//!   flat parameter (`flatten_tensors`, a `torch.cat`), and keeps a clone of the rank's shard
+//!   (`FlatParamHandle.shard`, `_get_shard`): two unsharded copies of the unit live at once,
+//!   which leaves the caching allocator's segments reserved before the first step.
 //! - with `CPUOffload(offload_params=True)` the shards, the sharded gradients (`_cpu_grad`) and
 //!   so the optimizer's states live on the host; each unit's shard is copied to the GPU for the
 //!   all-gather and dropped when the unsharded parameter replaces it (`pre_unshard`,
@@ -29,6 +36,9 @@
 
 use crate::model::units::{Unit, UnitKind};
 use crate::workload::{Mode, Parallelism, Trainer, Workload};
+
+/// FSDP1's `PARAM_BROADCAST_BUCKET_SIZE` (`torch/distributed/fsdp/_init_utils.py`).
+const BROADCAST_BUCKET: u64 = 250 << 20;
 
 /// FSDP1's full sharding of a QLoRA model over `shards` ranks, as fsdp_qlora sets it up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,17 +69,39 @@ impl Fsdp1 {
         unit.trainable_tensors.iter().map(|t| unit.weight_tensors.get(t.weight).copied().unwrap_or(0))
     }
 
-    /// The allocations a rank holds of `unit` between its computations: the shard of its frozen
-    /// flat parameter and of each adapter's (none when offloaded to the host), and its
-    /// quantization state whole.
-    pub(crate) fn held(&self, unit: &Unit) -> Vec<u64> {
+    /// What a rank holds of `unit` between its computations beside its frozen flat
+    /// parameter's shard: its quantization state whole, and each adapter's shard (none when
+    /// offloaded to the host). Each adapter is a flat parameter of its own, wrapped before its
+    /// layer; its wrap's transients (a few MiB) are not modelled.
+    pub(crate) fn held_besides_frozen(&self, unit: &Unit) -> Vec<u64> {
         let mut out = vec![unit.quant_constants];
         if !self.offload {
-            out.push(Self::unsharded(unit).div_ceil(self.shards));
             out.extend(Self::adapters(unit).map(|bytes| bytes.div_ceil(self.shards)));
         }
         out.retain(|&bytes| bytes > 0);
         out
+    }
+
+    /// The frozen flat parameters in the order `FullyShardedDataParallel.__init__` wraps them
+    /// (`_recursive_wrap` wraps children first): each decoder layer, then the root, which takes
+    /// every unit outside the layers.
+    pub(crate) fn wrap_order(units: &[Unit]) -> Vec<Vec<usize>> {
+        let block = |u: &Unit| matches!(u.kind, UnitKind::Block(_));
+        let mut out: Vec<Vec<usize>> =
+            (0..units.len()).filter(|&i| block(&units[i])).map(|i| vec![i]).collect();
+        let root: Vec<usize> = (0..units.len()).filter(|&i| !block(&units[i])).collect();
+        if !root.is_empty() {
+            out.push(root);
+        }
+        out
+    }
+
+    /// The flat buffers `sync_module_states` broadcasts a unit of `unsharded` bytes in:
+    /// `_sync_params_and_buffers` → `dist._broadcast_coalesced` with `PARAM_BROADCAST_BUCKET_SIZE`
+    /// (250 MiB), each bucket flattened into a copy, at most two in flight
+    /// (`torch/csrc/distributed/c10d/comm.cpp`).
+    pub(crate) fn broadcast_bytes(unsharded: u64) -> u64 {
+        unsharded.min(2 * BROADCAST_BUCKET)
     }
 
     /// The root's unsharded flat parameter: every unit outside the decoder layers, held from
