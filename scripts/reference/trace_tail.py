@@ -60,6 +60,15 @@ FULL_FT = [
     ("gpt2", 64, 512, False, "fp32"),
 ]
 
+# (model, batch, sequence, autocast dtype) of full fine-tunes under the HF Trainer's mixed
+# precision (`fp16=True` / `bf16=True`: fp32 weights, the forward under `torch.autocast`).
+FULL_FT_AUTOCAST = [
+    ("gpt2", 8, 512, "fp16"),
+    ("gpt2", 32, 512, "fp16"),
+    ("qwen2.5-0.5b", 16, 512, "bf16"),
+    ("llama-3.2-1b", 8, 512, "bf16"),
+]
+
 # (model, method, batch, prompt) of pre-quantized checkpoints in prefill (fp16, as the AWQ and
 # GPTQ quantizers load them).
 QUANTIZED = [
@@ -71,6 +80,40 @@ QUANTIZED = [
     ("qwen3-4b", "gptq", 2, 8192),
     ("qwen2.5-3b", "awq", 1, 512),
 ]
+
+
+# Under autocast the tracer runs fake CUDA tensors (trace.py `_fake_cuda`), and there SDPA's
+# dispatcher refuses the fused kernels (they ask the device, which a machine without a GPU does not
+# have) and takes the math fallback, which materialises the scores: what CUDA does only where flash
+# and memory-efficient refuse. A CUDA GPU runs a half-precision SDPA without a mask on the flash
+# kernel, grouped K/V heads included (`enable_gqa`: "works with FlashAttention, cuDNN attention, and
+# the math kernel on CUDA tensors", torch 2.15's docstring), which keeps q,
+# k, v, its output and the log-sum-exp; so does the tracer here, by calling that kernel's op (whose
+# fake implementation and autograd formula are the real ones). Dropout is applied inside the CUDA
+# kernel (trace.py's `_sdpa_as_cuda` drops it; the kernel's random state is a few bytes).
+_sdpa_cpu_or_math = torch.nn.functional.scaled_dot_product_attention
+
+
+def _sdpa_flash_on_cuda(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                        enable_gqa=False):
+    if query.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
+        # SDPA is on autocast's lower-precision list: its inputs are cast first (copies of the
+        # fp32 rotated q and k), as the dispatcher's autocast kernel does before the CUDA choice.
+        half = torch.get_autocast_dtype("cuda")
+        query, key, value = (x.to(half) if x.is_floating_point() else x for x in (query, key, value))
+    flash = (query.device.type == "cuda" and attn_mask is None and query.dtype in (torch.float16, torch.bfloat16)
+             and (key.shape[-3] == query.shape[-3] or (enable_gqa and query.shape[-3] % key.shape[-3] == 0))
+             and query.shape[-1] <= 256)
+    if not flash:
+        return _sdpa_cpu_or_math(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                                 is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+    return torch.ops.aten._scaled_dot_product_flash_attention(query, key, value, 0.0, is_causal, scale=scale)[0]
+
+
+torch.nn.functional.scaled_dot_product_attention = _sdpa_flash_on_cuda
+# `torch.autocast("cuda", dtype=torch.bfloat16)` asks the device whether it supports bf16; the GPUs
+# planned for (Ampere and later) do.
+torch.cuda.is_bf16_supported = lambda including_emulation=True: True
 
 
 def configurations():
@@ -88,6 +131,9 @@ def configurations():
     for model, batch, seq, ckpt, dtype in FULL_FT:
         out.append({"model": model, "mode": "train", "finetune": "full", "ckpt": ckpt, "batch": batch,
                     "seq": seq, "dtype": dtype, "tail": "full-ft-large-batch"})
+    for model, batch, seq, autocast in FULL_FT_AUTOCAST:
+        out.append({"model": model, "mode": "train", "finetune": "full", "ckpt": False, "batch": batch,
+                    "seq": seq, "dtype": "fp32", "autocast": autocast, "tail": "full-ft-large-batch"})
     for model, method, batch, seq in QUANTIZED:
         out.append({"model": model, "mode": "inference", "finetune": "none", "ckpt": False, "batch": batch,
                     "seq": seq, "dtype": "fp16", "quant": method, "group_size": 128, "tail": "awq-gptq",
