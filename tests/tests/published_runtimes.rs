@@ -8,7 +8,10 @@
 //! The rows live in `fixtures/published/runtimes/<class>.csv`, one file a class, each row with
 //! its source and the figure as quoted (`fixtures/published/runtimes/README.md`). No constant of
 //! the memory model was set from them. Asserted rows must be within ±15 % (the gate of
-//! `sim/tests/accuracy.rs`); a row the README explains is printed but not asserted.
+//! `sim/tests/accuracy.rs`). A row whose `unasserted` reason says why is printed but not asserted:
+//! one whose configuration the source leaves incomplete is left out of the class's figures; a
+//! `known miss: …` (a complete configuration the model does not yet reach, the mechanism named)
+//! counts in them and must stay outside the gate, so that the row is asserted once it is mended.
 //!
 //! `VRAMPLAN_BEFORE_BIN=path` also runs an older `vramplan` binary on each row (with the row's
 //! `args_before`, where the row needs a flag that binary lacks) and prints the before column the
@@ -219,7 +222,12 @@ fn published_runtimes_within_their_gate() {
             Some(Ok(b)) => format!("{:+.1}%", (b / row.measured_bytes - 1.0) * 100.0),
             Some(Err(why)) => format!("refused: {why}"),
         };
-        let mark = if row.unasserted.is_some() { " (not asserted)" } else { "" };
+        let known_miss = row.unasserted.as_deref().is_some_and(|why| why.starts_with("known miss"));
+        let mark = match (&row.unasserted, known_miss) {
+            (_, true) => " (known miss)",
+            (Some(_), false) => " (not asserted)",
+            (None, _) => "",
+        };
         println!(
             "| {}{mark} | {} | {:.2} | {:.2} | {:+.1}% | {before_text} |",
             row.id,
@@ -228,14 +236,20 @@ fn published_runtimes_within_their_gate() {
             estimate / (1u64 << 30) as f64,
             error * 100.0
         );
-        if row.unasserted.is_some() {
+        if row.unasserted.is_some() && !known_miss {
             continue;
         }
         after_by_class.entry(&row.class).or_default().push(error.abs());
         if let Some(Ok(b)) = before {
             before_by_class.entry(&row.class).or_default().push((b / row.measured_bytes - 1.0).abs());
         }
-        if error.abs() > ROW_TOLERANCE {
+        if known_miss && error.abs() <= ROW_TOLERANCE {
+            failures.push(format!(
+                "{}: {:+.1}%, a known miss now within the gate: assert it",
+                row.id,
+                error * 100.0
+            ));
+        } else if !known_miss && error.abs() > ROW_TOLERANCE {
             failures.push(format!("{}: {:+.1}%", row.id, error * 100.0));
         }
     }
@@ -252,5 +266,5 @@ fn published_runtimes_within_their_gate() {
             worst(errors) * 100.0
         );
     }
-    assert!(failures.is_empty(), "rows outside ±{:.0} %: {failures:?}", ROW_TOLERANCE * 100.0);
+    assert!(failures.is_empty(), "rows against the ±{:.0} % gate: {failures:?}", ROW_TOLERANCE * 100.0);
 }
