@@ -7,7 +7,9 @@
 //! pools, pins other than the devices each pool may use, `together` groups beyond the chain's
 //! own) and what remains is a linear partition problem: cut the chain into one range per
 //! device, in order, each range fitting its device. That problem is solved exactly by dynamic
-//! programming over (device, chain prefix) in `O(devices × positions²)`. Since every plan of
+//! programming over (device, chain prefix) in `O(devices × positions²)` (for the balance, a
+//! range stops growing once it alone is no better than the best so far, which leaves
+//! `O(devices × positions)` where units are small next to the devices). Since every plan of
 //! the full problem is a partition of its chain, the partition's optimum is a lower bound on
 //! the full problem's stage, and where nothing was left out (accelerate and pipeline targets,
 //! whose chain holds every unit) it is the optimum itself, so HiGHS only has to confirm it.
@@ -113,6 +115,11 @@ pub(crate) fn partition(links: &[Link], slots: &[Slot], goal: Goal) -> Option<(f
                 }
                 let utilisation =
                     if slot.counted { (slot.fixed + bytes + transient) as f64 / slot.size } else { 0.0 };
+                // A longer range holds at least as much: once this one is no lower than the
+                // best so far, no longer one is better for the balance.
+                if matches!(goal, Goal::Balance) && utilisation >= value.0 {
+                    break;
+                }
                 let before = best[t][j];
                 let candidate = match goal {
                     Goal::Balance => Value(before.0.max(utilisation), 0),

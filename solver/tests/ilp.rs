@@ -674,3 +674,35 @@ fn a_whole_chain_with_no_split_between_gpus_and_hosts_has_no_plan() {
     assert_eq!(s.status, Status::Infeasible, "{:?}", s.stages);
     assert!(s.assignment.is_none());
 }
+
+#[test]
+fn a_whole_chain_over_a_thousand_gpus_needs_no_model() {
+    // 300 units of 3 MB in order over 1,024 GPUs of 80 GB, a CPU and a disk. The least
+    // largest utilisation is one unit per GPU (3 MB / 80 GB), with nothing offloaded, however
+    // little room the hosts' slack would leave; then 299 crossings of 1 MB each. The chain
+    // holds every unit, so its partitions answer every stage: the plan is exact, and no model
+    // of 300 × 1,026 counts is built (1,026 units over 4,096 GPUs took 8 GB of one).
+    let (n, gpus) = (300, 1024);
+    let mut devices: Vec<Device> = (0..gpus).map(|i| gpu(i, 80 * GB)).collect();
+    devices.push(host(Target::Cpu, 64 * GB));
+    devices.push(host(Target::Disk, 4_000 * GB));
+    let units = (0..n)
+        .map(|i| Unit { order: Some(i as u32), handoff_bytes: MB, ..unit(&format!("layer {i}"), 3 * MB) })
+        .collect();
+    let mut p = problem(units, devices);
+    p.ordered = true;
+    let s = solve(&p);
+    assert_eq!(s.status, Status::Optimal);
+    assert!((s.objective - 3.0 / 80_000.0).abs() < 1e-12, "{}", s.objective);
+    assert_eq!(s.offloaded_bytes, 0);
+    assert_eq!(s.crossing_bytes, (n as u64 - 1) * MB);
+    let on = devices_of(&s, n);
+    assert!(on.windows(2).all(|w| w[0] < w[1]) && on[n - 1] < gpus as usize, "one unit per GPU, in order");
+    // The same chain behind a first unit no GPU holds and before a last one only a GPU may
+    // hold: no split between GPUs and hosts has a partition, found without scanning them.
+    let mut units = p.units.clone();
+    units[0] = Unit { order: Some(0), ..unit("embedding", 2_000 * GB) };
+    units[n - 1] = Unit { order: Some(n as u32 - 1), gpu_only: true, ..unit("head", 3 * MB) };
+    let q = Problem { units, ..p };
+    assert_eq!(solve(&q).status, Status::Infeasible);
+}

@@ -3,7 +3,7 @@
 //! (its floor and re-split are `loads.rs`'s), and the crossing stage's price of a plan and floor.
 
 use super::blocks::{Block, spills};
-use super::formulation::{Builder, Copies, Formulation, Handoffs, StageModel};
+use super::formulation::{Copies, Formulation, Handoffs, StageModel};
 use crate::chain::{self, Goal, Link, Slot};
 use crate::problem::Problem;
 use vramplan_sim::placement::Target;
@@ -22,12 +22,7 @@ pub(super) struct Partition {
 impl Formulation {
     /// Whether the chain holds every pool once: then its partitions are exactly the plans.
     pub(super) fn chain_is_whole(&self) -> bool {
-        let Some((pools, _)) = &self.chain else { return false };
-        let mut seen = vec![0u32; self.pools.len()];
-        for &pool in pools {
-            seen[pool] += 1;
-        }
-        seen.iter().zip(&self.pools).all(|(&n, pool)| n == 1 || (n == 0 && pool.copies == 0))
+        self.chain.as_ref().is_some_and(|(chain, _)| is_whole(chain, &self.pools))
     }
 
     /// The best partition of the chain for `goal` ([`chain::partition`]), `cpu` and `disk` each
@@ -51,26 +46,7 @@ impl Formulation {
     /// Each device as the chain's partition sees it, `cpu` and `disk` holding at most
     /// `host_bytes` each.
     pub(super) fn slots(&self, problem: &Problem, capacities: &[u64], host_bytes: f64) -> Vec<Slot> {
-        (0..self.shape.1)
-            .map(|d| {
-                let fixed = problem.devices[d].fixed_bytes;
-                let capacity = if self.is_gpu[d] {
-                    capacities[d]
-                } else {
-                    capacities[d].min(host_bytes.max(0.0) as u64)
-                };
-                Slot {
-                    capacity,
-                    fixed,
-                    size: capacities[d].saturating_add(fixed).max(1) as f64,
-                    counted: self.is_gpu[d],
-                    spills: spills(problem, d),
-                    weight: self.handoffs.weight[d],
-                    workspace: 0,
-                    required: false,
-                }
-            })
-            .collect()
+        chain_slots(problem, capacities, &self.handoffs.weight, host_bytes)
     }
 
     /// A partition of the chain (`pools` at each position, `slot_of` their devices) as a start
@@ -242,7 +218,11 @@ pub(super) fn utilisation_floor(
 /// The chain of an ordered problem for [`chain::partition`]: the pool at each position, and
 /// the positions. `None` where the consecutive pairs do not form one chain or a pool in it has
 /// several copies (it could sit on several devices at once).
-pub(super) fn chain_links(handoffs: &Handoffs, x: &Builder) -> Option<(Vec<usize>, Vec<Link>)> {
+pub(super) fn chain_links(
+    handoffs: &Handoffs,
+    pooled: &[Block],
+    n_devices: usize,
+) -> Option<(Vec<usize>, Vec<Link>)> {
     let first = handoffs.pairs.first()?;
     let mut pools = vec![first.0];
     for (k, &(a, b, _)) in handoffs.pairs.iter().enumerate() {
@@ -251,14 +231,14 @@ pub(super) fn chain_links(handoffs: &Handoffs, x: &Builder) -> Option<(Vec<usize
         }
         pools.push(b);
     }
-    let mut seen = vec![false; x.blocks.len()];
+    let mut seen = vec![false; pooled.len()];
     let mut links = Vec::with_capacity(pools.len());
     for (k, &p) in pools.iter().enumerate() {
-        let pool = &x.blocks[p];
+        let pool = &pooled[p];
         if pool.copies != 1 {
             return None;
         }
-        let mut allowed = vec![false; x.size.len()];
+        let mut allowed = vec![false; n_devices];
         for &(d, _) in &pool.allowed {
             allowed[d] = true;
         }
@@ -272,4 +252,41 @@ pub(super) fn chain_links(handoffs: &Handoffs, x: &Builder) -> Option<(Vec<usize
         seen[p] = true;
     }
     Some((pools, links))
+}
+
+/// Whether the chain (`chain`: the pool at each position) holds every pool of `pooled` once (or
+/// none of its copies): then its partitions are exactly the plans.
+pub(super) fn is_whole(chain: &[usize], pooled: &[Block]) -> bool {
+    let mut seen = vec![0u32; pooled.len()];
+    for &pool in chain {
+        seen[pool] += 1;
+    }
+    seen.iter().zip(pooled).all(|(&n, pool)| n == 1 || (n == 0 && pool.copies == 0))
+}
+
+/// Each device as the chain's partition sees it (`weight`: a handoff's weight leaving it),
+/// `cpu` and `disk` holding at most `host_bytes` each.
+pub(super) fn chain_slots(
+    problem: &Problem,
+    capacities: &[u64],
+    weight: &[f64],
+    host_bytes: f64,
+) -> Vec<Slot> {
+    (0..problem.devices.len())
+        .map(|d| {
+            let fixed = problem.devices[d].fixed_bytes;
+            let gpu = matches!(problem.devices[d].tier, Target::Gpu(_));
+            let capacity = if gpu { capacities[d] } else { capacities[d].min(host_bytes.max(0.0) as u64) };
+            Slot {
+                capacity,
+                fixed,
+                size: capacities[d].saturating_add(fixed).max(1) as f64,
+                counted: gpu,
+                spills: spills(problem, d),
+                weight: weight[d],
+                workspace: 0,
+                required: false,
+            }
+        })
+        .collect()
 }

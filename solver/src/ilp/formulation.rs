@@ -239,7 +239,7 @@ impl Formulation {
             stages.push(model);
         }
 
-        let chain = if problem.ordered { chain_links(&handoffs, &x) } else { None };
+        let chain = if problem.ordered { chain_links(&handoffs, &x.blocks, x.size.len()) } else { None };
         let floor_on_gpus = utilisation_floor(problem, capacities, &x.blocks, Some(0.0));
         let column = x.vars.iter_variables_with_def().enumerate().map(|(i, (v, _))| (v, i)).collect();
         Formulation {

@@ -155,7 +155,18 @@
 //! ([`crate::chain`]'s `Fewest` goal), where binaries per GPU left HiGHS without a proof
 //! after minutes over 24 GPUs. The GPU that runs offloaded units must hold one itself: its
 //! slot in the partition is required to hold a range, so every split's partition is a plan
-//! (DeepSeek-V3 over 32 A100-40GB: 11.8 s of MIPs before, 27 ms now, the same values).
+//! (DeepSeek-V3 over 32 A100-40GB: 11.8 s of MIPs before, 27 ms now, the same values). A split
+//! is only scanned where it can have a partition: every position before it fits some GPU alone,
+//! and every one after it may go to a host (a 2 TB embedding before a GPU-only head leaves
+//! none, where 1,028 partitions over 4,096 GPUs took a minute to find none).
+//!
+//! Once a stage has held the hosts empty (the offload stage proved nothing needs them), the
+//! later stages' partitions give the hosts nothing either, so that their plans are plans of
+//! the model (a host given the held value's slack, a millionth of a 4 TiB disk, took units of
+//! a few megabytes and left HiGHS a model of 1,026 units over 4,096 GPUs to solve). Where every
+//! stage is such a partition on the GPUs, `whole_chain.rs` answers without building the model
+//! at all: the same stages, values, gaps and plan, in memory of the chain times the devices
+//! (bytes each), not `units × devices` variables and rows.
 //!
 //! # Fills and packing
 //!
@@ -222,7 +233,8 @@
 //! (load, crossings, fewest GPUs); `bounds.rs` the bounds and starts known without HiGHS;
 //! `fill.rs` plans on the GPUs alone without HiGHS; `packing.rs` the floor of whole copies;
 //! `loads.rs` the load stage's floor and plan without HiGHS;
-//! `split.rs` the whole chain split between GPUs and hosts;
+//! `split.rs` the whole chain split between GPUs and hosts; `whole_chain.rs` the stages of a
+//! whole chain on the GPUs answered by partitions alone, before any model is built;
 //! `stages.rs` runs the lexicographic sequence, each MIP through `highs.rs`; `readback.rs`
 //! reads HiGHS's values back as a plan.
 
@@ -238,6 +250,7 @@ mod readback;
 mod rows;
 mod split;
 mod stages;
+mod whole_chain;
 
 use std::time::Instant;
 

@@ -90,7 +90,7 @@ impl Formulation {
             (k..j).all(|i| links[i].allowed[first]) && bytes.saturating_add(workspace) <= capacity
         };
         let mut best: Option<(f64, Vec<usize>)> = None;
-        for k in (0..=m).rev() {
+        for k in possible_splits(links, &base).rev() {
             let offloaded = suffix[k] as f64 / self.scale;
             if stage != Stage::Offload && !within(offloaded, held.offloaded) {
                 break;
@@ -165,4 +165,21 @@ impl Formulation {
         let (value, slot_of) = best?;
         Some(Partition { value, start: self.chain_start(model, pools, &slot_of), complete: true })
     }
+}
+
+/// The splits of the chain `links` between GPUs and hosts (the first position on a host) that
+/// may have a partition over `slots` (as [`Formulation::slots`] gives them, hosts unbounded):
+/// every position before the split needs a GPU it fits on alone, and every one after it a host
+/// it may go to. Empty where none may.
+pub(super) fn possible_splits(links: &[Link], slots: &[Slot]) -> std::ops::RangeInclusive<usize> {
+    let m = links.len();
+    let fits_a_gpu = |link: &Link| {
+        slots.iter().enumerate().any(|(d, slot)| {
+            slot.counted && link.allowed[d] && link.bytes.saturating_add(link.transient) <= slot.capacity
+        })
+    };
+    let to_a_host = |link: &Link| slots.iter().enumerate().any(|(d, slot)| !slot.counted && link.allowed[d]);
+    let highest = links.iter().position(|link| !fits_a_gpu(link)).unwrap_or(m);
+    let lowest = links.iter().rposition(|link| !to_a_host(link)).map_or(0, |i| i + 1);
+    lowest..=highest
 }

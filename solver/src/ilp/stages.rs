@@ -11,6 +11,7 @@ use super::bounds::{Partition, utilisation_floor};
 use super::formulation::Formulation;
 use super::highs::{Run, run_stage};
 use super::split::{Held, held};
+use super::whole_chain;
 use super::{SolveOptions, Stage, StageGap, StageStatus, Staged, Status};
 use crate::chain::Goal;
 use crate::problem::Problem;
@@ -29,6 +30,10 @@ pub(super) fn solve_stages(
         return infeasible;
     }
     let Some((blocks, block_of)) = blocks(problem, capacities) else { return infeasible };
+    // A whole chain on the GPUs needs no model: its partitions answer every stage.
+    if let Some(staged) = whole_chain::solve(problem, capacities, &blocks, &block_of) {
+        return staged;
+    }
     let formulation = Formulation::new(problem, capacities, blocks, &block_of);
     let relative_gap = options.relative_gap.max(0.0);
     let time_limit = options.time_limit_s.filter(|l| !l.is_nan());
@@ -41,6 +46,8 @@ pub(super) fn solve_stages(
     let (mut on_disk, mut crossing) = (f64::INFINITY, f64::INFINITY);
     // Whether the whole chain is split between GPUs and hosts ([`Formulation::split_partition`]).
     let mut split = false;
+    // Whether a held row keeps every copy off `cpu` and `disk`.
+    let mut hosts_empty = false;
     let mut gaps: Vec<StageGap> = Vec::with_capacity(formulation.stages.len());
     // A stage's value and bound in its own unit: whole bytes for offload and disk (HiGHS's
     // tolerance leaves a millionth of a byte where nothing is offloaded, not a gap).
@@ -61,7 +68,9 @@ pub(super) fn solve_stages(
         }
         let mut start = incumbent.as_deref().map(|values| formulation.start(model, values));
         // The chain's best partition: a bound no plan beats, and a plan to start from.
-        let offloaded_bytes = held(offloaded) * formulation.scale;
+        // Once a stage has held the hosts empty (`host_copies ≤ 0`), the partitions leave them
+        // empty too: their plans are then plans of the model, not only bounds.
+        let offloaded_bytes = if hosts_empty { 0.0 } else { held(offloaded) * formulation.scale };
         let values_held = Held { offloaded, on_disk, balance, crossing };
         let partition = match model.stage {
             _ if split => formulation.split_partition(problem, capacities, model, model.stage, &values_held),
@@ -116,7 +125,10 @@ pub(super) fn solve_stages(
             let value = if model.stage == Stage::Offload && !split { 0.0 } else { chain.value };
             match model.stage {
                 // Everything fits on the GPUs: nothing goes to `cpu` or `disk`, however small.
-                Stage::Offload if !split => fixes.push(formulation.host_copies.clone().leq(0.0)),
+                Stage::Offload if !split => {
+                    fixes.push(formulation.host_copies.clone().leq(0.0));
+                    hosts_empty = true;
+                }
                 Stage::Offload => offloaded = value,
                 Stage::Disk => on_disk = value,
                 Stage::Balance => {
@@ -232,6 +244,7 @@ pub(super) fn solve_stages(
                     offloaded = objective;
                     if formulation.nothing_on_hosts(problem, &values) {
                         fixes.push(formulation.host_copies.clone().leq(0.0));
+                        hosts_empty = true;
                     }
                 }
                 if model.stage == Stage::Balance {
