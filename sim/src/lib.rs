@@ -8,6 +8,7 @@ mod closed_form;
 pub mod device_map;
 pub mod engines;
 pub mod estimate;
+mod fsdp;
 pub mod input;
 mod model;
 pub mod placement;

@@ -13,14 +13,15 @@
 //!   kept for backward, or the block input under checkpointing; autocast copies; workspace),
 //!   the loss on the head's device, backward in reverse order (recompute, gradients, workspace),
 //!   the optimizer step, and `zero_grad`;
-//! - inference: the KV cache for the whole context, then prefill unit by unit and the logits of
-//!   the last prompt token.
+//! - inference: the KV cache for the whole context (under `--awq-fused`, AutoAWQ's fuse, which
+//!   makes its own), then prefill unit by unit and the logits of the last prompt token.
 //!
 //! Placement changes the program in two places only: in training, hidden states cross a device
 //! boundary (both GPUs hold a copy in flight; prefill's crossings are not modelled), and in
 //! inference a unit offloaded to `cpu` or `disk` has its weights copied to the main GPU around
 //! its forward, where its KV cache also lives.
 
+use crate::fsdp::Fsdp1;
 use crate::model::activations::{ActivationModel, BlockActivations};
 use crate::model::declared::{self, Declarations, Declared};
 use crate::model::precision::Precision;
@@ -218,10 +219,6 @@ pub fn cublas_workspace(compute_major: u32) -> u64 {
     8_519_680 + if compute_major >= 9 { 32 << 20 } else { 1 << 20 }
 }
 
-/// The most fp32 logits Unsloth's fused loss makes at once (`get_chunk_size`: the smaller of
-/// half the free memory and 4 GiB; free memory is taken as ample).
-const UNSLOTH_CE_TARGET: u64 = 4 << 30;
-
 /// The step program of `workload` for `model` placed on `hardware` by `placement`.
 pub fn step_program(
     model: &ModelDescription,
@@ -263,6 +260,8 @@ pub(crate) struct Resolved<'a> {
     /// The GPU that runs what is offloaded in inference (the first the map lists).
     main_gpu: Option<u32>,
     shards: u64,
+    /// FSDP1's flat parameters under `--trainer fsdp-qlora --parallel fsdp` (`fsdp.rs`).
+    fsdp: Option<Fsdp1>,
     /// The units as every program lists them.
     program_units: Vec<ProgramUnit>,
     /// Per unit, what a custom model declares for it when it is not a block (the activation
@@ -426,6 +425,7 @@ impl<'a> Resolved<'a> {
             spans,
             main_gpu,
             shards,
+            fsdp: Fsdp1::of(workload, shards),
             ops_hint: AtomicUsize::new(0),
             loaded: OnceLock::new(),
         }
@@ -492,6 +492,11 @@ struct Builder<'r, 'a> {
     managed: BTreeMap<u32, u64>,
     /// GPUs holding Unsloth's buffers for offloaded checkpoints.
     offload_buffers: Vec<u32>,
+    /// GPUs holding Unsloth's dequantization scratch buffer.
+    weight_scratch: Vec<u32>,
+    /// LitGPT's logits of the last step, which its loop's `logits` holds until the next
+    /// step's forward replaces them (`model/litgpt.rs`).
+    litgpt_logits: Option<AllocId>,
 }
 
 impl<'r, 'a> Builder<'r, 'a> {
@@ -505,6 +510,8 @@ impl<'r, 'a> Builder<'r, 'a> {
             live: Vec::with_capacity(r.ops_hint.load(Ordering::Relaxed)),
             managed: BTreeMap::new(),
             offload_buffers: Vec::new(),
+            weight_scratch: Vec::new(),
+            litgpt_logits: None,
         };
         builder.activations = (0..r.units.len()).map(|i| builder.activations_of(i)).collect();
         builder
@@ -586,10 +593,41 @@ impl<'r, 'a> Builder<'r, 'a> {
     fn load(&mut self) {
         self.compute(None, None, Event::Load);
         for i in 0..self.r.units.len() {
+            if let Some(fsdp) = self.r.fsdp {
+                if i == 0 {
+                    self.fsdp_wrap(fsdp);
+                }
+                continue;
+            }
             for (j, home) in self.r.homes[i].iter().enumerate() {
                 if let Some(device) = *home {
                     let bytes = self.held_tensor_bytes(self.r.units[i].weight_tensors[j]);
                     self.alloc(device, Some(i), Component::Weights, bytes);
+                }
+            }
+        }
+        // LitGPT's QLoRA: the script's `old_embedding` keeps the replaced embedding beside the
+        // `StableEmbedding` it copies into (`model/litgpt.rs`).
+        for i in 0..self.r.units.len() {
+            if let (UnitKind::Embedding, Some(device)) = (self.r.units[i].kind, self.r.devices[i]) {
+                let bytes = crate::model::litgpt::stable_embedding_gradient(
+                    self.workload,
+                    self.r.units[i].weight_bytes(),
+                );
+                self.alloc_held(device, Component::Weights, bytes);
+            }
+        }
+        // torchtune 0.1 loads each NF4 weight through torchao 0.1's unchunked `to_nf4`, with the
+        // rest of the model in place (`model/torchtune.rs`); the largest sets the peak.
+        if crate::model::torchtune::quantizes_unchunked(self.workload) {
+            let c = self.r.precision.compute_bytes();
+            for i in 0..self.r.units.len() {
+                if let Some(device) = self.r.devices[i] {
+                    let numel = self.r.units[i].largest_quantized_linear;
+                    let sizes = crate::model::torchtune::unchunked_quantization_transient(numel, c);
+                    let made: Vec<_> =
+                        sizes.iter().map(|&b| self.alloc(device, Some(i), Component::Weights, b)).collect();
+                    made.into_iter().for_each(|t| self.free(t));
                 }
             }
         }
@@ -605,6 +643,33 @@ impl<'r, 'a> Builder<'r, 'a> {
             let major =
                 self.r.hardware.devices.get(g as usize).map(|d| d.compute_capability.major).unwrap_or(8);
             self.alloc(g, None, Component::Workspace, cublas_workspace(major));
+        }
+    }
+
+    /// FSDP1's wrap, unit by unit in its order (`fsdp.rs`): the unit's parameters moved to the
+    /// GPU whole with its quantization state, their broadcast from rank 0, the flat parameter
+    /// made of them, then the rank's shard kept (none when offloaded) and the rest freed.
+    fn fsdp_wrap(&mut self, fsdp: Fsdp1) {
+        let r = self.r;
+        for group in Fsdp1::wrap_order(&r.units) {
+            let first = group[0];
+            let Some(device) = r.homes[first].iter().flatten().next().copied() else { continue };
+            for &i in &group {
+                for bytes in fsdp.held_besides_frozen(&r.units[i]) {
+                    self.alloc(device, Some(i), Component::Weights, bytes);
+                }
+            }
+            let unit = Some(first);
+            let unsharded: u64 = group.iter().map(|&i| Fsdp1::unsharded(&r.units[i])).sum();
+            let moved = self.alloc(device, unit, Component::Weights, unsharded);
+            let broadcast = self.alloc(device, unit, Component::Weights, Fsdp1::broadcast_bytes(unsharded));
+            self.free(broadcast);
+            let flat = self.alloc(device, unit, Component::Weights, unsharded);
+            self.free(moved);
+            if !fsdp.offload {
+                self.alloc(device, unit, Component::Weights, unsharded.div_ceil(fsdp.shards));
+            }
+            self.free(flat);
         }
     }
 
@@ -669,8 +734,10 @@ impl<'r, 'a> Builder<'r, 'a> {
     /// Optimizer states (and master weights) of trainable `tensors` once created: the bytes in
     /// PyTorch's allocator, and those a paged optimizer keeps in CUDA managed memory.
     fn optimizer_state_held(&self, tensors: &[units::TrainableTensor]) -> (u64, u64) {
+        // FSDP's offloaded parameters are stepped on the host, where their states are made.
         if tensors.is_empty()
             || matches!(self.workload.parallelism, Parallelism::Zero { offload_optimizer: true, .. })
+            || self.r.fsdp.is_some_and(|f| f.offload)
         {
             return (0, 0);
         }
@@ -678,6 +745,28 @@ impl<'r, 'a> Builder<'r, 'a> {
         let all = units::optimizer_state_bytes(self.workload, tensors, dtype);
         let paged = units::paged_state_bytes(self.workload.optimizer, tensors).min(all);
         ((all - paged).div_ceil(self.r.shards), paged.div_ceil(self.r.shards))
+    }
+
+    /// LitGPT's foreach AdamW step: one temporary the size of one state of every trainable
+    /// tensor on each GPU (`model/litgpt.rs`), allocated and freed at the step.
+    fn litgpt_step_transient(&mut self) {
+        if !crate::model::litgpt::runs(self.workload) {
+            return;
+        }
+        let dtype = units::trainable_dtype(self.workload, &self.r.precision);
+        let mut per_device: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
+        for groups in &self.r.trainable_groups {
+            for (device, tensors) in groups {
+                *per_device.entry(*device).or_default() +=
+                    dtype.bytes_for(tensors.iter().map(|t| t.numel).sum());
+            }
+        }
+        for (device, bytes) in per_device {
+            let transient =
+                crate::model::litgpt::optimizer_step_transient(self.workload, bytes.div_ceil(self.r.shards));
+            let t = self.alloc(device, None, Component::Optimizer, transient);
+            self.free(t);
+        }
     }
 
     /// Creates unit `unit`'s optimizer states (the optimizer's first step of it), each beside
@@ -832,6 +921,9 @@ impl<'r, 'a> Builder<'r, 'a> {
     /// weights other ranks hold (all of them when parameters are offloaded), and the next unit's
     /// too, which DeepSpeed prefetches while this one runs.
     fn gathered_weights(&self, unit: usize) -> u64 {
+        if self.r.fsdp.is_some() {
+            return Fsdp1::gathered(&self.r.units, unit, false);
+        }
         let Parallelism::Zero { stage: 3, offload_params, .. } = self.workload.parallelism else { return 0 };
         let missing = |u: &Unit| {
             let full = u.weight_bytes();
@@ -848,7 +940,11 @@ impl<'r, 'a> Builder<'r, 'a> {
     /// summed out of place (the head's is a transposed view, which `InputBuffer::accumulate`
     /// does not add into in place) and the sum becomes `.grad`.
     fn tied_head_gradient(&self) -> Option<(usize, u64)> {
-        if self.workload.mode != Mode::Train || !matches!(self.workload.finetune, Finetune::Full) {
+        // LitGPT's head is a parameter of its own (`model/litgpt.rs`).
+        if self.workload.mode != Mode::Train
+            || !matches!(self.workload.finetune, Finetune::Full)
+            || crate::model::litgpt::runs(self.workload)
+        {
             return None;
         }
         let head = self.r.units.iter().position(|u| u.kind == UnitKind::Head)?;
@@ -892,10 +988,21 @@ impl<'r, 'a> Builder<'r, 'a> {
     /// compute dtype (`bnb_4bit_compute_dtype`, float32 unless set).
     fn dequant_transient(&self, unit: usize) -> u64 {
         match self.workload.quant {
+            Quant::Nf4 { .. } if self.workload.trainer == Trainer::Torchtune => {
+                // torchao's `NF4Tensor.get_original_weight` (`model/torchtune.rs`).
+                let c = self.r.precision.compute_bytes();
+                let (numel, compiled) =
+                    (self.r.units[unit].largest_quantized_linear, self.workload.switches.compile);
+                crate::model::torchtune::dequant_working_set(numel, c, compiled)
+            }
             Quant::Nf4 { .. } | Quant::Fp4 { .. } => {
-                // Unsloth sets every Linear4bit's compute dtype to the model's.
+                // Unsloth sets every Linear4bit's compute dtype to the model's; so does
+                // Fabric's `BitsandbytesPrecision` (`m.compute_dtype = self.dtype`).
                 let bytes = match self.workload.trainer {
-                    Trainer::Unsloth => self.r.precision.compute_bytes(),
+                    // fsdp_qlora: `compute_dtype` is the model's at `--precision bf16`.
+                    Trainer::Unsloth | Trainer::Litgpt | Trainer::FsdpQlora => {
+                        self.r.precision.compute_bytes()
+                    }
                     _ => self.workload.autocast.map(|d| d.bits() / 8).unwrap_or(4),
                 };
                 self.r.units[unit].largest_quantized_linear * bytes
@@ -914,6 +1021,15 @@ impl<'r, 'a> Builder<'r, 'a> {
         // `kept[kept_by_unit[i]]`.
         let mut kept: Vec<Option<AllocId>> = Vec::new();
         let mut kept_by_unit: Vec<std::ops::Range<usize>> = Vec::with_capacity(self.r.units.len());
+        let last_block =
+            (0..self.r.units.len()).rev().find(|&k| matches!(self.r.units[k].kind, UnitKind::Block(_)));
+        let first_block =
+            (0..self.r.units.len()).find(|&k| matches!(self.r.units[k].kind, UnitKind::Block(_)));
+        // FSDP1: the root's unsharded parameter, held from the first forward on (`fsdp.rs`).
+        let fsdp_device = self.r.devices.iter().flatten().next().copied();
+        if let (Some(_), Some(device), true) = (self.r.fsdp, fsdp_device, first) {
+            self.alloc_held(device, Component::Weights, Fsdp1::root(&self.r.units));
+        }
         // Forward.
         for i in 0..self.r.units.len() {
             // The hidden states come from the last unit before this one on their path.
@@ -928,21 +1044,47 @@ impl<'r, 'a> Builder<'r, 'a> {
             let acts = std::mem::take(&mut self.activations[i]);
             let is_block = matches!(self.r.units[i].kind, UnitKind::Block(_));
             let autocast = 2 * self.r.units[i].autocast_params;
-            let dequant = self.dequant_transient(i);
+            let mut dequant = self.dequant_transient(i);
+            if w.trainer == Trainer::Unsloth && dequant > 0 {
+                // Unsloth's LoRA kernels dequantize in the forward into one scratch buffer per
+                // GPU, grown to the largest weight and kept (`_scratch("weight", …)`,
+                // unsloth/kernels/utils.py): held, not a transient.
+                if !self.weight_scratch.contains(&device) {
+                    self.weight_scratch.push(device);
+                    let on_device = (0..self.r.units.len()).filter(|&k| self.r.devices[k] == Some(device));
+                    let largest = on_device.map(|k| self.dequant_transient(k)).max().unwrap_or(0);
+                    self.alloc_held(device, Component::Weights, largest);
+                }
+                dequant = 0;
+            }
             let gathered = self.gathered_weights(i);
             let unit = Some(i);
             self.cross_within(i, device, Event::ActivationsTo(i, step));
             self.compute(unit, Some(device), Event::Forward(i, step));
             let gather = self.alloc(device, unit, Component::Weights, gathered);
             let first_kept = kept.len();
+            // `UnslothCheckpointFunction` offloads a layer's input over `MINIMUM_SIZE` (2 MiB),
+            // and from the second step not the last layer's (`CURRENT_GC_INDEX ==
+            // LAST_GC_INDEX`), whose backward comes first.
+            let unsloth_offloads = w.trainer == Trainer::Unsloth
+                && acts.input > crate::model::unsloth::OFFLOAD_MINIMUM_BYTES
+                && (first || Some(i) != last_block);
             if is_block && checkpoint {
-                if w.trainer == Trainer::Unsloth {
+                if unsloth_offloads {
                     // `UnslothCheckpointFunction` copies each layer's input to pinned CPU
                     // memory; two GPU buffers of that size, made once and kept, take it back
-                    // in backward (unsloth_zoo/gradient_checkpointing.py, `GPU_BUFFERS`).
+                    // in backward (unsloth_zoo/gradient_checkpointing.py, `GPU_BUFFERS`, and
+                    // `GPU_BUFFERS_B` from the second step with 512 MiB free).
                     if !self.offload_buffers.contains(&device) {
                         self.offload_buffers.push(device);
                         self.alloc_held(device, Component::Activations, 2 * acts.input);
+                    }
+                    if Some(i) == first_block {
+                        // Reentrant checkpointing makes the frozen embedding's output a leaf that
+                        // requires grad (`enable_input_require_grads`, unsloth_zoo
+                        // `prepare_model_for_training`): the first layer's node holds it to its
+                        // backward, where its gradient takes its place.
+                        kept.push(self.alloc(device, unit, Component::Activations, acts.input));
                     }
                 } else {
                     kept.push(self.alloc(device, unit, Component::Activations, acts.input));
@@ -968,6 +1110,13 @@ impl<'r, 'a> Builder<'r, 'a> {
             }
             kept_by_unit.push(first_kept..kept.len());
             self.activations[i] = acts;
+        }
+        // FSDP1: the last layer's unsharded parameter, which the loss's backward prefetches
+        // (`fsdp.rs`).
+        let mut fsdp_prefetch = None;
+        if let (Some(_), Some(device)) = (self.r.fsdp, fsdp_device) {
+            fsdp_prefetch =
+                self.alloc(device, None, Component::Weights, Fsdp1::prefetched_at_loss(&self.r.units));
         }
         // Loss, on the head's device, as part of the head's run: a task head's (`model/head.rs`)
         // on the last unit, which runs last and backward first; vocabulary logits otherwise.
@@ -997,40 +1146,103 @@ impl<'r, 'a> Builder<'r, 'a> {
             let unit = Some(h);
             self.compute(unit, Some(device), Event::Loss(step));
             if w.trainer == Trainer::Unsloth {
-                // Unsloth's fused loss (`UnslothFusedLoss`, unsloth_zoo/fused_losses): per chunk
-                // of tokens, the chunk's logits, their fp32 copy and its gradient, the gradient
-                // with respect to the hidden states written into `grad_inputs` (kept for the
-                // head's backward); no logits outlive the forward. The chunk count keeps a
-                // chunk's fp32 logits within 4 GiB (`get_chunk_size`, the cap of its target).
-                let fp32_logits = 4 * vocab * tokens;
-                let chunks = if fp32_logits <= UNSLOTH_CE_TARGET {
-                    1
-                } else {
-                    4 * fp32_logits.div_ceil(4 * UNSLOTH_CE_TARGET)
+                // Unsloth's fused linear cross-entropy (unsloth_zoo 2026.10,
+                // `fused_linear_cross_entropy`): the gradient with respect to the hidden states
+                // is taken in the forward into `grad_h` (kept for the head's backward), chunk by
+                // chunk through one logits buffer (`model/unsloth.rs`); no logits outlive it.
+                let gpu = self.r.hardware.devices.get(device as usize);
+                let loss_device = crate::model::unsloth::LossDevice {
+                    major: gpu.map(|d| d.compute_capability.major).unwrap_or(8),
+                    total_memory: gpu.map(|d| d.memory_bytes).unwrap_or(u64::MAX),
                 };
-                let chunk_tokens = tokens.div_ceil(chunks);
+                let hidden = self.r.model.facts.hidden_size;
+                let compute = self.r.precision.compute;
+                let chunk_bytes =
+                    crate::model::unsloth::fused_ce_transient(tokens, hidden, vocab, compute, &loss_device);
                 let grad_inputs = self.handoff_bytes(w.seq);
                 logits_ids.push(self.alloc(device, unit, Component::Activations, grad_inputs));
-                let chunk = self.alloc(device, unit, Component::Logits, (c + 4 + 4) * vocab * chunk_tokens);
+                let chunk = self.alloc(device, unit, Component::Logits, chunk_bytes);
                 self.free(chunk);
                 self.compute(unit, Some(device), Event::LossBackward(step));
                 // Backward returns `grad_inputs` times the loss's scale, out of place.
                 logits_ids.push(self.alloc(device, unit, Component::Activations, grad_inputs));
+            } else if w.switches.chunked_cross_entropy && !w.switches.compile {
+                // torchtune's `CEWithChunkedOutputLoss` run eagerly: the output projection makes
+                // 8 chunks of model-dtype logits (`chunked_output`), then each chunk's
+                // `F.cross_entropy(chunk.float())` keeps its fp32 log-softmax for backward, the
+                // fp32 copy freed as the chunk's loss returns; the recipe's `del logits` frees
+                // the model-dtype chunks. Backward, chunk by chunk: the NLL gradient and the
+                // log-softmax gradient (fp32), the log-softmax freed, the model-dtype gradient.
+                let chunk = vocab * tokens / 8;
+                let logits = self.alloc(device, unit, Component::Logits, c * vocab * tokens);
+                let mut log_softmax = Vec::with_capacity(8);
+                for _ in 0..8 {
+                    let upcast = self.alloc(device, unit, Component::Logits, 4 * chunk);
+                    log_softmax.push(self.alloc(device, unit, Component::Logits, 4 * chunk));
+                    self.free(upcast);
+                }
+                self.free(logits);
+                self.compute(unit, Some(device), Event::LossBackward(step));
+                for kept in log_softmax {
+                    let nll_grad = self.alloc(device, unit, Component::Logits, 4 * chunk);
+                    let grad = self.alloc(device, unit, Component::Logits, 4 * chunk);
+                    self.free(nll_grad);
+                    self.free(kept);
+                    let cast = self.alloc(device, unit, Component::Logits, c * chunk);
+                    self.free(grad);
+                    self.free(cast);
+                }
+            } else if crate::model::litgpt::runs(w) {
+                // LitGPT's loss (`model/litgpt.rs`): the logits, all chunks, held by the loop
+                // through backward beside each chunk's log-softmax.
+                let full = matches!(w.finetune, Finetune::Full);
+                let loss = crate::model::litgpt::loss_bytes(full, w.batch, w.seq, vocab, c);
+                let logits = self.alloc(device, unit, Component::Logits, loss.logits);
+                // The assignment drops the last step's logits.
+                let last = self.litgpt_logits.take();
+                self.free(last);
+                let copy = self.alloc(device, unit, Component::Logits, loss.forward_copy);
+                let log_softmax = self.alloc(device, unit, Component::Logits, loss.log_softmax);
+                self.free(copy);
+                self.compute(unit, Some(device), Event::LossBackward(step));
+                let nll_grad = self.alloc(device, unit, Component::Logits, loss.chunk);
+                let grad = self.alloc(device, unit, Component::Logits, loss.chunk);
+                self.free(nll_grad);
+                self.free(log_softmax);
+                if loss.whole_gradient == 0 {
+                    // `lora.py`: each chunk's gradient goes to its own head chunk, whose
+                    // backward runs before the next chunk's loss backward: the first chunk's
+                    // gradient and the other chunks' log-softmax are live through it.
+                    let rest = loss.log_softmax.saturating_sub(loss.chunk);
+                    logits_ids.push(self.alloc(device, unit, Component::Logits, rest));
+                    logits_ids.push(grad);
+                } else {
+                    self.free(grad);
+                }
+                if loss.whole_gradient > 0 {
+                    // The chunks' gradients, concatenated, then written into the logits' shape.
+                    let chunks = self.alloc(device, unit, Component::Logits, loss.whole_gradient);
+                    let cat = self.alloc(device, unit, Component::Logits, loss.whole_gradient);
+                    self.free(chunks);
+                    logits_ids.push(self.alloc(device, unit, Component::Logits, loss.logits));
+                    self.free(cat);
+                }
+                self.litgpt_logits = logits;
             } else if w.switches.chunked_cross_entropy {
                 logits_ids.push(self.alloc(device, unit, Component::Logits, c * vocab * tokens));
-                // Chunked cross-entropy upcasts one of 8 chunks at a time; only the logits (and
-                // a per-token log-sum-exp) stay for backward, and each chunk's gradient replaces
-                // it. Compiled (`torch.compile` of the loss) the upcast is fused away and a
-                // chunk's backward makes only its model-dtype gradient.
+                // Chunked cross-entropy compiled (`torch.compile` of `compute_cross_entropy`,
+                // torchtune's `compile_loss`): the upcast is fused away; only the logits (and a
+                // per-token log-sum-exp) stay for backward, and a chunk's backward makes only
+                // its model-dtype gradient.
                 let chunk = vocab * tokens / 8;
-                let per_chunk = if w.switches.compile { c } else { 4 + 4 + c };
                 self.compute(unit, Some(device), Event::LossBackward(step));
-                let grad = self.alloc(device, unit, Component::Logits, per_chunk * chunk);
+                let grad = self.alloc(device, unit, Component::Logits, c * chunk);
                 self.free(grad);
             } else {
                 // The loss takes log-softmax of the logits — upcast to fp32 first by
                 // transformers' `ForCausalLMLoss` (`logits.float()`, freed when the loss
-                // returns), in the model dtype by torchtune — and keeps its output for backward;
+                // returns) and by torchtune's model (`.float()` of its output; the recipe deletes
+                // it after the loss), in the model dtype by others — and keeps its output for backward;
                 // backward makes the dense NLL gradient and the log-softmax gradient of the same
                 // size, then the logits' gradient. Neither trainer keeps the logits themselves
                 // into backward: the HF Trainer's `compute_loss` returns the loss alone and drops
@@ -1045,7 +1257,10 @@ impl<'r, 'a> Builder<'r, 'a> {
                     softcap_kept = self.alloc(device, unit, Component::Logits, c * vocab * tokens);
                     self.free(transient);
                 }
-                let transformers = w.trainer == Trainer::Transformers;
+                // torchtune's `TransformerDecoder` returns `self.output(h).float()` (since
+                // 2024-01, pytorch/torchtune #137): its loss runs on fp32 logits as transformers'.
+                let transformers =
+                    matches!(w.trainer, Trainer::Transformers | Trainer::Torchtune | Trainer::FsdpQlora);
                 let upcast = if transformers {
                     self.alloc(device, unit, Component::Logits, 4 * vocab * tokens)
                 } else {
@@ -1083,7 +1298,14 @@ impl<'r, 'a> Builder<'r, 'a> {
             let grads: Vec<(u32, u64)> =
                 self.grad_bytes(i).into_iter().map(|(d, b)| (d, if keep { 0 } else { b })).collect();
             let grads_new: u64 = grads.iter().map(|(_, b)| b).sum();
-            let gathered = self.gathered_weights(i);
+            let gathered = match self.r.fsdp {
+                Some(_) => Fsdp1::gathered(&self.r.units, i, true),
+                None => self.gathered_weights(i),
+            };
+            if is_block {
+                // The prefetched layer is this one: counted in `gathered` from here on.
+                self.free(fsdp_prefetch.take());
+            }
             let unit = Some(i);
             self.cross_within(i, device, Event::GradientsTo(i, step));
             self.compute(unit, Some(device), Event::Backward(i, step));
@@ -1114,7 +1336,27 @@ impl<'r, 'a> Builder<'r, 'a> {
                 .iter()
                 .map(|&(d, bytes)| (d, self.alloc(d, unit, Component::Gradients, bytes)))
                 .collect();
-            let t = self.alloc(device, unit, Component::Activations, backward_transient);
+            if self.r.units[i].kind == UnitKind::Embedding {
+                // LitGPT's QLoRA `StableEmbedding`: its gradient, never stepped nor zeroed, is
+                // held from the first backward; later ones add a new one into it in place.
+                let bytes =
+                    crate::model::litgpt::stable_embedding_gradient(w, self.r.units[i].weight_bytes());
+                if first {
+                    self.alloc_held(device, Component::Gradients, bytes);
+                } else {
+                    let added = self.alloc(device, unit, Component::Gradients, bytes);
+                    self.free(added);
+                }
+            }
+            // A 4-bit linear's backward dequantizes its weight again (bitsandbytes'
+            // `MatMul4Bit.backward`); under LitGPT the head's is the largest.
+            // torchtune's `LinearNF4.backward` dequantizes its saved NF4 weight again.
+            let again = crate::model::litgpt::runs(w) || w.trainer == Trainer::Torchtune;
+            // Unsloth's LoRA kernels' backward dequantizes each weight afresh (`fast_dequantize`
+            // without the scratch buffer, unsloth/kernels/fast_lora.py).
+            let again = again || w.trainer == Trainer::Unsloth;
+            let dequant = if again { self.dequant_transient(i) } else { 0 };
+            let t = self.alloc(device, unit, Component::Activations, backward_transient + dequant);
             self.free(t);
             if contribution.is_some() {
                 self.free(sum);
@@ -1136,10 +1378,14 @@ impl<'r, 'a> Builder<'r, 'a> {
                 }
                 grad.into_iter().for_each(|(_, id)| self.free(id));
             } else if zero2 {
-                // Reduce-scatter keeps this rank's shard of the gradients.
+                // Reduce-scatter keeps this rank's shard of the gradients (FSDP's offload copies
+                // it to the host's `_cpu_grad`).
+                let host = self.r.fsdp.is_some_and(|f| f.offload);
                 for ((d, id), (_, bytes)) in grad.into_iter().zip(&grads) {
                     self.free(id);
-                    self.alloc(d, unit, Component::Gradients, bytes.div_ceil(self.r.shards));
+                    if !host {
+                        self.alloc(d, unit, Component::Gradients, bytes.div_ceil(self.r.shards));
+                    }
                 }
             }
         }
@@ -1153,6 +1399,7 @@ impl<'r, 'a> Builder<'r, 'a> {
                 }
             }
         }
+        self.litgpt_step_transient();
         if !w.switches.keep_gradients {
             // zero_grad(set_to_none=True): gradients are freed between steps.
             let grads: Vec<AllocId> = (0..self.live.len())
@@ -1162,6 +1409,59 @@ impl<'r, 'a> Builder<'r, 'a> {
         }
         // The Trainer's loop holds the batch until the next one replaces it.
         self.free(pixel_values);
+    }
+
+    /// AutoAWQ's `LlamaFuser.fuse_transformer`, layer by layer (`model/awq_fused.rs`): the fused
+    /// qkv's zero-filled buffers each replaced by the `torch.cat` of q's, k's and v's, the
+    /// `WindowedCache` (V, then K: fp32 on the GPU, then its fp16 copy) and the rotary table;
+    /// the unfused q, k and v are freed with the unfused model after the last layer.
+    fn awq_fuse(&mut self, max_seq_len: u64) {
+        let f = &self.r.model.facts;
+        let (batch, kv_heads, head_dim) = (self.workload.batch, f.num_kv_heads, f.head_dim);
+        let cache = crate::model::awq_fused::cache_tensor_bytes(batch, max_seq_len, kv_heads, head_dim);
+        let rope = crate::model::awq_fused::rope_bytes(max_seq_len, head_dim);
+        self.compute(None, None, Event::Load);
+        let mut unfused: Vec<Option<AllocId>> = Vec::new();
+        for i in 0..self.r.units.len() {
+            let (UnitKind::Block(_), Some(device)) = (self.r.units[i].kind, self.r.devices[i]) else {
+                continue;
+            };
+            let unit = Some(i);
+            // The fused tensors: each the bytes of q's, k's and v's (a quantized `weight` holds
+            // AWQ's qweight, qzeros and scales together).
+            let fused: Vec<u64> = ["weight", "bias"]
+                .iter()
+                .map(|suffix| {
+                    let u = &self.r.units[i];
+                    u.placed_by
+                        .iter()
+                        .zip(&u.weight_tensors)
+                        .filter(|(name, _)| {
+                            ["q_proj", "k_proj", "v_proj"]
+                                .iter()
+                                .any(|p| name.ends_with(&format!(".self_attn.{p}.{suffix}")))
+                        })
+                        .map(|(_, b)| *b)
+                        .sum()
+                })
+                .collect();
+            let zeros: Vec<Option<AllocId>> =
+                fused.iter().map(|&b| self.alloc(device, unit, Component::Weights, b)).collect();
+            for (&bytes, zero) in fused.iter().zip(zeros) {
+                // The cat replaces the zero-filled buffer. It has the bytes of the load's q, k
+                // and v, which stand for it from here on: the cat stands for the unfused copies
+                // the fuse frees at its end.
+                unfused.push(self.alloc(device, unit, Component::Weights, bytes));
+                self.free(zero);
+            }
+            for _ in 0..2 {
+                let fp32 = self.alloc(device, unit, Component::KvCache, 2 * cache);
+                self.alloc(device, unit, Component::KvCache, cache);
+                self.free(fp32);
+            }
+            self.alloc(device, unit, Component::Weights, rope);
+        }
+        unfused.into_iter().for_each(|id| self.free(id));
     }
 
     /// The KV cache for the whole context, on the GPU of each unit that keeps one.
@@ -1183,7 +1483,10 @@ impl<'r, 'a> Builder<'r, 'a> {
         // (docs/memory-model.md, "Vision-language models"). Others make it up front.
         let model = self.r.model;
         let mut kv_pending = model.facts.vision.is_some();
-        if !kv_pending {
+        if let Some(max_seq_len) = w.awq_fused {
+            // AutoAWQ's fuse makes its own cache at load, for the batch (`model/awq_fused.rs`).
+            self.awq_fuse(max_seq_len);
+        } else if !kv_pending {
             self.alloc_kv_cache();
         }
         let vocab = self.r.model.facts.vocab_size;

@@ -310,9 +310,9 @@ pub enum Trainer {
     /// and the loss upcasts the logits to fp32 (`ForCausalLMLoss`).
     #[default]
     Transformers,
-    /// torchtune: adapters in the model's dtype, no fp32 cast of unquantized parameters, and
-    /// cross-entropy on the model-dtype logits (`nn.CrossEntropyLoss`), or chunk by chunk with
-    /// `CEWithChunkedOutputLoss`.
+    /// torchtune: adapters in the model's dtype, no fp32 cast of unquantized parameters, its own
+    /// attention (K and V expanded to every head), and cross-entropy on the model's fp32 logits
+    /// (`nn.CrossEntropyLoss`), or chunk by chunk with `CEWithChunkedOutputLoss`.
     Torchtune,
     /// Unsloth (`FastLanguageModel`, LoRA/QLoRA with its own kernels): frozen parameters stay
     /// in the model's dtype (no fp32 cast), adapters in fp32; fused RMSNorm, in-place RoPE and
@@ -320,6 +320,30 @@ pub enum Trainer {
     /// offloads each layer's input to pinned CPU memory; its fused cross-entropy computes the
     /// loss's gradient chunk by chunk in the forward pass and returns no logits.
     Unsloth,
+    /// LitGPT's finetune scripts (0.5.13: `litgpt/finetune/{full,lora}.py` on Lightning
+    /// Fabric): its own `GPT` model, whose head is never tied to the embedding; `bf16-true`
+    /// (adapters and optimizer states in the model's dtype); `torch.optim.AdamW`'s foreach step;
+    /// the logits, in `lm_head_chunk_size=128` chunks, held through backward beside
+    /// `chunked_cross_entropy`'s log-softmax; under `--quantize bnb.nf4` every linear is 4-bit,
+    /// the head's too, and the embedding trains as a `StableEmbedding` (`model/litgpt.rs`).
+    Litgpt,
+    /// Answer.AI's fsdp_qlora (`train.py`): transformers' model with PEFT LoRA over bitsandbytes
+    /// 4-bit linears whose packed bytes are stored as bf16 (`quant_storage`), wrapped in torch's
+    /// FSDP1 (one flat parameter per decoder layer and per LoRA linear, `use_orig_params=False`,
+    /// no mixed-precision policy at its default `--precision bf16`), without
+    /// `prepare_model_for_kbit_training` (no fp32 cast), the 4-bit compute dtype the model's.
+    /// Under `--parallel fsdp` its flat parameters are sharded and gathered one unit at a time
+    /// (`sim/src/fsdp.rs`; docs/memory-model.md, "FSDP with QLoRA").
+    #[serde(rename = "fsdp-qlora", alias = "fsdp_qlora")]
+    FsdpQlora,
+}
+
+impl Trainer {
+    /// Whether the step runs transformers' own modules and loss (`ForCausalLMLoss`): the HF
+    /// Trainer's, and fsdp_qlora's, which calls the model with its labels.
+    pub fn runs_transformers_modules(self) -> bool {
+        matches!(self, Trainer::Transformers | Trainer::FsdpQlora)
+    }
 }
 
 /// The images each sample of a vision-language workload carries (`images`, `--images`,
@@ -397,6 +421,16 @@ pub struct Workload {
     pub kv_dtype: Option<DType>,
     /// The training framework (`trainer`, `--trainer`).
     pub trainer: Trainer,
+    /// The trainer's release where its allocations differ by version (`trainer_version`,
+    /// `--trainer-version`; torchtune only: `0.1` quantizes at load without chunks); the latest
+    /// when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trainer_version: Option<String>,
+    /// AutoAWQ's fused modules with a cache of this many tokens (`awq_fused`, `--awq-fused`:
+    /// `from_quantized(fuse_layers=True, max_new_tokens=N)`, `model/awq_fused.rs`); `None` runs
+    /// transformers' AWQ linears.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub awq_fused: Option<u64>,
     /// Memory-saving switches (`switches`, each with its own flag).
     pub switches: Switches,
 }
@@ -422,6 +456,8 @@ impl Default for Workload {
             vllm: VllmOptions::default(),
             kv_dtype: None,
             trainer: Trainer::Transformers,
+            trainer_version: None,
+            awq_fused: None,
             switches: Switches::default(),
         }
     }

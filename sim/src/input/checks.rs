@@ -31,6 +31,7 @@ pub fn validate(
 pub fn validate_shape(workload: &Workload, model: &ModelDescription) -> Result<(), InputError> {
     check_sizes(workload)?;
     check_scale(workload, model)?;
+    crate::model::awq_fused::check_shape(workload, MAX_SEQ, MAX_TOKENS)?;
     check_positions(workload, model)
 }
 
@@ -82,6 +83,8 @@ pub fn validate_configuration(
     check_engine(workload)?;
     check_images(workload, model)?;
     check_parallelism(workload, model, hardware)?;
+    crate::model::torchtune::check_version(workload)?;
+    crate::model::awq_fused::check_configuration(workload, model)?;
     if let Finetune::Lora { rank: 0, .. } = workload.finetune {
         return Err(InputError::new(ORIGIN, "LoRA rank 0 adds no adapter")
             .at_key("finetune.rank")
@@ -640,6 +643,17 @@ fn weight_dtype(w: &Workload, model: &ModelDescription) -> DType {
 
 fn warnings(w: &Workload, model: &ModelDescription, hardware: &HardwareProfile) -> Vec<String> {
     let mut out = Vec::new();
+    if w.trainer == Trainer::FsdpQlora
+        && w.mode == Mode::Train
+        && !matches!(w.parallelism, Parallelism::Single | Parallelism::Zero { stage: 3, .. })
+    {
+        // fsdp_qlora's FSDP1 sharding is modelled for FULL_SHARD (`sim/src/fsdp.rs`).
+        out.push(
+            "`trainer: fsdp-qlora` is modelled with `--parallel fsdp` (its default `full_shard`) or on one GPU; \
+             this estimate applies only its precision to the parallelism given"
+                .to_string(),
+        );
+    }
     if w.trainer == Trainer::Unsloth && w.mode == Mode::Train {
         // What `trainer: unsloth` models: LoRA over a Llama-style decoder (its fused
         // RMSNorm, LoRA QKV/MLP and SwiGLU kernels; docs/memory-model.md, "Unsloth").

@@ -149,9 +149,18 @@ pub struct WorkloadFlags {
     /// KV-cache dtype (default: the compute dtype): fp16 | bf16 | fp8 …
     #[cfg_attr(feature = "clap", arg(long))]
     pub kv_dtype: Option<String>,
-    /// Training framework: transformers | torchtune.
+    /// Training framework: transformers | torchtune | unsloth | litgpt | fsdp-qlora.
     #[cfg_attr(feature = "clap", arg(long))]
     pub trainer: Option<String>,
+    /// The trainer's release, where its allocations differ (torchtune: 0.1 quantizes at load
+    /// without chunks; default the latest).
+    #[cfg_attr(feature = "clap", arg(long, value_name = "X.Y"))]
+    pub trainer_version: Option<String>,
+    /// AutoAWQ's fused modules, their cache MAX_SEQ_LEN tokens of each sequence
+    /// (`from_quantized(fuse_layers=True, max_new_tokens=MAX_SEQ_LEN, batch_size=--batch)`);
+    /// inference of AWQ checkpoints only.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "MAX_SEQ_LEN"))]
+    pub awq_fused: Option<u64>,
     /// Cross-entropy chunk by chunk.
     #[cfg_attr(feature = "clap", arg(long))]
     pub chunked_ce: bool,
@@ -292,6 +301,12 @@ impl WorkloadFlags {
         if let Some(text) = &self.trainer {
             w.trainer = pick("--trainer", text, TRAINERS)?;
         }
+        if let Some(text) = &self.trainer_version {
+            w.trainer_version = Some(text.clone());
+        }
+        if let Some(max_seq_len) = self.awq_fused {
+            w.awq_fused = Some(max_seq_len);
+        }
         let s = &mut w.switches;
         s.chunked_cross_entropy |= self.chunked_ce;
         s.optimizer_in_backward |= self.optimizer_in_backward;
@@ -311,6 +326,7 @@ impl WorkloadFlags {
             ("--grad-accum", self.grad_accum.is_some_and(|n| n > 1)),
             ("--optimizer", self.optimizer.is_some()),
             ("--trainer", self.trainer.is_some()),
+            ("--trainer-version", self.trainer_version.is_some()),
             ("--offload-optimizer", self.offload_optimizer),
             ("--optimizer-in-backward", self.optimizer_in_backward),
             ("--activation-offload", self.activation_offload),
@@ -584,6 +600,8 @@ const TRAINERS: Words<Trainer> = &[
     (&["transformers", "hf", "trl"], Trainer::Transformers),
     (&["torchtune"], Trainer::Torchtune),
     (&["unsloth"], Trainer::Unsloth),
+    (&["litgpt"], Trainer::Litgpt),
+    (&["fsdp-qlora"], Trainer::FsdpQlora),
 ];
 
 /// The value whose words include `text` (case-insensitive, `_` read as `-`), else an error

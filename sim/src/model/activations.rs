@@ -65,6 +65,9 @@ pub(crate) fn uses_rotary(model: &ModelDescription) -> bool {
 /// gpt-oss, for its attention sinks, in transformers 5.x) fall back to eager attention
 /// (`PreTrainedModel.get_correct_attn_implementation`).
 pub(crate) fn attention_used(model: &ModelDescription, workload: &Workload) -> AttentionImpl {
+    if let Some(fused) = super::awq_fused::attention(workload) {
+        return fused; // AutoAWQ's fused attention (`awq_fused.rs`)
+    }
     match (workload.attention, model.facts.model_type.as_str()) {
         (AttentionImpl::Sdpa, "gemma2" | "gpt_oss") => AttentionImpl::Eager,
         (attention, _) => attention,
@@ -143,7 +146,11 @@ pub(super) struct Shape {
     pub moe_weights_input: bool,
     cross_attention: bool,
     /// q and k pass through their own RMSNorm (`q_norm`, `k_norm`: OLMoE, Qwen3).
-    qk_norm: bool,
+    pub qk_norm: bool,
+    /// Linears that each read the attention's input apart (`q_proj`, `k_proj`, `v_proj`: 3; a
+    /// fused `qkv_proj` or `c_attn`: 1), and the dense MLP's (`gate_proj`, `up_proj`: 2). Under
+    /// autocast each casts the fp32 input to half on its own and keeps its copy.
+    readers: (u64, u64),
     /// Norms of the block past the two before attention and MLP: Gemma 2's sandwich norms on
     /// the attention's and the MLP's outputs (`post_attention_layernorm`,
     /// `post_feedforward_layernorm`).
@@ -205,7 +212,25 @@ fn shape(model: &ModelDescription, layer: usize, training: bool, rotary: bool) -
             block.visit(&mut |m| found |= m.kind == ModuleKind::Norm && m.name() == "q_norm");
             found
         }),
+        readers: block.map_or((1, 1), input_readers),
     }
+}
+
+/// How many linears of a block read its attention's input apart, and how many its dense MLP's:
+/// transformers' separate `q_proj`, `k_proj`, `v_proj` and `gate_proj`, `up_proj` (fused projections
+/// and experts count as one reader).
+fn input_readers(block: &vramplan_profiles::model::Module) -> (u64, u64) {
+    let (mut attention, mut mlp) = (0u64, 0u64);
+    block.visit(&mut |m| {
+        if m.kind == ModuleKind::Linear {
+            match m.name() {
+                "q_proj" | "k_proj" | "v_proj" => attention += 1,
+                "gate_proj" | "up_proj" if !m.path.contains(".experts.") => mlp += 1,
+                _ => {}
+            }
+        }
+    });
+    (attention.clamp(1, 3), mlp.clamp(1, 2))
 }
 
 /// Whether a family's MoE block runs every expert on every token: Llama 4's `Llama4TextMoe`
@@ -238,6 +263,7 @@ fn vision_shape(vision: &VisionFacts) -> Shape {
         moe_weights_input: false,
         cross_attention: false,
         qk_norm: false,
+        readers: (1, 1),
         extra_norms: 0,
         softcap: false,
     }
@@ -277,16 +303,16 @@ struct Kept {
 
 /// A linear layer LoRA wraps, as its block's activations see it.
 #[derive(Debug, Clone)]
-struct LoraSite {
+pub(crate) struct LoraSite {
     /// Path of the linear layer.
-    path: String,
+    pub(crate) path: String,
     /// Its input width.
-    inputs: u64,
+    pub(crate) inputs: u64,
     /// The module holding it (`model.layers.3.self_attn`): the wrapped layers of one parent
     /// that are not its last read the same input.
-    parent: String,
+    pub(crate) parent: String,
     /// The last linear of its parent (the attention's output or the MLP's down projection).
-    last: bool,
+    pub(crate) last: bool,
 }
 
 /// The linear layers `targets` names, with their input widths and places.
@@ -334,7 +360,11 @@ impl<'a> ActivationModel<'a> {
                 let sites: Vec<LoraSite> =
                     lora.iter().filter(|s| s.path.starts_with(prefix.as_str())).cloned().collect();
                 // Unsloth's fused LoRA kernels keep only their inputs, already in its list.
-                let lora = if training && workload.trainer != Trainer::Unsloth {
+                let lora = if training && super::litgpt::runs(workload) {
+                    let f = &model.facts;
+                    let (q, kv) = (f.num_attention_heads * f.head_dim, f.num_kv_heads * f.head_dim);
+                    super::litgpt::lora_saved(&sites, workload, &precision, q, kv)
+                } else if training && workload.trainer != Trainer::Unsloth {
                     lora_saved(&sites, workload, &precision, attention)
                 } else {
                     Vec::new()
@@ -529,18 +559,25 @@ fn formula(m: &ActivationModel, layer: usize, batch: u64, seq: u64, lora: &[u64]
         &super::working_set::Forward {
             compute: precision.compute,
             residual,
-            autocast: precision.autocast,
+            // AutoAWQ's fused softmax reads the scores' fp32 copy, as autocast's does (`awq_fused.rs`).
+            autocast: precision.autocast || super::awq_fused::softmax_copies_input(workload),
             attention,
-            fp32_softmax: fp32_softmax(model, sh) || precision.autocast,
+            fp32_softmax: fp32_softmax(model, sh)
+                || precision.autocast
+                || super::awq_fused::softmax_copies_input(workload),
             activation: &model.facts.activation,
             keeps_attention_output: super::working_set::keeps_attention_output(&model.facts.model_type),
             tokens,
             scores,
         },
     );
-    let backward_transient = if eager { 2 * 4 * scores } else { 3 * c * a * d * tokens }
-        .max(3 * c * sh.intermediate * tokens)
-        + 2 * residual * h * tokens;
+    let backward_transient = if workload.trainer == Trainer::Unsloth && training {
+        // Unsloth's kernels hold their own (`model/unsloth.rs`).
+        super::unsloth::backward_transient_per_token(sh, c) * tokens
+    } else {
+        if eager { 2 * 4 * scores } else { 3 * c * a * d * tokens }.max(3 * c * sh.intermediate * tokens)
+            + 2 * residual * h * tokens
+    };
 
     let mut saved: Vec<u64> = Vec::new();
     if training {
@@ -594,7 +631,12 @@ fn kept(m: &ActivationModel, sh: &Shape) -> Kept {
     // of another that requires one (autograd saves `x` of `x @ W` for `W`'s gradient), so
     // frozen weights keep neither their inputs nor a norm's normalised value.
     let frozen = training && matches!(workload.finetune, Finetune::Lora { .. });
-    let norm_then_linear = |out: &mut Vec<u64>| {
+    let norm_then_linear = |out: &mut Vec<u64>, readers: u64| {
+        if precision.autocast && !frozen && !compile {
+            // Autocast caches the half cast of a leaf only (the weights, `cached_cast`): each
+            // further linear reading the norm's fp32 output casts it again and keeps its copy.
+            out.extend(std::iter::repeat_n(c * h, readers.saturating_sub(1) as usize));
+        }
         if frozen {
             // RMSNorm keeps its fp32 input (`pow`, `mul` by the rsqrt), LayerNorm its input.
             out.push(if sh.rms { 4 * h } else { residual * h });
@@ -602,7 +644,10 @@ fn kept(m: &ActivationModel, sh: &Shape) -> Kept {
             out.extend([residual * h, c * h]);
         } else if sh.rms {
             // fp32 upcast (the residual itself when already fp32), normalised value, output.
-            out.extend([4 * h, up * h, c * h]);
+            // LitGPT's `RMSNorm` multiplies the weight in fp32 (`x_normed * weight.float()`),
+            // keeping the normalised value in fp32 (`model/litgpt.rs`).
+            let normalised = if super::litgpt::runs(workload) { 4 } else { up };
+            out.extend([4 * h, normalised * h, c * h]);
         } else {
             // LayerNorm keeps its input; its output (or the linear's half cast of it) feeds on.
             out.extend([residual * h, c * h]);
@@ -612,7 +657,7 @@ fn kept(m: &ActivationModel, sh: &Shape) -> Kept {
     // The lists of transformers' and torchtune's modules (Unsloth's kernels keep their own).
     if workload.trainer != Trainer::Unsloth {
         // Attention.
-        norm_then_linear(&mut per_token);
+        norm_then_linear(&mut per_token, sh.readers.0);
         let attention_sublayers = if sh.cross_attention { 2 } else { 1 };
         for _ in 0..attention_sublayers {
             let (q, kv) = (a * d, k * d);
@@ -624,7 +669,11 @@ fn kept(m: &ActivationModel, sh: &Shape) -> Kept {
                     per_token.extend([c * q, c * kv]);
                 }
             }
-            if attention != AttentionImpl::Eager && workload.trainer == Trainer::Transformers {
+            if attention != AttentionImpl::Eager && super::litgpt::runs(workload) {
+                per_token.extend(super::litgpt::attention_saved(c, q, kv, k < a, a));
+                continue;
+            }
+            if attention != AttentionImpl::Eager && workload.trainer.runs_transformers_modules() {
                 // transformers' SDPA and flash keep q, k (rotated: `q * cos + rotate_half(q) * sin` keeps only
                 // the constant cos and sin for q's gradient) and v as they receive them, grouped
                 // K/V heads unrepeated (`use_gqa_in_sdpa` with no mask; flash natively), then
@@ -636,7 +685,21 @@ fn kept(m: &ActivationModel, sh: &Shape) -> Kept {
                 }
                 continue;
             }
-            let traced = workload.trainer == Trainer::Transformers && !compile;
+            if attention != AttentionImpl::Eager && workload.trainer == Trainer::Torchtune {
+                // torchtune's `MultiHeadAttention` (0.6.1, traced: sim/tests/tracer_torchtune.rs):
+                // its RoPE multiplies fp32 pairs by the constant cache and keeps nothing; SDPA
+                // keeps q as rotated, K and V expanded to every head (`expand(...).flatten(1,
+                // 2)` copies them), its output (which `transpose(1, 2).contiguous()` leaves in
+                // place: the kernel writes it sequence-major, and the output projection's input
+                // is that tensor) and a log-sum-exp per head and token.
+                let kv_kept = if k < a { q } else { kv };
+                per_token.extend([c * q, c * kv_kept, c * kv_kept, c * q, 4 * a]);
+                if sh.dropout {
+                    per_token.push(h); // residual dropout mask
+                }
+                continue;
+            }
+            let traced = workload.trainer.runs_transformers_modules() && !compile;
             if traced {
                 // transformers' eager attention: the score matmul keeps q and k as rotated (the
                 // raw ones and `rotate_half` are not kept: cos and sin are constants), the
@@ -684,12 +747,22 @@ fn kept(m: &ActivationModel, sh: &Shape) -> Kept {
         }
 
         // MLP.
-        norm_then_linear(&mut per_token);
+        if super::litgpt::norms_share_input(model, workload) {
+            // The two norms of LitGPT's parallel block read one input, kept once.
+            if !frozen {
+                per_token.push(c * h);
+            }
+        } else {
+            norm_then_linear(&mut per_token, if sh.moe.is_some() { 1 } else { sh.readers.1 });
+        }
         // What the activation function keeps, in tensors of the MLP's width: its input for a
         // native kernel (`F.silu`, `F.gelu`, tanh-approximate included); transformers'
         // `NewGELUActivation` (`gelu_new`) is composed in Python, `0.5·x·(1 + tanh(√(2/π)·(x +
         // 0.044715·x³)))`, and keeps x, the tanh, 1 + tanh and 0.5·x.
-        let act_keeps = if compile { 1 } else { activation_keeps(&model.facts.activation) };
+        // LitGPT's own MLPs call the native `F.gelu` (`approximate="tanh"` for Phi's
+        // `gelu_new`) and `F.silu` (`model/litgpt.rs`).
+        let native = compile || super::litgpt::runs(workload);
+        let act_keeps = if native { 1 } else { activation_keeps(&model.facts.activation) };
         let mlp = |width: u64, out: &mut Vec<u64>| {
             if frozen {
                 // Gate, up and act(gate) (kept by their product); a plain MLP's first output (kept
@@ -705,6 +778,14 @@ fn kept(m: &ActivationModel, sh: &Shape) -> Kept {
                 } else {
                     out.extend(vec![c * width; act_keeps as usize + 3])
                 }
+            } else if act_keeps == 4 {
+                // `gelu_new` keeps x for `pow`, the tanh, 1 + tanh and 0.5·x, and the second
+                // projection keeps its input. Autocast runs `pow` in fp32 (CUDA's fp32 cast list),
+                // so x is kept as its fp32 copy and the chain after it is fp32 by promotion (x +
+                // 0.044715·x³, the tanh, 1 + tanh, the product); 0.5·x stays half, and the
+                // projection keeps its half cast of the fp32 product. Traced on GPT-2 under fp16
+                // autocast (`sim/tests/tracer_tail.rs`).
+                out.extend([up * width, up * width, up * width, c * width, c * width]);
             } else {
                 // The activation's keeps, and its output (the second projection's input).
                 out.extend(vec![c * width; act_keeps as usize + 1]);

@@ -4,11 +4,15 @@
 //! `docs/memory-model.md`.
 
 pub(crate) mod activations;
+pub(crate) mod awq_fused;
 pub(crate) mod declared;
 pub(crate) mod head;
+pub(crate) mod litgpt;
 pub(crate) mod precision;
 pub(crate) mod ssm;
+pub(crate) mod torchtune;
 pub(crate) mod units;
+pub(crate) mod unsloth;
 pub(crate) mod vision;
 mod working_set;
 pub(crate) mod xlnet;

@@ -45,6 +45,9 @@ pub(crate) struct Unit {
     pub autocast_params: u64,
     /// Parameters of the largest quantized linear (dequantized transiently in forward).
     pub largest_quantized_linear: u64,
+    /// Bytes of `weight_tensors` that are bitsandbytes' quantization state (absmax, nested
+    /// absmax): no parameters, so FSDP neither flattens nor shards them (`fsdp.rs`).
+    pub quant_constants: u64,
     /// A rotary embedding outside the blocks: the model's forward computes it from the positions
     /// before its first layer (`position_embeddings = self.rotary_emb(...)`), beside the hidden
     /// states, which do not pass through it.
@@ -77,7 +80,8 @@ pub(crate) fn trainable_dtype(workload: &Workload, precision: &Precision) -> DTy
         // PEFT creates adapters in fp32 when the base is half (`autocast_adapter_dtype=True`,
         // the default since PEFT 0.12); torchtune builds them in the model's dtype.
         // Unsloth upcasts every `lora_A`/`lora_B` to fp32 (`prepare_model_for_training`).
-        (Finetune::Lora { .. }, Trainer::Transformers | Trainer::Unsloth) => DType::F32,
+        // fsdp_qlora's `get_peft_model` is PEFT's, with the same default.
+        (Finetune::Lora { .. }, Trainer::Transformers | Trainer::Unsloth | Trainer::FsdpQlora) => DType::F32,
         _ => precision.weights,
     }
 }
@@ -150,11 +154,7 @@ fn quantized_linear_bytes(quant: &Quant, out: u64, inp: u64, half_bytes: u64) ->
         Quant::Int8 => params + 4 * out,
         // bitsandbytes 4-bit: two values per byte, an fp32 absmax per 64-value block; double
         // quantization stores the absmax as uint8 with an fp32 scale per 256 blocks (QLoRA §3).
-        Quant::Nf4 { double_quant } | Quant::Fp4 { double_quant } => {
-            let blocks = params.div_ceil(64);
-            let constants = if *double_quant { blocks + 4 * blocks.div_ceil(256) } else { 4 * blocks };
-            params.div_ceil(2) + constants
-        }
+        Quant::Nf4 { .. } | Quant::Fp4 { .. } => params.div_ceil(2) + bnb4_constant_bytes(quant, params),
         // GPTQ/AWQ: `bits`-bit values packed in int32, an fp16 scale and a packed zero per group
         // and output; GPTQ also keeps an int32 `g_idx` per input.
         Quant::Gptq { bits, group_size } | Quant::Awq { bits, group_size } => {
@@ -172,6 +172,19 @@ fn quantized_linear_bytes(quant: &Quant, out: u64, inp: u64, half_bytes: u64) ->
             params + 4 * out.div_ceil(block) * inp.div_ceil(block)
         }
     })
+}
+
+/// Bytes of the quantization state bitsandbytes keeps beside a 4-bit weight of `params` values:
+/// an fp32 absmax per 64-value block, or with double quantization a uint8 absmax per block and
+/// an fp32 scale per 256 blocks (QLoRA §3); 0 for other quantizations.
+fn bnb4_constant_bytes(quant: &Quant, params: u64) -> u64 {
+    match quant {
+        Quant::Nf4 { double_quant } | Quant::Fp4 { double_quant } => {
+            let blocks = params.div_ceil(64);
+            if *double_quant { blocks + 4 * blocks.div_ceil(256) } else { 4 * blocks }
+        }
+        _ => 0,
+    }
 }
 
 /// The placement units of `model` in execution order, with what each holds under `workload`.
@@ -335,6 +348,7 @@ fn describe(
         trainable_tensors: Vec::new(),
         autocast_params: 0,
         largest_quantized_linear: 0,
+        quant_constants: 0,
         side: false,
     };
     // bitsandbytes replaces `nn.Linear` modules only: transformers 5.x's fused experts (3-D
@@ -346,8 +360,10 @@ fn describe(
             ModuleKind::Linear => true,
             ModuleKind::Experts { .. } => !bitsandbytes,
             _ => false,
-        } && Some(m.path.as_str()) != head;
-        for tensor in m.tensors.iter().filter(|t| t.tied_to.is_none()) {
+        } && (Some(m.path.as_str()) != head || super::litgpt::quantizes_head(workload));
+        // LitGPT's `GPT` ties nothing: a tied tensor is one of its own there (`litgpt.rs`).
+        let untied = super::litgpt::runs(workload);
+        for tensor in m.tensors.iter().filter(|t| t.tied_to.is_none() || untied) {
             let numel = tensor.numel();
             let is_float_param = tensor.kind == TensorKind::Parameter && tensor.dtype.is_float();
             let (out_dim, in_dim) = match tensor.shape.as_slice() {
@@ -369,7 +385,9 @@ fn describe(
                     // A fused experts tensor is dequantized one expert at a time.
                     let experts: u64 = tensor.shape.iter().rev().skip(2).product();
                     unit.largest_quantized_linear = unit.largest_quantized_linear.max(numel / experts.max(1));
-                    b
+                    unit.quant_constants +=
+                        bnb4_constant_bytes(&workload.quant, numel / experts.max(1)) * experts;
+                    b + crate::model::torchtune::nf4_factor_storage(workload, numel, half_bytes)
                 }
                 // PEFT's `prepare_model_for_kbit_training` casts every unquantized half-precision
                 // parameter (embeddings, norms, head) to fp32 before k-bit LoRA training.

@@ -15,7 +15,8 @@
 //!   temporaries); transformers' grouped-mm experts (`grouped_mm_experts_forward`) the gathered
 //!   inputs, the gate-up output and the gated product, or at the end four tensors of `h` per
 //!   routed copy (gathered input, down output, weighted output, its re-ordering);
-//! - in the attention's half, the norm's output, rotated q and k, v, and SDPA's output; eager
+//! - in the attention's half, the norm's output, rotated q and k, v, and SDPA's output (or, where
+//!   wider, at a per-head `q_norm`: the projection's output, its fp32 upcast and product); eager
 //!   attention adds `repeat_kv`'s copies and its scores at the softmax: the masked scores, and
 //!   for an fp32 softmax of half scores its fp32 output plus, except CUDA's fp16 path
 //!   (`at::_softmax(.., half_to_float)` in ATen's `softmax`), the fp32 copy of its input; then
@@ -93,6 +94,17 @@ pub(super) fn working_set(sh: &Shape, f: &Forward) -> Vec<u64> {
         }
     } else {
         attention.push(c * q * t); // SDPA's output
+    }
+    if sh.qk_norm {
+        // `q_norm(q_proj(x).view(..))` (Qwen3, OLMoE, Gemma 3): while the RMSNorm multiplies, the
+        // projection's output (the caller's argument), its fp32 upcast and the fp32 product are
+        // live beside the norm's output; an fp32 q is its own upcast (`.to` returns it).
+        let at_q_norm = if c < 4 {
+            vec![normed, c * q * t, 4 * q * t, 4 * q * t]
+        } else {
+            vec![normed, 4 * q * t, 4 * q * t]
+        };
+        attention = widest(attention, at_q_norm);
     }
 
     // MLP's half.
