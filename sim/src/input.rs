@@ -9,6 +9,7 @@ mod flags;
 mod lora;
 mod place;
 mod serving;
+mod trainers;
 
 pub use checks::{validate, validate_configuration, validate_shape};
 pub use flags::{WorkloadFlags, parse_quant};

@@ -1454,10 +1454,15 @@ impl<'r, 'a> Builder<'r, 'a> {
                 unfused.push(self.alloc(device, unit, Component::Weights, bytes));
                 self.free(zero);
             }
+            // 0.1.6's `WindowedCache` is `torch.zeros(..).to(device).half()`: fp32 on the GPU
+            // first. From 0.2.7.post3 (`--attn flash`) it is made in fp16 directly
+            // (`torch.zeros(size, device=device, dtype=torch.float16)`, awq/modules/fused/cache.py).
+            let made_in_fp32 = crate::model::awq_fused::attention(self.workload)
+                != Some(crate::workload::AttentionImpl::Flash);
             for _ in 0..2 {
-                let fp32 = self.alloc(device, unit, Component::KvCache, 2 * cache);
+                let fp32 = made_in_fp32.then(|| self.alloc(device, unit, Component::KvCache, 2 * cache));
                 self.alloc(device, unit, Component::KvCache, cache);
-                self.free(fp32);
+                self.free(fp32.flatten());
             }
             self.alloc(device, unit, Component::Weights, rope);
         }

@@ -106,3 +106,21 @@ fn the_switch_is_refused_where_the_fused_runtime_does_not_run() {
     }
     assert!(long.to_string().contains("--awq-fused 4096"), "{long}");
 }
+
+#[test]
+fn a_fused_cache_past_the_step_bound_is_refused_not_overflowed() {
+    // A config at the documented bounds with a short run but a cache of 2²⁴ tokens: the cache,
+    // not the run's context, makes the step past 2⁶⁰ bytes, so the scale check must count it
+    // (it once saw only `--seq`, and the replay's byte sums overflowed).
+    let config = r#"{"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 1024,
+        "num_attention_heads": 4096, "num_key_value_heads": 4096, "head_dim": 65536,
+        "vocab_size": 32000, "max_position_embeddings": 16777216, "torch_dtype": "float16"}"#;
+    let model =
+        vramplan_profiles::model::hf::from_config_text(config, "config.json", ImportOptions::default())
+            .expect("a config at the bounds");
+    let hw = hardware::load("h100-80gb").expect("profile");
+    let w = Workload { seq: 16, prompt: Some(16), ..fused(1, 16, 1 << 24) };
+    let e = validate(&w, &model, &hw).expect_err("refused");
+    assert!(e.to_string().contains("1 EiB"), "{e}");
+}

@@ -180,3 +180,34 @@ fn unsloth_outside_what_it_models_is_warned() {
     };
     assert!(warned("olmoe-1b-7b", &attention_lora), "experts");
 }
+
+#[test]
+fn each_trainer_refuses_what_its_program_does_not_run() {
+    let model = builtin("llama-3.2-1b");
+    let hw = hardware::load("2xa100-80gb").expect("profile");
+    let qlora = |trainer| Workload {
+        finetune: Finetune::Lora { rank: 8, alpha: 16, targets: Vec::new() },
+        quant: Quant::Nf4 { double_quant: false },
+        trainer,
+        ..full_bf16(1, 256)
+    };
+    let refused_at = |w: Workload, key: &str| {
+        let e = vramplan_sim::input::validate(&w, &model, &hw).expect_err("refused");
+        assert!(e.to_string().contains(&format!("key `{key}`")), "{e}");
+    };
+    // LitGPT: bitsandbytes' quantizations only (`litgpt/finetune/lora.py`), one GPU, PagedAdamW.
+    let litgpt = Workload { optimizer: Optimizer::PagedAdamw, ..qlora(Trainer::Litgpt) };
+    vramplan_sim::input::validate(&litgpt, &model, &hw).expect("LitGPT's QLoRA as it runs");
+    refused_at(Workload { quant: Quant::Gptq { bits: 4, group_size: 128 }, ..litgpt.clone() }, "quant");
+    refused_at(Workload { optimizer: Optimizer::Adamw, ..litgpt.clone() }, "optimizer");
+    let ddp = vramplan_sim::workload::Parallelism::Ddp;
+    refused_at(Workload { parallelism: ddp, ..litgpt.clone() }, "parallelism");
+    // fsdp_qlora: nf4 `Linear4bit` only.
+    refused_at(Workload { quant: Quant::Int8, ..qlora(Trainer::FsdpQlora) }, "quant");
+    // A loss of their own: torchtune's chunked loss does not apply.
+    for trainer in [Trainer::Unsloth, Trainer::Litgpt, Trainer::FsdpQlora] {
+        let mut w = Workload { optimizer: Optimizer::PagedAdamw, ..qlora(trainer) };
+        w.switches.chunked_cross_entropy = true;
+        refused_at(w, "switches.chunked_cross_entropy");
+    }
+}

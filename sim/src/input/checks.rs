@@ -30,8 +30,9 @@ pub fn validate(
 /// over shapes checks at every point, having checked the rest once.
 pub fn validate_shape(workload: &Workload, model: &ModelDescription) -> Result<(), InputError> {
     check_sizes(workload)?;
-    check_scale(workload, model)?;
+    // The fused cache's own bounds first: the step's scale counts the cache.
     crate::model::awq_fused::check_shape(workload, MAX_SEQ, MAX_TOKENS)?;
+    check_scale(workload, model)?;
     check_positions(workload, model)
 }
 
@@ -84,6 +85,7 @@ pub fn validate_configuration(
     check_images(workload, model)?;
     check_parallelism(workload, model, hardware)?;
     crate::model::torchtune::check_version(workload)?;
+    super::trainers::check_trainer(workload)?;
     crate::model::awq_fused::check_configuration(workload, model)?;
     if let Finetune::Lora { rank: 0, .. } = workload.finetune {
         return Err(InputError::new(ORIGIN, "LoRA rank 0 adds no adapter")
@@ -275,7 +277,10 @@ fn check_scale(w: &Workload, model: &ModelDescription) -> Result<(), InputError>
     let context = match w.engine {
         Engine::LlamaCpp { n_ctx, n_ubatch } => u128::from(n_ctx.max(n_ubatch)),
         Engine::Vllm { max_num_batched_tokens, .. } => seq.max(u128::from(max_num_batched_tokens)),
-        Engine::Sglang { .. } | Engine::Transformers => seq,
+        // AutoAWQ's fused modules hold a cache of `--awq-fused` tokens a sequence, however short
+        // the run's own context (`model/awq_fused.rs`).
+        Engine::Transformers => seq.max(u128::from(w.awq_fused.unwrap_or(0))),
+        Engine::Sglang { .. } => seq,
     };
     let tokens = batch * context;
     let moe = f.moe.as_ref().map_or(0, |m| {

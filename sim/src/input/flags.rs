@@ -604,6 +604,11 @@ const TRAINERS: Words<Trainer> = &[
     (&["fsdp-qlora"], Trainer::FsdpQlora),
 ];
 
+/// `--trainer`'s canonical word for `trainer`, as messages name it.
+pub(crate) fn trainer_word(trainer: Trainer) -> &'static str {
+    TRAINERS.iter().find(|(_, t)| *t == trainer).and_then(|(names, _)| names.first().copied()).unwrap_or("?")
+}
+
 /// The value whose words include `text` (case-insensitive, `_` read as `-`), else an error
 /// listing the canonical words and the closest.
 fn pick<T: Copy>(flag: &str, text: &str, words: Words<T>) -> Result<T, InputError> {
