@@ -13,13 +13,17 @@
 //!   `accelerate launch` lines.
 //! - `torchrun`: a shell script of `torchrun` lines for DDP, one per node.
 //!
+//! The training exports launch the HF Trainer (or TRL, or a script on `Accelerator()`): a
+//! workload under another `--trainer` (torchtune, Unsloth, LitGPT, fsdp_qlora), which runs its
+//! own program with its own wrapping and launcher, is refused at the key `trainer`.
+//!
 //! Every script opens with comments saying what it assumes (the engine version its flags were
 //! checked against, the environment), and multi-node scripts pick their line by `NODE_RANK`
 //! with `MASTER_ADDR` as the rendezvous placeholder the user fills in.
 
 use super::Export;
 use vramplan_profiles::{DType, InputError};
-use vramplan_sim::workload::{Engine, Mode, Parallelism, Quant, Workload};
+use vramplan_sim::workload::{Engine, Mode, Parallelism, Quant, Trainer, Workload};
 
 /// The vLLM version whose flags the `vllm` export was checked against.
 pub const VLLM_VERSION: &str = "0.33.0";
@@ -122,6 +126,33 @@ fn script(assumes: &[String], lines: &[String]) -> String {
 
 fn refuse(format: &str, why: impl Into<String>, fix: impl Into<String>) -> InputError {
     InputError::new("--format", format!("no {format} export for this plan: {}", why.into())).with_fix(fix)
+}
+
+/// `--trainer`'s word for `trainer` (its serde name: `torchtune`, `fsdp-qlora`), as messages
+/// name it.
+pub(crate) fn trainer_word(trainer: Trainer) -> String {
+    serde_json::to_value(trainer).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+}
+
+/// Refuses a training export for a workload under a trainer other than the HF Trainer/TRL: the
+/// files launch the HF Trainer's script (its `--deepspeed CONFIG`, accelerate's FSDP plugin with
+/// `TRANSFORMER_BASED_WRAP` and `use_orig_params`, DDP under torchrun), not the program the
+/// estimate modelled (fsdp_qlora's `train.py` wraps with `use_orig_params=False`, for one).
+fn hf_trainer_only(w: &Workload, format: &str) -> Result<(), InputError> {
+    if w.trainer == Trainer::Transformers {
+        return Ok(());
+    }
+    let trainer = trainer_word(w.trainer);
+    Err(refuse(
+        format,
+        format!(
+            "the {format} export writes launch files for the HF Trainer/TRL; `--trainer {trainer}` runs its own program"
+        ),
+        format!(
+            "launch {trainer} with its own launcher at the batch and length vramplan sized, or plan with `--trainer transformers`"
+        ),
+    )
+    .at_key("trainer"))
 }
 
 /// The engine's `kind` as the workload file writes it (`vllm`, `sglang`, …), and its fields.
@@ -549,6 +580,7 @@ fn training_assumes(launch: &Launch, what: &str, script: &str) -> Vec<String> {
 pub fn deepspeed(launch: &Launch, file: &str) -> Result<Export, InputError> {
     let w = launch.workload;
     let (stage, offload_optimizer, offload_params) = zero(w, "deepspeed")?;
+    hf_trainer_only(w, "deepspeed")?;
     let mut zero_cfg = serde_json::json!({ "stage": stage });
     if offload_optimizer {
         zero_cfg["offload_optimizer"] = serde_json::json!({"device": "cpu", "pin_memory": true});
@@ -584,6 +616,7 @@ pub fn deepspeed(launch: &Launch, file: &str) -> Result<Export, InputError> {
 pub fn fsdp(launch: &Launch, file: &str) -> Result<Export, InputError> {
     let w = launch.workload;
     let (stage, offload_optimizer, offload_params) = zero(w, "fsdp")?;
+    hf_trainer_only(w, "fsdp")?;
     let strategy = match stage {
         3 => "FULL_SHARD",
         2 => "SHARD_GRAD_OP",
@@ -652,6 +685,7 @@ pub fn torchrun(launch: &Launch) -> Result<Export, InputError> {
             "plan with `--mode train --parallel ddp`; for ZeRO or FSDP write `--format deepspeed` or `fsdp`, which carry their own launch lines",
         ));
     }
+    hf_trainer_only(w, "torchrun")?;
     let lines = torchrun_lines(launch, "torchrun", &[])?;
     let assumes = training_assumes(
         launch,

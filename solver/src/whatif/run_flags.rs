@@ -9,6 +9,10 @@
 //! - vLLM: `vllm serve` flags (`--max-model-len`, `--gpu-memory-utilization`,
 //!   `--tensor-parallel-size`, `--kv-cache-dtype`, `--quantization`, `--max-num-seqs`).
 //! - llama.cpp: `llama-server` flags (`-c`, `-ngl`, `-ub`, `-fa`, `-ctk`/`-ctv`, `-np`).
+//! - another program (`--trainer` torchtune, Unsloth, LitGPT or fsdp_qlora; AutoAWQ's fused
+//!   runtime under `--awq-fused`): comments only, naming the settings in that program's own
+//!   terms. Their command lines and calls were never run against the programs themselves, so
+//!   none is printed as code (`tests/tests/run_snippets_trainers.rs`).
 
 use super::Fit;
 use serde::Serialize;
@@ -16,7 +20,8 @@ use vramplan_profiles::DType;
 use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::ModelDescription;
 use vramplan_sim::workload::{
-    AttentionImpl, Engine, Finetune, GradCheckpointing, Mode, Optimizer, Parallelism, Quant, Workload,
+    AttentionImpl, Engine, Finetune, GradCheckpointing, Mode, Optimizer, Parallelism, Quant, Trainer,
+    Workload,
 };
 
 /// The arguments of one program or call, in order.
@@ -141,11 +146,97 @@ pub fn run_flags(
     fit: &Fit,
 ) -> Vec<RunFlags> {
     match answer.engine {
-        Engine::Transformers => transformers(model, hardware, question, answer, fit),
+        Engine::Transformers => match own_program(model, hardware, question, answer) {
+            Some(note) => vec![note],
+            None => transformers(model, hardware, question, answer, fit),
+        },
         Engine::Vllm { gpu_memory_utilization, .. } => vec![vllm(model, answer, gpu_memory_utilization)],
         Engine::Sglang { .. } => vec![sglang(model, answer)],
         Engine::LlamaCpp { n_ctx, n_ubatch } => vec![llamacpp(model, hardware, answer, n_ctx, n_ubatch)],
     }
+}
+
+/// Where `answer` runs under a program of its own rather than transformers/TRL (a `--trainer`
+/// other than `transformers`, or AutoAWQ's fused runtime under `--awq-fused`), one comment
+/// saying what to set there in that program's terms, and that vramplan prints no code for it:
+/// the transformers/TRL lines would run another program than the one the estimate models, and
+/// that program's own lines were never run here. `None` for transformers/TRL.
+fn own_program(
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+    question: &Workload,
+    answer: &Workload,
+) -> Option<RunFlags> {
+    let (per_device, steps) = accumulation(question, answer);
+    let seq = answer.seq.saturating_add(answer.image_tokens(model));
+    let (program, settings) = match (answer.awq_fused, answer.trainer, answer.mode) {
+        (Some(max_seq_len), _, Mode::Inference) => (
+            "AutoAWQ".to_string(),
+            format!(
+                "AutoAWQForCausalLM.from_quantized(..., fuse_layers=True, max_seq_len={max_seq_len}, batch_size={b}) \
+                 (AutoAWQ 0.2; max_new_tokens={max_seq_len} in 0.1), then up to {b} sequences of up to {seq} tokens \
+                 at a time",
+                b = answer.batch
+            ),
+        ),
+        (_, Trainer::Transformers, _) => return None,
+        (_, trainer, Mode::Inference) => (
+            crate::export::launch::trainer_word(trainer),
+            format!("up to {} sequences of up to {seq} tokens at a time", answer.batch),
+        ),
+        (_, Trainer::Torchtune, Mode::Train) => (
+            "torchtune".to_string(),
+            format!(
+                "batch_size={per_device}, gradient_accumulation_steps={steps}, tokenizer.max_seq_len={seq} \
+                 in your recipe's config"
+            ),
+        ),
+        (_, Trainer::Unsloth, Mode::Train) => (
+            "Unsloth".to_string(),
+            format!(
+                "FastLanguageModel.from_pretrained(..., max_seq_length={seq}), then TRL's \
+                 SFTConfig(per_device_train_batch_size={per_device}, gradient_accumulation_steps={steps}, \
+                 max_length={seq})"
+            ),
+        ),
+        (_, Trainer::Litgpt, Mode::Train) => {
+            // LitGPT accumulates global_batch_size / devices / micro_batch_size steps.
+            let ranks = match answer.parallelism {
+                Parallelism::Ddp | Parallelism::Zero { .. } => hardware.devices.len().max(1) as u64,
+                _ => 1,
+            };
+            (
+                "LitGPT".to_string(),
+                format!(
+                    "litgpt finetune ... --train.micro_batch_size {per_device} --train.global_batch_size {} \
+                     --train.max_seq_length {seq}",
+                    per_device.saturating_mul(steps).saturating_mul(ranks)
+                ),
+            )
+        }
+        (_, Trainer::FsdpQlora, Mode::Train) => (
+            "fsdp_qlora".to_string(),
+            format!(
+                "train.py ... --batch_size {per_device} --gradient_accumulation_steps {steps} \
+                 --context_length {seq}"
+            ),
+        ),
+    };
+    let mut note = RunFlags::new("#");
+    note.arg(&format!("{program} run"), settings);
+    note.arg(
+        "not printed as code",
+        format!(
+            "vramplan prints runnable code for transformers/TRL, vLLM, SGLang and llama.cpp only; \
+             set these in {program}'s own launch"
+        ),
+    );
+    if answer.mode == Mode::Train
+        && let Some(batch) = effective_batch_note(question, answer)
+    {
+        note.arg("effective batch", batch);
+    }
+    Some(note)
 }
 
 fn transformers(
@@ -278,33 +369,8 @@ fn transformers(
             } else if kind != Kind::CausalLm {
                 notes.arg("sequences", format!("tokenize to max_length={}, truncation=True", answer.seq));
             }
-            let asked = question.batch.saturating_mul(question.grad_accum.max(1)).max(1);
-            if !keeps_effective_batch(question, answer) {
-                notes.arg(
-                    "effective batch",
-                    format!(
-                        "{} ({per_device} per device × {steps} steps), not the {asked} asked for: its divisors that \
-                         fit waste more than half of the {} that do",
-                        per_device.saturating_mul(steps),
-                        answer.batch
-                    ),
-                );
-            } else if per_device < answer.batch && steps == 1 {
-                notes.arg(
-                    "effective batch",
-                    format!(
-                        "{asked} as asked; up to {} per device fit, for a larger effective batch",
-                        answer.batch
-                    ),
-                );
-            } else if per_device < answer.batch {
-                notes.arg(
-                    "effective batch",
-                    format!(
-                        "{asked} as asked: {per_device} per device, the largest divisor of it within the {} that fit",
-                        answer.batch
-                    ),
-                );
+            if let Some(note) = effective_batch_note(question, answer) {
+                notes.arg("effective batch", note);
             }
             if !notes.args.is_empty() {
                 out.push(notes);
@@ -343,6 +409,31 @@ pub fn accumulation(question: &Workload, answer: &Workload) -> (u64, u64) {
     }
     let divisor = (1..=fits).rev().find(|d| effective.is_multiple_of(*d)).unwrap_or(1);
     if 2 * divisor >= fits { (divisor, effective / divisor) } else { (fits, effective.div_ceil(fits)) }
+}
+
+/// What the training lines' batch does to the question's effective batch, where a reader needs
+/// telling: not kept (a prime effective batch), kept with room for more per device, or kept by
+/// a divisor under what fits.
+fn effective_batch_note(question: &Workload, answer: &Workload) -> Option<String> {
+    let (per_device, steps) = accumulation(question, answer);
+    let asked = question.batch.saturating_mul(question.grad_accum.max(1)).max(1);
+    if !keeps_effective_batch(question, answer) {
+        Some(format!(
+            "{} ({per_device} per device × {steps} steps), not the {asked} asked for: its divisors that \
+             fit waste more than half of the {} that do",
+            per_device.saturating_mul(steps),
+            answer.batch
+        ))
+    } else if per_device < answer.batch && steps == 1 {
+        Some(format!("{asked} as asked; up to {} per device fit, for a larger effective batch", answer.batch))
+    } else if per_device < answer.batch {
+        Some(format!(
+            "{asked} as asked: {per_device} per device, the largest divisor of it within the {} that fit",
+            answer.batch
+        ))
+    } else {
+        None
+    }
 }
 
 /// Whether [`accumulation`] keeps the question's effective batch exactly.

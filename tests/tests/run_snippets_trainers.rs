@@ -1,0 +1,154 @@
+//! A workload run by a program other than transformers/TRL (`--trainer` torchtune, Unsloth,
+//! LitGPT or fsdp_qlora; AutoAWQ's fused runtime under `--awq-fused`) gets no transformers/TRL
+//! code to paste: that code would run another program than the one the estimate models, and
+//! the other program's own lines were never run against it (`tests/tests/pasteable.rs` holds
+//! every printed code line to one recorded from the real library). `whatif` prints comments
+//! only, in that program's terms; `plan --format deepspeed|fsdp|torchrun`, which write the HF
+//! Trainer's launch files, refuse such a workload at the key `trainer`.
+
+use vramplan_tests::vramplan;
+
+/// The lines under `to run it:` (indented by two spaces), as printed.
+fn run_lines(stdout: &str) -> Vec<String> {
+    let Some((_, rest)) = stdout.split_once("\nto run it:\n") else { return Vec::new() };
+    rest.lines().map_while(|l| l.strip_prefix("  ")).map(str::to_string).collect()
+}
+
+/// What only transformers/TRL code holds.
+const TRANSFORMERS_CODE: [&str; 6] =
+    ["SFTConfig(", "from_pretrained(", "LoraConfig(", "TrainingArguments(", "import ", "torchrun "];
+
+/// `(name, arguments, the program's name in the comment, a setting written from the flags)`.
+const CASES: [(&str, &str, &str, &str); 5] = [
+    (
+        "torchtune",
+        "whatif max-batch llama-3.2-1b --hardware a100-80gb --mode train --lora-rank 8 --seq 512 --trainer torchtune",
+        "torchtune",
+        "tokenizer.max_seq_len=512",
+    ),
+    (
+        "unsloth",
+        "whatif max-batch llama-3.2-1b --hardware a100-80gb --mode train --quant nf4 --lora-rank 8 --seq 512 \
+         --trainer unsloth",
+        "Unsloth",
+        "max_seq_length=512",
+    ),
+    (
+        "litgpt",
+        "whatif max-batch llama-3.2-1b --hardware a100-80gb --mode train --quant nf4 --lora-rank 8 --seq 512 \
+         --trainer litgpt --optimizer paged-adamw",
+        "LitGPT",
+        "--train.max_seq_length 512",
+    ),
+    (
+        "fsdp-qlora",
+        "whatif max-batch llama-3.2-1b --hardware 2xrtx3090 --mode train --quant nf4 --lora-rank 8 --seq 512 \
+         --trainer fsdp-qlora --parallel fsdp",
+        "fsdp_qlora",
+        "--context_length 512",
+    ),
+    (
+        "awq-fused",
+        "whatif max-batch mistral-7b --hardware a100-80gb --mode inference --seq 512 --dtype fp16 --quant awq \
+         --awq-fused 512",
+        "AutoAWQ",
+        "max_seq_len=512",
+    ),
+];
+
+#[test]
+fn another_program_gets_comments_and_no_transformers_code() {
+    let mut failures = Vec::new();
+    for (name, args, program, setting) in CASES {
+        let argv: Vec<&str> = args.split_whitespace().collect();
+        let out = vramplan(&argv);
+        if out.code != 0 {
+            failures.push(format!("{name}: exit {}: {}", out.code, out.stderr));
+            continue;
+        }
+        let lines = run_lines(&out.stdout);
+        if lines.is_empty() {
+            failures.push(format!("{name}: no lines to run:\n{}", out.stdout));
+        }
+        for line in lines.iter().filter(|l| !l.starts_with("# ")) {
+            failures.push(format!("{name}: a line that is not a comment: {line}"));
+        }
+        for line in &lines {
+            if let Some(code) = TRANSFORMERS_CODE.iter().find(|c| line.starts_with(*c)) {
+                failures.push(format!("{name}: transformers/TRL code ({code}): {line}"));
+            }
+        }
+        let run = lines.iter().find(|l| l.starts_with(&format!("# {program} run: ")));
+        match run {
+            Some(line) if line.contains(setting) => {}
+            Some(line) => failures.push(format!("{name}: `{setting}` missing from: {line}")),
+            None => failures.push(format!("{name}: no `# {program} run:` line in {lines:#?}")),
+        }
+        if !lines.iter().any(|l| {
+            l.contains("vramplan prints runnable code for transformers/TRL, vLLM, SGLang and llama.cpp only")
+        }) {
+            failures.push(format!("{name}: the note that no code is printed is missing: {lines:#?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The same workloads under the HF Trainer still get its code: the check above sees the lines
+/// it looks for where they are printed.
+#[test]
+fn the_hf_trainer_still_gets_its_code() {
+    let argv: Vec<&str> =
+        "whatif max-batch llama-3.2-1b --hardware a100-80gb --mode train --quant nf4 --lora-rank 8 --seq 512"
+            .split_whitespace()
+            .collect();
+    let out = vramplan(&argv);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let lines = run_lines(&out.stdout);
+    for code in ["from_pretrained(", "LoraConfig(", "SFTConfig("] {
+        assert!(lines.iter().any(|l| l.contains(code) && !l.starts_with('#')), "{code} missing: {lines:#?}");
+    }
+    assert!(!lines.iter().any(|l| l.contains(" run: ")), "{lines:#?}");
+}
+
+#[test]
+fn hf_trainer_launch_exports_refuse_another_trainer() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cases = [
+        (
+            "fsdp",
+            "plan llama-2-7b --hardware 2xrtx3090 --mode train --quant nf4 --lora-rank 8 --trainer fsdp-qlora --parallel fsdp",
+            "fsdp-qlora",
+        ),
+        (
+            "deepspeed",
+            "plan llama-2-7b --hardware 2xrtx3090 --mode train --quant nf4 --lora-rank 8 --trainer fsdp-qlora --parallel fsdp",
+            "fsdp-qlora",
+        ),
+        (
+            "torchrun",
+            "plan llama-3.2-1b --hardware 2xrtx3090 --mode train --lora-rank 8 --trainer torchtune --parallel ddp",
+            "torchtune",
+        ),
+    ];
+    for (format, args, trainer) in cases {
+        let file = dir.path().join(format!("launch.{format}"));
+        let file = file.display().to_string();
+        let mut argv: Vec<&str> = args.split_whitespace().collect();
+        argv.extend(["--format", format, "-o", &file]);
+        let out = vramplan(&argv);
+        assert_eq!(out.code, 2, "{format}: {}{}", out.stdout, out.stderr);
+        assert!(out.stderr.contains("key `trainer`"), "{format}: {}", out.stderr);
+        assert!(out.stderr.contains(&format!("--trainer {trainer}")), "{format}: {}", out.stderr);
+        assert!(!std::path::Path::new(&file).exists(), "{format}: {file} written");
+    }
+    // The HF Trainer's own plan writes the accelerate config.
+    let file = dir.path().join("hf.yaml").display().to_string();
+    let mut argv: Vec<&str> =
+        "plan llama-2-7b --hardware 2xrtx3090 --mode train --quant nf4 --lora-rank 8 --parallel fsdp --format fsdp -o"
+            .split_whitespace()
+            .collect();
+    argv.push(&file);
+    let out = vramplan(&argv);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(std::fs::read_to_string(&file).expect("written").contains("distributed_type: FSDP"));
+}
