@@ -113,6 +113,25 @@ def write_json(path, obj, compact_lists=None):
     tmp.replace(path)
 
 
+def traced_record(config, trace, limit=3, echo=True):
+    """`trace(config)` merged into the configuration, or the error it raised (its traceback to
+    stderr), with the seconds it took; echoed to stderr as one JSON line unless `echo` is off.
+    Every tracer script records its configurations through this."""
+    import time
+    import traceback
+
+    start = time.time()
+    try:
+        record = {**config, **trace(config)}
+    except Exception as e:  # noqa: BLE001
+        traceback.print_exc(limit=limit)
+        record = {**config, "error": err_str(e)}
+    record["seconds"] = round(time.time() - start, 1)
+    if echo:
+        print(json.dumps(record, default=str), file=sys.stderr, flush=True)
+    return record
+
+
 def err_str(e, n=300):
     return f"{type(e).__name__}: {e}"[:n]
 

@@ -44,8 +44,6 @@ import argparse
 import contextlib
 import json
 import sys
-import time
-import traceback
 
 import common
 import default_configs
@@ -595,14 +593,7 @@ def main():
     for config in configurations():
         if not selected(config):
             continue
-        start = time.time()
-        try:
-            record = {**config, **trace(config)}
-        except Exception as e:  # noqa: BLE001
-            traceback.print_exc(limit=3)
-            record = {**config, "error": common.err_str(e)}
-        record["seconds"] = round(time.time() - start, 1)
-        print(json.dumps(record), file=sys.stderr, flush=True)
+        record = common.traced_record(config, trace, limit=3)
         records.append(record)
     if args.print:
         return

@@ -51,8 +51,6 @@ import argparse
 import functools
 import json
 import sys
-import time
-import traceback
 
 import common
 import trace as single  # trace.py: PeakTracker, the 4-bit linears, PEFT, the CUDA-like kernels
@@ -341,14 +339,7 @@ def main():
             dist.destroy_process_group()
         if not dist.is_initialized():
             dist.init_process_group("fake", rank=0, world_size=config["world_size"], store=FakeStore())
-        start = time.time()
-        try:
-            record = {**config, **trace(config)}
-        except Exception as e:  # noqa: BLE001
-            traceback.print_exc(limit=6)
-            record = {**config, "error": common.err_str(e)}
-        record["seconds"] = round(time.time() - start, 1)
-        print(json.dumps(record), file=sys.stderr, flush=True)
+        record = common.traced_record(config, trace, limit=6)
         records.append(record)
     if args.print or args.only is not None:
         return

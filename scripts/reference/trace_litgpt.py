@@ -35,10 +35,7 @@ Usage (the venv `scripts/reference/run trace-litgpt` builds):
 
 import argparse
 import importlib.metadata
-import json
 import sys
-import time
-import traceback
 
 import common
 import torch
@@ -233,14 +230,7 @@ def main():
     for config in configurations():
         if args.only and config["model"] != args.only:
             continue
-        start = time.time()
-        try:
-            record = {**config, **trace(config)}
-        except Exception as e:  # noqa: BLE001
-            traceback.print_exc(limit=6)
-            record = {**config, "error": common.err_str(e)}
-        record["seconds"] = round(time.time() - start, 1)
-        print(json.dumps(record), file=sys.stderr, flush=True)
+        record = common.traced_record(config, trace, limit=6)
         records.append(record)
     if args.print:
         return

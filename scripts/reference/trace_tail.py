@@ -28,8 +28,6 @@ Usage: scripts/reference/.venv5/bin/python scripts/reference/trace_tail.py [--pr
 import argparse
 import json
 import sys
-import time
-import traceback
 
 import common
 import torch
@@ -214,14 +212,7 @@ def main():
     for config in configurations():
         if args.only and config["tail"] != args.only:
             continue
-        start = time.time()
-        try:
-            record = {**config, **trace(config)}
-        except Exception as e:  # noqa: BLE001
-            traceback.print_exc(limit=3)
-            record = {**config, "error": common.err_str(e)}
-        record["seconds"] = round(time.time() - start, 1)
-        print(json.dumps(record, default=str), file=sys.stderr, flush=True)
+        record = common.traced_record(config, trace, limit=3)
         records.append(record)
     if args.print:
         return

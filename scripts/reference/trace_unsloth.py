@@ -45,8 +45,6 @@ import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
-import traceback  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -566,13 +564,7 @@ def _run_one(n):
     _install_loss()
     _nested_backward()
     config = configurations()[n]
-    start = time.time()
-    try:
-        record = {**config, **trace(config)}
-    except Exception as e:  # noqa: BLE001
-        traceback.print_exc(limit=6)
-        record = {**config, "error": common.err_str(e)}
-    record["seconds"] = round(time.time() - start, 1)
+    record = common.traced_record(config, trace, limit=6, echo=False)
     return record
 
 
