@@ -152,3 +152,33 @@ fn hf_trainer_launch_exports_refuse_another_trainer() {
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     assert!(std::fs::read_to_string(&file).expect("written").contains("distributed_type: FSDP"));
 }
+
+/// `plan -o MAP` under another program prints no transformers loading call for the map.
+#[test]
+fn a_map_for_another_program_gets_no_transformers_loading_call() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cases = [
+        (
+            "torchtune",
+            "plan llama-3.2-1b --hardware 2xt4 --mode train --lora-rank 8 --seq 512 --trainer torchtune",
+        ),
+        (
+            "AutoAWQ",
+            "plan mistral-7b --hardware t4 --mode inference --seq 512 --dtype fp16 --quant awq --awq-fused 512",
+        ),
+    ];
+    for (program, args) in cases {
+        let file = dir.path().join(format!("{program}.json")).display().to_string();
+        let mut argv: Vec<&str> = args.split_whitespace().collect();
+        argv.extend(["-o", &file]);
+        let out = vramplan(&argv);
+        assert_eq!(out.code, 0, "{program}: {}{}", out.stdout, out.stderr);
+        let Some((_, rest)) = out.stdout.split_once("; load it as it is") else {
+            panic!("{program}: no loading lines:\n{}", out.stdout)
+        };
+        let lines: Vec<&str> = rest.lines().skip(1).map_while(|l| l.strip_prefix("  ")).collect();
+        assert!(!lines.is_empty(), "{program}: {}", out.stdout);
+        assert!(lines.iter().all(|l| l.starts_with("# ")), "{program}: {lines:#?}");
+        assert!(lines.iter().any(|l| l.starts_with(&format!("# {program} run: "))), "{program}: {lines:#?}");
+    }
+}

@@ -447,13 +447,35 @@ pub fn keeps_effective_batch(question: &Workload, answer: &Workload) -> bool {
 /// `quantization_config` (with `llm_int8_enable_fp32_cpu_offload` once a module is on `cpu` or
 /// `disk`, which bitsandbytes otherwise refuses) and `offload_folder` once one is on `disk`; for
 /// a custom model, which no transformers class loads, accelerate's `dispatch_model` on the
-/// user's own instance.
+/// user's own instance; for a workload another program runs (`--trainer` other than
+/// `transformers`, `--awq-fused`), a comment only.
 pub fn map_loading(
     file: &str,
     model: &ModelDescription,
     device_map: &[(String, vramplan_sim::placement::Target)],
     workload: &Workload,
 ) -> Vec<RunFlags> {
+    // Another program loads the model its own way: no transformers call for it (as `run_flags`).
+    let program = match (workload.awq_fused, workload.trainer, workload.mode) {
+        (Some(_), _, Mode::Inference) => Some("AutoAWQ".to_string()),
+        (_, Trainer::Transformers, _) => None,
+        (_, trainer, _) => Some(crate::export::launch::trainer_word(trainer)),
+    };
+    if let Some(program) = program {
+        let mut note = RunFlags::new("#");
+        note.arg(
+            &format!("{program} run"),
+            format!(
+                "{program} loads the model itself; the map names transformers' modules, for a loader that takes an \
+                 accelerate device map"
+            ),
+        );
+        note.arg(
+            "not printed as code",
+            "vramplan prints runnable code for transformers/TRL, vLLM, SGLang and llama.cpp only",
+        );
+        return vec![note];
+    }
     let map = format!("json.load(open({file:?}))");
     let Some(source) = pretrained_source(model) else {
         let mut note = RunFlags::new("#");
