@@ -12,7 +12,7 @@ mod serving;
 mod trainers;
 
 pub use checks::{validate, validate_configuration, validate_shape};
-pub use flags::{WorkloadFlags, parse_quant};
+pub use flags::{WorkloadFlags, parse_quant, trainer_word};
 pub use lora::lora_target_modules;
 pub use place::{WorkloadSource, key_line, place_check_error};
 

@@ -605,7 +605,7 @@ const TRAINERS: Words<Trainer> = &[
 ];
 
 /// `--trainer`'s canonical word for `trainer`, as messages name it.
-pub(crate) fn trainer_word(trainer: Trainer) -> &'static str {
+pub fn trainer_word(trainer: Trainer) -> &'static str {
     TRAINERS.iter().find(|(_, t)| *t == trainer).and_then(|(names, _)| names.first().copied()).unwrap_or("?")
 }
 

@@ -128,12 +128,6 @@ fn refuse(format: &str, why: impl Into<String>, fix: impl Into<String>) -> Input
     InputError::new("--format", format!("no {format} export for this plan: {}", why.into())).with_fix(fix)
 }
 
-/// `--trainer`'s word for `trainer` (its serde name: `torchtune`, `fsdp-qlora`), as messages
-/// name it.
-pub(crate) fn trainer_word(trainer: Trainer) -> String {
-    serde_json::to_value(trainer).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
-}
-
 /// Refuses a training export for a workload under a trainer other than the HF Trainer/TRL: the
 /// files launch the HF Trainer's script (its `--deepspeed CONFIG`, accelerate's FSDP plugin with
 /// `TRANSFORMER_BASED_WRAP` and `use_orig_params`, DDP under torchrun), not the program the
@@ -142,7 +136,7 @@ fn hf_trainer_only(w: &Workload, format: &str) -> Result<(), InputError> {
     if w.trainer == Trainer::Transformers {
         return Ok(());
     }
-    let trainer = trainer_word(w.trainer);
+    let trainer = vramplan_sim::input::trainer_word(w.trainer);
     Err(refuse(
         format,
         format!(

@@ -181,7 +181,7 @@ fn own_program(
         ),
         (_, Trainer::Transformers, _) => return None,
         (_, trainer, Mode::Inference) => (
-            crate::export::launch::trainer_word(trainer),
+            vramplan_sim::input::trainer_word(trainer).to_string(),
             format!("up to {} sequences of up to {seq} tokens at a time", answer.batch),
         ),
         (_, Trainer::Torchtune, Mode::Train) => (
@@ -459,7 +459,7 @@ pub fn map_loading(
     let program = match (workload.awq_fused, workload.trainer, workload.mode) {
         (Some(_), _, Mode::Inference) => Some("AutoAWQ".to_string()),
         (_, Trainer::Transformers, _) => None,
-        (_, trainer, _) => Some(crate::export::launch::trainer_word(trainer)),
+        (_, trainer, _) => Some(vramplan_sim::input::trainer_word(trainer).to_string()),
     };
     if let Some(program) = program {
         let mut note = RunFlags::new("#");
