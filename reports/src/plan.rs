@@ -525,10 +525,14 @@ pub fn accelerate_loading(
 ) -> String {
     let lines: Vec<String> =
         accelerate_load_call(file, model, device_map, workload).iter().map(|l| format!("  {l}")).collect();
-    format!(
-        "\nwrote {file}; load it as it is (no max_memory: transformers ignores it beside a map):\n{}\n",
-        lines.join("\n")
-    )
+    // Under another trainer or runtime the lines are comments only (`map_loading`): no
+    // transformers call to load it with.
+    let how = if lines.iter().all(|l| l.trim_start().starts_with('#')) {
+        ""
+    } else {
+        "; load it as it is (no max_memory: transformers ignores it beside a map)"
+    };
+    format!("\nwrote {file}{how}:\n{}\n", lines.join("\n"))
 }
 
 /// The Python lines, imports first, that load the accelerate map saved as `file` into `model`

@@ -173,7 +173,9 @@ fn a_map_for_another_program_gets_no_transformers_loading_call() {
         argv.extend(["-o", &file]);
         let out = vramplan(&argv);
         assert_eq!(out.code, 0, "{program}: {}{}", out.stdout, out.stderr);
-        let Some((_, rest)) = out.stdout.split_once("; load it as it is") else {
+        // No "load it as it is": there is no transformers call to load it with.
+        assert!(!out.stdout.contains("load it as it is"), "{program}: {}", out.stdout);
+        let Some((_, rest)) = out.stdout.split_once(&format!("wrote {file}:")) else {
             panic!("{program}: no loading lines:\n{}", out.stdout)
         };
         let lines: Vec<&str> = rest.lines().skip(1).map_while(|l| l.strip_prefix("  ")).collect();
