@@ -327,13 +327,13 @@ def _quantize_linears(model, compute_dtype):
                 setattr(module, child_name, _linear4bit_like(linear, compute_dtype))
 
 
-def _peft(model, config):
-    import peft
+@contextlib.contextmanager
+def device_moves_skipped():
+    """PEFT moves new modules to the base layer's device with `.to(device)`, which swaps tensors
+    and fails on fake parameters; everything is on one device already, so device-only moves are
+    skipped (dtype changes still run) while this is entered."""
     from peft.tuners import tuners_utils
 
-    # PEFT moves new modules to the base layer's device with `.to(device)`, which swaps tensors
-    # and fails on fake parameters; everything is on the CPU already, so device-only moves are
-    # skipped (dtype changes still run).
     tuners_utils.BaseTunerLayer._move_adapter_to_device_of_base_layer = lambda self, *a, **k: None
     original_to = torch.nn.Module.to
 
@@ -342,14 +342,21 @@ def _peft(model, config):
             return self
         return original_to(self, *args, **kwargs)
 
+    torch.nn.Module.to = to
+    try:
+        yield
+    finally:
+        torch.nn.Module.to = original_to
+
+
+def _peft(model, config):
+    import peft
+
     lora = peft.LoraConfig(r=config["lora_rank"], lora_alpha=2 * config["lora_rank"],
                            target_modules=config["lora_targets"], lora_dropout=0.0,
                            task_type="CAUSAL_LM")
-    torch.nn.Module.to = to
-    try:
+    with device_moves_skipped():
         return peft.get_peft_model(model, lora)
-    finally:
-        torch.nn.Module.to = original_to
 
 
 class PeakTracker(MemTracker):

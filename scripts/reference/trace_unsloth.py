@@ -471,22 +471,12 @@ def trace(config):
     hf_config.use_cache = False
     dtype = DTYPES[config["dtype"]]
     FastLlamaModel.pre_patch()
-    from peft.tuners import tuners_utils
     from transformers import LlamaForCausalLM
-
-    tuners_utils.BaseTunerLayer._move_adapter_to_device_of_base_layer = lambda self, *a, **k: None
-    original_to = torch.nn.Module.to
-
-    def to(self, *args, **kwargs):
-        if not kwargs and len(args) == 1 and isinstance(args[0], (torch.device, str)):
-            return self
-        return original_to(self, *args, **kwargs)
 
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
-    torch.nn.Module.to = to
     try:
-        with FakeTensorMode(allow_non_fake_inputs=True):
+        with transformers_tracer.device_moves_skipped(), FakeTensorMode(allow_non_fake_inputs=True):
             with torch.device("cuda"):
                 model = LlamaForCausalLM(hf_config)
                 transformers_tracer._quantize_linears(model, dtype)
@@ -518,7 +508,6 @@ def trace(config):
                 end = {k: v for k, v in transformers_tracer._by_kind(
                     {d: s for d, s in tracker.get_tracker_snapshot("current").items() if d.type == "cuda"}).items()}
     finally:
-        torch.nn.Module.to = original_to
         torch.set_default_dtype(previous)
     return {"peak_bytes": tracker.peak_total, "peak_by_kind": tracker.peak_snapshot,
             "peak_where": tracker.peak_where, "end_bytes": end.get("Total", 0)}

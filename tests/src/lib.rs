@@ -114,3 +114,20 @@ pub fn vramplan_within(bin: &str, args: &[String], limit: std::time::Duration) -
     let _ = child.wait();
     None
 }
+
+/// The address-space cap, in KiB (`ulimit -v`), under which the bounded-resource tests run
+/// each command: 4 GB.
+pub const ADDRESS_CAP_KIB: u64 = 4_000_000;
+
+/// A hardware profile at the documented bounds (docs/limits.md): 4 nodes of 1,024 H100s.
+pub const BOUNDS_PROFILE_YAML: &str = "name: bounds\ndescription: \"4 nodes of 1,024 GPUs, the documented bound\"\nnodes:\n  - count: 4\n    \
+     devices:\n      - gpu: h100-80gb\n        count: 1024\ninter_node_link: {kind: infiniband, bandwidth: 50GB/s}\n";
+
+/// [`vramplan_within`] under the address-space cap [`ADDRESS_CAP_KIB`] (`ulimit -v` through
+/// `sh -c`): `bin ARGS…`, killed after `limit`, `None` when it had not ended by then.
+pub fn vramplan_capped<S: AsRef<str>>(bin: &str, args: &[S], limit: std::time::Duration) -> Option<Output> {
+    let mut line: Vec<String> =
+        vec!["-c".into(), format!("ulimit -v {ADDRESS_CAP_KIB} && exec \"$0\" \"$@\""), bin.into()];
+    line.extend(args.iter().map(|a| a.as_ref().to_string()));
+    vramplan_within("sh", &line, limit)
+}

@@ -16,10 +16,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use vramplan_tests::{Output, vramplan_within, write};
-
-/// The address-space cap, in KiB (`ulimit -v`): 4 GB.
-const CAP_KIB: u64 = 4_000_000;
+use vramplan_tests::{BOUNDS_PROFILE_YAML, Output, vramplan_capped, write};
 
 /// The wall-clock limit of one command.
 const LIMIT: Duration = Duration::from_secs(30);
@@ -43,12 +40,7 @@ struct Bounds {
 impl Bounds {
     fn new() -> Bounds {
         let dir = tempfile::tempdir().unwrap();
-        let profile = write(
-            dir.path(),
-            "bounds.yaml",
-            "name: bounds\ndescription: \"4 nodes of 1,024 GPUs, the documented bound\"\nnodes:\n  - count: 4\n    \
-             devices:\n      - gpu: h100-80gb\n        count: 1024\ninter_node_link: {kind: infiniband, bandwidth: 50GB/s}\n",
-        );
+        let profile = write(dir.path(), "bounds.yaml", BOUNDS_PROFILE_YAML);
         let base = include_str!("../../profiles/catalog/models/llama-3.2-1b.json");
         let mut config: serde_json::Map<String, serde_json::Value> = serde_json::from_str(base).unwrap();
         for (key, value) in [
@@ -86,18 +78,15 @@ impl Bounds {
     }
 }
 
+/// A grid at the bound of 10,000 points (100 batches × 100 lengths).
+const GRID_AXES: [&str; 4] = ["--batch", "1..100+1", "--seq", "10..1000+10"];
+
 /// Runs `vramplan ARGS…` under the cap and the limit, and asserts it ended with one of `codes`
 /// and, for bad input, an error with its fix.
 fn bounded(case: &str, args: &[&str], codes: &[i32]) -> Output {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut line: Vec<String> = vec![
-        "-c".into(),
-        format!("ulimit -v {CAP_KIB} && exec \"$0\" \"$@\""),
-        env!("CARGO_BIN_EXE_vramplan-under-test").into(),
-    ];
-    line.extend(args.iter().map(|a| a.to_string()));
     let started = Instant::now();
-    let Some(out) = vramplan_within("sh", &line, LIMIT) else {
+    let Some(out) = vramplan_capped(env!("CARGO_BIN_EXE_vramplan-under-test"), args, LIMIT) else {
         panic!("{case}: `vramplan {}` still running after {LIMIT:?}", args.join(" "));
     };
     let took = started.elapsed();
@@ -228,19 +217,7 @@ fn whatif_each_question_at_the_bounds() {
     );
     let out = bounded(
         "whatif grid of 10,000 points on 4 x 1,024 GPUs",
-        &[
-            "whatif",
-            "grid",
-            "gpt2",
-            "--hardware",
-            p,
-            "--batch",
-            "1..100+1",
-            "--seq",
-            "10..1000+10",
-            "--time-limit",
-            "20",
-        ],
+        &[&["whatif", "grid", "gpt2", "--hardware", p][..], &GRID_AXES, &["--time-limit", "20"]].concat(),
         &[0, 4],
     );
     assert!(!out.stdout.is_empty(), "a grid cut short still prints what it has");
@@ -265,23 +242,11 @@ fn plot_each_kind_and_report_at_the_bounds() {
         &["plot", "sweep", "gpt2", "--hardware", p, "--batch", "1..1024", "-o", &svg],
         &[0],
     );
-    // The grid bound, 10,000 points, on one GPU (on 4 × 1,024, see the ignored test below).
+    // The grid bound, 10,000 points, on one GPU (on 4 × 1,024, the test below).
     let svg = b.out("grid.svg");
     bounded(
         "plot grid of 10,000 points on one H100",
-        &[
-            "plot",
-            "grid",
-            "gpt2",
-            "--hardware",
-            "1xh100-80gb",
-            "--batch",
-            "1..100+1",
-            "--seq",
-            "10..1000+10",
-            "-o",
-            &svg,
-        ],
+        &[&["plot", "grid", "gpt2", "--hardware", "1xh100-80gb"][..], &GRID_AXES, &["-o", &svg]].concat(),
         &[0],
     );
     for name in ["report.md", "report.html"] {
@@ -306,21 +271,8 @@ fn plot_grid_at_the_bounds_stops_at_its_time_limit() {
     let svg = b.out("grid.svg");
     bounded(
         "plot grid of 10,000 points on 4 x 1,024 GPUs",
-        &[
-            "plot",
-            "grid",
-            "gpt2",
-            "--hardware",
-            p,
-            "--batch",
-            "1..100+1",
-            "--seq",
-            "10..1000+10",
-            "--time-limit",
-            "20",
-            "-o",
-            &svg,
-        ],
+        &[&["plot", "grid", "gpt2", "--hardware", p][..], &GRID_AXES, &["--time-limit", "20", "-o", &svg]]
+            .concat(),
         &[0, 4],
     );
 }

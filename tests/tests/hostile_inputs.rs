@@ -27,10 +27,7 @@ use hostile::{
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use vramplan_tests::{Output, vramplan, vramplan_within};
-
-/// The address-space cap of every case, in KiB (`ulimit -v`): 4 GB.
-const CAP_KIB: u64 = 4_000_000;
+use vramplan_tests::{Output, vramplan, vramplan_capped};
 
 /// The most one case may take.
 const LIMIT: Duration = Duration::from_secs(15);
@@ -40,13 +37,7 @@ const DEFAULT_SEED: u64 = 0x5EED_0032;
 
 /// `vramplan ARGS…` under the address-space cap, killed after [`LIMIT`].
 fn run_capped(args: &[String]) -> Option<Output> {
-    let mut line: Vec<String> = vec![
-        "-c".into(),
-        format!("ulimit -v {CAP_KIB} && exec \"$0\" \"$@\""),
-        env!("CARGO_BIN_EXE_vramplan-under-test").into(),
-    ];
-    line.extend(args.iter().cloned());
-    vramplan_within("sh", &line, LIMIT)
+    vramplan_capped(env!("CARGO_BIN_EXE_vramplan-under-test"), args, LIMIT)
 }
 
 /// The counts over a run.

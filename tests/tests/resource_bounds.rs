@@ -6,31 +6,17 @@
 //! cap, the second 19 s to refuse the names (a quadratic dedup, `sim/src/device_map.rs`).
 
 use std::time::{Duration, Instant};
-use vramplan_tests::{Output, vramplan_within, write};
-
-/// The address-space cap, in KiB (`ulimit -v`): 4 GB.
-const CAP_KIB: u64 = 4_000_000;
+use vramplan_tests::{BOUNDS_PROFILE_YAML, Output, vramplan_capped, vramplan_within, write};
 
 /// `vramplan ARGS…` under the cap, killed after `limit`: `None` when it had not ended by then.
 fn capped(args: &[&str], limit: Duration) -> Option<Output> {
-    let mut line: Vec<String> = vec![
-        "-c".into(),
-        format!("ulimit -v {CAP_KIB} && exec \"$0\" \"$@\""),
-        env!("CARGO_BIN_EXE_vramplan-under-test").into(),
-    ];
-    line.extend(args.iter().map(|a| a.to_string()));
-    vramplan_within("sh", &line, limit)
+    vramplan_capped(env!("CARGO_BIN_EXE_vramplan-under-test"), args, limit)
 }
 
 #[test]
 fn a_plan_on_a_profile_at_the_bounds_holds_memory_in_proportion() {
     let dir = tempfile::tempdir().unwrap();
-    let profile = write(
-        dir.path(),
-        "bounds.yaml",
-        "name: bounds\ndescription: \"4 nodes of 1,024 GPUs, the documented bound\"\nnodes:\n  - count: 4\n    \
-         devices:\n      - gpu: h100-80gb\n        count: 1024\ninter_node_link: {kind: infiniband, bandwidth: 50GB/s}\n",
-    );
+    let profile = write(dir.path(), "bounds.yaml", BOUNDS_PROFILE_YAML);
     let started = Instant::now();
     let out = capped(&["plan", "gpt2", "--hardware", &profile, "--json"], Duration::from_secs(120))
         .unwrap_or_else(|| panic!("still running after {:?}", started.elapsed()));
@@ -109,12 +95,7 @@ fn every_subcommand_at_the_profile_bounds_ends_within_the_cap() {
     // limit came first), never bad input about what the user did not write (the frontier once
     // refused `2048xh100-80gb`, a short form past its bound, made by itself), never a crash.
     let dir = tempfile::tempdir().unwrap();
-    let profile = write(
-        dir.path(),
-        "bounds.yaml",
-        "name: bounds\ndescription: \"4 nodes of 1,024 GPUs, the documented bound\"\nnodes:\n  - count: 4\n    \
-         devices:\n      - gpu: h100-80gb\n        count: 1024\ninter_node_link: {kind: infiniband, bandwidth: 50GB/s}\n",
-    );
+    let profile = write(dir.path(), "bounds.yaml", BOUNDS_PROFILE_YAML);
     let map = write(dir.path(), "map.json", "{\"\": 0}");
     let report = dir.path().join("r.md").display().to_string();
     let svg = dir.path().join("t.svg").display().to_string();

@@ -231,24 +231,12 @@ pub(crate) fn mutate_text(kind: Kind, base: &str, rng: &mut Rng) -> Made {
         6 => {
             let len = [1_000, 70_000, 300_000][rng.below(3)];
             let with = format!("\"{}\"", "a".repeat(len));
-            let text = if json && rng.one_in(2) {
-                json_rename(base, rng, &with)
-            } else if json {
-                json_replace(base, rng, &with)
-            } else {
-                yaml_replace(base, rng, &with)
-            };
+            let text = rename_or_replace(base, rng, &with, json);
             (text, format!("string of {len}"), false)
         }
         7 => {
             let with = control(rng, json);
-            let text = if json && rng.one_in(2) {
-                json_rename(base, rng, &with)
-            } else if json {
-                json_replace(base, rng, &with)
-            } else {
-                yaml_replace(base, rng, &with)
-            };
+            let text = rename_or_replace(base, rng, &with, json);
             (text, format!("control characters {with:?}"), false)
         }
         8 => {
@@ -354,5 +342,16 @@ pub(crate) fn mutate_shard(header: &str, rng: &mut Rng) -> Made {
             Made::Bytes(safetensors_file(&text, data), format!("header {what}"), refused)
         }
         other => other,
+    }
+}
+
+/// `with` written in place of a key (JSON only, half the time) or of a value of `base`.
+fn rename_or_replace(base: &str, rng: &mut Rng, with: &str, json: bool) -> String {
+    if json && rng.one_in(2) {
+        json_rename(base, rng, with)
+    } else if json {
+        json_replace(base, rng, with)
+    } else {
+        yaml_replace(base, rng, with)
     }
 }
