@@ -998,14 +998,10 @@ impl<'r, 'a> Builder<'r, 'a> {
                 crate::model::torchtune::dequant_working_set(numel, c, compiled)
             }
             Quant::Nf4 { .. } | Quant::Fp4 { .. } => {
-                // Unsloth sets every Linear4bit's compute dtype to the model's; so does
-                // Fabric's `BitsandbytesPrecision` (`m.compute_dtype = self.dtype`).
-                let bytes = match self.workload.trainer {
-                    // fsdp_qlora: `compute_dtype` is the model's at `--precision bf16`.
-                    Trainer::Unsloth | Trainer::Litgpt | Trainer::FsdpQlora => {
-                        self.r.precision.compute_bytes()
-                    }
-                    _ => self.workload.autocast.map(|d| d.bits() / 8).unwrap_or(4),
+                let bytes = if self.workload.trainer.dequantizes_in_model_dtype() {
+                    self.r.precision.compute_bytes()
+                } else {
+                    self.workload.autocast.map(|d| d.bits() / 8).unwrap_or(4)
                 };
                 self.r.units[unit].largest_quantized_linear * bytes
             }
@@ -1212,15 +1208,9 @@ impl<'r, 'a> Builder<'r, 'a> {
                     self.free(added);
                 }
             }
-            // A 4-bit linear's backward dequantizes its weight again (bitsandbytes'
-            // `MatMul4Bit.backward`); under LitGPT the head's is the largest.
-            // torchtune's `LinearNF4.backward` dequantizes its saved NF4 weight again. The HF
-            // Trainer's and fsdp_qlora's QLoRA run the same bitsandbytes backward but are not
-            // charged it: not yet set beside their traced rows (docs/memory-model.md, "Known gaps").
-            let again = crate::model::litgpt::runs(w) || w.trainer == Trainer::Torchtune;
-            // Unsloth's LoRA kernels' backward dequantizes each weight afresh (`fast_dequantize`
-            // without the scratch buffer, unsloth/kernels/fast_lora.py).
-            let again = again || w.trainer == Trainer::Unsloth;
+            // The weight dequantized again (`Trainer::dequantizes_again_in_backward`); under
+            // LitGPT the head's is the largest.
+            let again = w.trainer.dequantizes_again_in_backward();
             let dequant = if again { self.dequant_transient(i) } else { 0 };
             let t = self.alloc(device, unit, Component::Activations, backward_transient + dequant);
             self.free(t);

@@ -344,6 +344,30 @@ impl Trainer {
     pub fn runs_transformers_modules(self) -> bool {
         matches!(self, Trainer::Transformers | Trainer::FsdpQlora)
     }
+
+    /// Whether bitsandbytes' 4-bit linears compute in the model's dtype rather than the
+    /// `bnb_4bit_compute_dtype` transformers' config leaves at fp32: Unsloth sets every
+    /// `Linear4bit`'s compute dtype to the model's, as Fabric's `BitsandbytesPrecision` does
+    /// for LitGPT (`m.compute_dtype = self.dtype`) and fsdp_qlora at `--precision bf16`.
+    pub fn dequantizes_in_model_dtype(self) -> bool {
+        matches!(self, Trainer::Unsloth | Trainer::Litgpt | Trainer::FsdpQlora)
+    }
+
+    /// Whether a 4-bit linear's backward is charged its weight dequantized again: LitGPT's
+    /// (bitsandbytes' `MatMul4Bit.backward`), torchtune's (`LinearNF4.backward`) and Unsloth's
+    /// (its LoRA kernels' `fast_dequantize`), each traced. The HF Trainer and fsdp_qlora run the
+    /// same bitsandbytes backward but are not charged it: not yet set beside their traced rows
+    /// (docs/memory-model.md, "Known gaps").
+    pub fn dequantizes_again_in_backward(self) -> bool {
+        matches!(self, Trainer::Litgpt | Trainer::Torchtune | Trainer::Unsloth)
+    }
+
+    /// Whether the plain loss runs on fp32 logits: transformers' `ForCausalLMLoss` upcasts them
+    /// (`logits.float()`), and torchtune's `TransformerDecoder` returns `self.output(h).float()`
+    /// (since 2024-01, pytorch/torchtune #137).
+    pub fn loss_on_fp32_logits(self) -> bool {
+        matches!(self, Trainer::Transformers | Trainer::Torchtune | Trainer::FsdpQlora)
+    }
 }
 
 /// The images each sample of a vision-language workload carries (`images`, `--images`,

@@ -134,10 +134,7 @@ impl Builder<'_, '_> {
                 softcap_kept = self.alloc(device, unit, Component::Logits, c * vocab * tokens);
                 self.free(transient);
             }
-            // torchtune's `TransformerDecoder` returns `self.output(h).float()` (since
-            // 2024-01, pytorch/torchtune #137): its loss runs on fp32 logits as transformers'.
-            let transformers =
-                matches!(w.trainer, Trainer::Transformers | Trainer::Torchtune | Trainer::FsdpQlora);
+            let transformers = w.trainer.loss_on_fp32_logits();
             let upcast = if transformers {
                 self.alloc(device, unit, Component::Logits, 4 * vocab * tokens)
             } else {
