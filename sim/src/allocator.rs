@@ -7,6 +7,11 @@
 //! - a request takes the best-fitting free block of its pool (smallest that fits) and splits
 //!   off the rest when at least 512 bytes (small pool) or more than 1 MiB (large pool) remain;
 //! - a freed block merges with free neighbours in its segment; segments are kept for reuse
+//!   by the stream that allocated them: each stream has its pools (`BlockPool` orders blocks by
+//!   stream, size and address, and `get_free_block` takes only a block of the request's
+//!   stream), so a block freed on one stream never serves another's request. Most programs run
+//!   on one stream; FSDP1 all-gathers and reduce-scatters on streams of its own
+//!   ([`CachingAllocator::alloc_on`]);
 //!   (no `empty_cache`), except under pressure: when a new segment would take the device past
 //!   its memory, the allocator first returns every wholly free segment to the driver and
 //!   retries (`release_cached_blocks` in `DeviceCachingAllocator::malloc`), so fragmentation
@@ -193,7 +198,15 @@ impl FreeBlocks {
 #[derive(Debug, Clone, Copy)]
 struct Segment {
     small: bool,
+    /// The stream whose pools hold its free blocks (0: the compute stream).
+    stream: u8,
     first: BlockIndex,
+}
+
+/// The index of the pool of `stream`'s small (`small`) or large blocks in
+/// [`CachingAllocator::free`].
+fn pool_of(stream: u8, small: bool) -> usize {
+    2 * usize::from(stream) + usize::from(small)
 }
 
 /// A segment the allocator took from the driver (`cudaMalloc`) or gave back to it.
@@ -233,8 +246,9 @@ pub struct CachingAllocator {
     blocks: Vec<Block>,
     /// Entries of `blocks` no longer in use.
     spare: Vec<BlockIndex>,
-    /// Free blocks per pool, ordered by size for best fit.
-    free: [FreeBlocks; 2],
+    /// Free blocks per pool (each stream's large and small, [`pool_of`]), ordered by size for
+    /// best fit.
+    free: Vec<FreeBlocks>,
     /// Live allocations by id (ids are handed out in sequence): their block.
     live: Vec<Option<BlockIndex>>,
     /// Segment changes not yet taken, when they are recorded.
@@ -302,7 +316,7 @@ impl CachingAllocator {
             segments: Vec::new(),
             blocks: Vec::new(),
             spare: Vec::new(),
-            free: [FreeBlocks::default(), FreeBlocks::default()],
+            free: vec![FreeBlocks::default(), FreeBlocks::default()],
             live: Vec::new(),
             changes: None,
             allocated: 0,
@@ -348,10 +362,11 @@ impl CachingAllocator {
             if !std::mem::take(&mut self.idle[index]) {
                 continue;
             }
-            let Segment { small, first } = self.segments[index];
+            let Segment { small, stream, first } = self.segments[index];
             let head = self.blocks[first as usize];
             if head.free && head.next.is_none() {
-                self.free[usize::from(small)].remove(&self.free_block(first));
+                let block = self.free_block(first);
+                self.free[pool_of(stream, small)].remove(&block);
                 self.spare.push(first);
                 self.reserved -= head.size;
                 if let Some(changes) = &mut self.changes {
@@ -361,9 +376,10 @@ impl CachingAllocator {
         }
     }
 
-    /// A new segment for a request of `size` in the pool `small` (returning free segments first
-    /// under pressure): its one block, free, and where it is in its pool's free blocks.
-    fn new_segment(&mut self, size: u64, small: bool) -> (FreeBlock, (usize, usize)) {
+    /// A new segment of `stream` for a request of `size` in the pool `small` (returning free
+    /// segments first under pressure): its one block, free, and where it is in its pool's free
+    /// blocks.
+    fn new_segment(&mut self, size: u64, small: bool, stream: u8) -> (FreeBlock, (usize, usize)) {
         let segment_size = if small {
             SMALL_SEGMENT
         } else if size < MIN_LARGE_ALLOC {
@@ -380,24 +396,34 @@ impl CachingAllocator {
         let block =
             Block { segment: number, offset: 0, size: segment_size, free: true, prev: None, next: None };
         let first = self.new_block(block);
-        self.segments.push(Segment { small, first });
+        self.segments.push(Segment { small, stream, first });
         self.idle.push(false);
         self.reserved += segment_size;
         if let Some(changes) = &mut self.changes {
             changes.push(SegmentChange::Created { segment, bytes: segment_size });
         }
         let free = self.free_block(first);
-        (free, self.free[usize::from(small)].insert(free))
+        (free, self.free[pool_of(stream, small)].insert(free))
     }
 
-    /// Allocates `bytes` under `id`; returns the bytes charged to `allocated` (rounded).
+    /// Allocates `bytes` under `id` on the compute stream; returns the bytes charged to
+    /// `allocated` (rounded).
     pub fn alloc(&mut self, id: u64, bytes: u64) -> u64 {
+        self.alloc_on(id, bytes, 0)
+    }
+
+    /// Allocates `bytes` under `id` on stream `stream` (0: the compute stream), from that
+    /// stream's pools only; returns the bytes charged to `allocated` (rounded).
+    pub fn alloc_on(&mut self, id: u64, bytes: u64, stream: u8) -> u64 {
         let size = round(bytes);
         let small = size <= SMALL_REQUEST;
-        let pool = usize::from(small);
+        let pool = pool_of(stream, small);
+        if self.free.len() <= pool {
+            self.free.resize_with(pool + 1, FreeBlocks::default);
+        }
         let (found, place) = match self.free[pool].best_fit(size) {
             Some(found) => found,
-            None => self.new_segment(size, small),
+            None => self.new_segment(size, small, stream),
         };
         if let Some(idle) = self.idle.get_mut(found.segment as usize) {
             *idle = false;
@@ -448,7 +474,8 @@ impl CachingAllocator {
     pub fn free(&mut self, id: u64) -> u64 {
         let Some(index) = self.live.get_mut(id as usize).and_then(Option::take) else { return 0 };
         let block = self.blocks[index as usize];
-        let pool = usize::from(self.segments[block.segment as usize].small);
+        let Segment { small, stream, .. } = self.segments[block.segment as usize];
+        let pool = pool_of(stream, small);
         self.allocated -= block.size;
         // The free block this becomes, and its neighbours, as the free ones merge into it: the
         // one after into this, this into the one before (whose entry it keeps). The entries of
@@ -553,6 +580,20 @@ mod tests {
     }
 
     #[test]
+    fn a_block_freed_on_one_stream_serves_only_that_stream() {
+        let mut a = CachingAllocator::default();
+        a.alloc(1, 40 * MIB);
+        a.free(1);
+        a.alloc_on(2, 40 * MIB, 1);
+        assert_eq!(a.reserved, 80 * MIB, "the compute stream's free block is not the other's");
+        a.free(2);
+        a.alloc(3, 16 * MIB);
+        a.alloc_on(4, 16 * MIB, 1);
+        assert_eq!(a.reserved, 80 * MIB, "each stream reuses its own");
+        check(&a);
+    }
+
+    #[test]
     fn under_pressure_free_segments_are_returned_before_a_new_one() {
         let mut a = CachingAllocator::with_capacity(100 * MIB);
         for id in 0..4 {
@@ -632,7 +673,7 @@ mod tests {
     /// and in order; and the totals add up.
     fn check(a: &CachingAllocator) {
         let mut reserved = 0;
-        let mut free: [Vec<FreeBlock>; 2] = Default::default();
+        let mut free: Vec<Vec<FreeBlock>> = vec![Vec::new(); a.free.len()];
         for (number, segment) in a.segments.iter().enumerate() {
             let head = a.blocks[segment.first as usize];
             if a.spare.contains(&segment.first) || head.segment as usize != number {
@@ -647,7 +688,7 @@ mod tests {
                     assert!(prev.is_none_or(|p| !a.blocks[p as usize].free), "free neighbours unmerged");
                     let entry =
                         FreeBlock { size: b.size, segment: b.segment, offset: b.offset, block: index };
-                    free[usize::from(segment.small)].push(entry);
+                    free[pool_of(segment.stream, segment.small)].push(entry);
                 }
                 (offset, prev, at) = (offset + b.size, Some(index), b.next);
             }

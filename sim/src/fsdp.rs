@@ -33,9 +33,30 @@
 //!   so the optimizer's states live on the host; each unit's shard is copied to the GPU for the
 //!   all-gather and dropped when the unsharded parameter replaces it (`pre_unshard`,
 //!   `_use_unsharded_flat_param`).
+//! - FSDP1 allocates on CUDA streams of its own (`_init_streams`): the unsharded parameters on
+//!   its unshard stream, the gradient shards on its post-backward stream, the offloaded shard's
+//!   copy on its pre-unshard stream. PyTorch's caching allocator serves each stream from its
+//!   own pools, so these never reuse the segments the wrap left cached on the compute stream;
+//!   the replay allocates them on [`UNSHARD_STREAM`], [`POST_BACKWARD_STREAM`] and
+//!   [`PRE_UNSHARD_STREAM`].
 
 use crate::model::units::{Unit, UnitKind};
 use crate::workload::{Mode, Parallelism, Trainer, Workload};
+
+/// The CUDA stream FSDP1 all-gathers on (`state._unshard_stream`): `_unshard` allocates each
+/// unsharded flat parameter under it (`FlatParamHandle.unshard` →
+/// `_alloc_padded_unsharded_flat_param`, a storage resize), so the caching allocator serves it
+/// from that stream's pools alone.
+pub(crate) const UNSHARD_STREAM: u8 = 1;
+
+/// The CUDA stream FSDP1 reduce-scatters gradients on (`state._post_backward_stream`):
+/// `_reduce_grad` allocates each gradient shard there (`new_sharded_grad`, kept as `.grad`).
+pub(crate) const POST_BACKWARD_STREAM: u8 = 2;
+
+/// The CUDA stream FSDP1 copies an offloaded shard to the GPU on (`state._pre_unshard_stream`):
+/// `FlatParamHandle.pre_unshard` → `flat_param_to(device, non_blocking=True)` before the
+/// all-gather.
+pub(crate) const PRE_UNSHARD_STREAM: u8 = 3;
 
 /// FSDP1's `PARAM_BROADCAST_BUCKET_SIZE` (`torch/distributed/fsdp/_init_utils.py`).
 const BROADCAST_BUCKET: u64 = 250 << 20;
@@ -126,6 +147,27 @@ impl Fsdp1 {
     /// parameter, live from the root's pre-backward hook until that layer's backward.
     pub(crate) fn prefetched_at_loss(units: &[Unit]) -> u64 {
         units.iter().rev().find(|u| matches!(u.kind, UnitKind::Block(_))).map_or(0, Self::unsharded)
+    }
+
+    /// The bytes of the host-to-device copy of a shard of a flat parameter of `unsharded`
+    /// bytes that `pre_unshard` makes before its all-gather when parameters are offloaded
+    /// (none otherwise); freed once the unsharded parameter replaces it.
+    pub(crate) fn shard_copy(&self, unsharded: u64) -> u64 {
+        if self.offload { unsharded.div_ceil(self.shards) } else { 0 }
+    }
+
+    /// The unsharded bytes of the layer whose all-gather unit `unit`'s forward or `backward`
+    /// starts: the layer itself in forward, the previous layer (prefetched) in backward; 0
+    /// outside the layers.
+    pub(crate) fn gathered_layer(units: &[Unit], unit: usize, backward: bool) -> u64 {
+        if !matches!(units[unit].kind, UnitKind::Block(_)) {
+            return 0;
+        }
+        if backward {
+            Self::previous_block(units, unit).map_or(0, Self::unsharded)
+        } else {
+            Self::unsharded(&units[unit])
+        }
     }
 
     fn previous_block(units: &[Unit], unit: usize) -> Option<&Unit> {

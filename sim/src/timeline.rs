@@ -54,8 +54,8 @@ impl Track {
         }
     }
 
-    fn alloc(&mut self, id: AllocId, component: Component, bytes: u64) -> u64 {
-        let charged = self.allocator.alloc(id as u64, bytes);
+    fn alloc(&mut self, id: AllocId, component: Component, bytes: u64, stream: u8) -> u64 {
+        let charged = self.allocator.alloc_on(id as u64, bytes, stream);
         self.by_component[component.index()] += charged;
         if self.event == Event::Load && component == Component::Weights {
             self.loaded += bytes;
@@ -207,9 +207,9 @@ impl ReplayState {
                 Op::Compute(Compute { device: None, event, .. }) => {
                     tracks.values_mut().for_each(|t| t.mark(event))
                 }
-                Op::Alloc(Alloc { id, device, component, bytes, .. }) => {
+                Op::Alloc(Alloc { id, device, component, bytes, stream, .. }) => {
                     let track = tracks.entry(device).or_insert_with(|| Track::new(capacity(device)));
-                    let charged = track.alloc(id, component, bytes);
+                    let charged = track.alloc(id, component, bytes, stream);
                     if live.len() <= id {
                         live.resize(id + 1, None);
                         sizes.resize(id + 1, 0);

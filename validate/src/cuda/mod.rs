@@ -295,10 +295,10 @@ fn replay(
                     });
                 }
             }
-            Op::Alloc(alloc @ Alloc { id, device: index, bytes, .. }) => {
+            Op::Alloc(alloc @ Alloc { id, device: index, bytes, stream, .. }) => {
                 if let Some(device) = devices.get_mut(&index) {
                     device_of.insert(id, index);
-                    device.allocator.alloc(id as u64, bytes);
+                    device.allocator.alloc_on(id as u64, bytes, stream);
                     if let Some(requested_bytes) = device.apply_segment_changes(&event)? {
                         let (free_bytes, _) = device.driver.memory()?;
                         let outcome =
