@@ -34,7 +34,7 @@ pub use estimate::{
     json_labelled,
 };
 pub use inputs::{Inputs, Loaded, ModelSource};
-pub use plan::{DEFAULT_TIME_LIMIT_S, Launched, PlanRequest, PlanResult, SolveOptions, plan};
+pub use plan::{DEFAULT_TIME_LIMIT_S, Launched, LoadedBy, PlanRequest, PlanResult, SolveOptions, plan};
 pub use plot::{PlotKind, PlotRequest, TIMELINE_POINTS, plot, plot_trace, plot_with_progress};
 pub use report::{Report, ReportKind, ReportRequest, report};
 pub use script::{TraceFile, ValidateScriptRequest, ValidateScriptResult, read_trace_file, validate_script};

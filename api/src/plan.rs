@@ -150,9 +150,25 @@ struct PlanOutput<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     launch: Option<&'a Launched>,
     /// `from_pretrained`'s other arguments that load the map as it is (accelerate targets,
-    /// where a transformers class loads the model).
+    /// where a transformers class loads the model); `null` where another program loads it
+    /// (`loaded_by` says which); absent where there is no map a transformers class loads.
     #[serde(skip_serializing_if = "Option::is_none")]
-    load_kwargs: Option<vramplan_solver::whatif::LoadKwargs>,
+    load_kwargs: Option<Option<vramplan_solver::whatif::LoadKwargs>>,
+    /// The program other than transformers that loads the model ([`PlanResult::loaded_by`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    loaded_by: Option<LoadedBy>,
+}
+
+/// Which program loads the model of a plan whose map a transformers class would otherwise load
+/// (`--trainer` other than `transformers`, `--awq-fused`): `plan --json`'s `loaded_by`, beside a
+/// `load_kwargs` of `null`, as `plan -o` prints a comment in place of `from_pretrained`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LoadedBy {
+    /// The program, by the word its flag takes (`torchtune`, `unsloth`, `litgpt`,
+    /// `fsdp-qlora`) or its name (`AutoAWQ` under `--awq-fused`).
+    pub program: String,
+    /// Why no transformers arguments are given.
+    pub reason: String,
 }
 
 impl PlanResult {
@@ -164,20 +180,38 @@ impl PlanResult {
             explanation: self.explanation.as_ref(),
             warnings: &self.loaded.warnings,
             generic: vramplan_profiles::model::generic::of(&self.loaded.model),
-            load_kwargs: self.load_kwargs(),
+            load_kwargs: self.loads_with_transformers().then(|| self.load_kwargs()),
+            loaded_by: self.loaded_by(),
             launch: self.launch.as_ref(),
         })
     }
 
-    /// `from_pretrained`'s other keyword arguments that load the plan's device map as it is
-    /// (`dtype`, the quantization config, `offload_folder`): for a map of an accelerate target
-    /// that a transformers class loads; `None` otherwise.
-    pub fn load_kwargs(&self) -> Option<vramplan_solver::whatif::LoadKwargs> {
-        let map = &self.result.device_map;
+    /// Whether the plan's map is one a transformers class would load: an accelerate target's
+    /// non-empty map of a model transformers has a class for.
+    fn loads_with_transformers(&self) -> bool {
         let accelerate = matches!(self.result.target, Runtime::Accelerate | Runtime::AccelerateV4);
         let loads = vramplan_solver::whatif::pretrained_source(&self.loaded.model).is_some();
-        (accelerate && loads && !map.is_empty())
-            .then(|| vramplan_solver::whatif::LoadKwargs::of(map, &self.loaded.workload))
+        accelerate && loads && !self.result.device_map.is_empty()
+    }
+
+    /// `from_pretrained`'s other keyword arguments that load the plan's device map as it is
+    /// (`dtype`, the quantization config, `offload_folder`): for a map of an accelerate target
+    /// that a transformers class loads; `None` otherwise, and where another program loads the
+    /// model ([`PlanResult::loaded_by`]).
+    pub fn load_kwargs(&self) -> Option<vramplan_solver::whatif::LoadKwargs> {
+        let workload = &self.loaded.workload;
+        (self.loads_with_transformers() && vramplan_solver::whatif::loading_program(workload).is_none())
+            .then(|| vramplan_solver::whatif::LoadKwargs::of(&self.result.device_map, workload))
+    }
+
+    /// The program other than transformers that loads the model where the plan's map would
+    /// otherwise be loaded by a transformers class (`--trainer` torchtune, unsloth, litgpt,
+    /// fsdp-qlora; AutoAWQ under `--awq-fused`), and why no `load_kwargs` are given.
+    pub fn loaded_by(&self) -> Option<LoadedBy> {
+        let program = vramplan_solver::whatif::loading_program(&self.loaded.workload)
+            .filter(|_| self.loads_with_transformers())?;
+        let reason = vramplan_solver::whatif::loaded_by_reason(&program);
+        Some(LoadedBy { program, reason })
     }
 
     /// Fits (optimal, or the best within the time limit), does not fit (proven), or no answer.

@@ -138,10 +138,25 @@ class Plan(Result):
         return Plan(base, 0 if base and base.get("verdict") == "fits" else 1, self.argv, self._model) if base else None
 
     @property
+    def loaded_by(self) -> Optional[Dict[str, str]]:
+        """Where a program other than transformers loads the model (`trainer="torchtune"`,
+        `"unsloth"`, `"litgpt"`, `"fsdp-qlora"`; AutoAWQ under `awq_fused`): `{"program": ...,
+        "reason": ...}`, and `.load_kwargs` raises; `None` where transformers loads it."""
+        return self.data.get("loaded_by")
+
+    @property
     def load_kwargs(self) -> Dict[str, Any]:
         """The other `from_pretrained` arguments that load the map as it is: `dtype`, a
-        `quantization_config` (bitsandbytes), `offload_folder` where a module is on disk. torch
-        and transformers are imported only when this is read."""
+        `quantization_config` (bitsandbytes), `offload_folder` where a module is on disk. For
+        AWQ and GPTQ they load a checkpoint quantized that way, not the model's own repository
+        (`.data["load_kwargs"]["prequantized"]` names the method). Raises `ValueError` where
+        another program loads the model (`.loaded_by`). torch and transformers are imported only
+        when this is read."""
+        loaded_by = self.loaded_by
+        if loaded_by:
+            raise ValueError(
+                f"{loaded_by['program']} loads this model, not transformers' from_pretrained: {loaded_by['reason']}"
+            )
         spec = self.data.get("load_kwargs") or {}
         out: Dict[str, Any] = {}
         if spec.get("dtype"):

@@ -4,7 +4,9 @@
 //! the other program's own lines were never run against it (`tests/tests/pasteable.rs` holds
 //! every printed code line to one recorded from the real library). `whatif` prints comments
 //! only, in that program's terms; `plan --format deepspeed|fsdp|torchrun`, which write the HF
-//! Trainer's launch files, refuse such a workload at the key `trainer`.
+//! Trainer's launch files, refuse such a workload at the key `trainer`; `plan --json` gives
+//! `load_kwargs: null` and `loaded_by` (the program and why) in place of `from_pretrained`'s
+//! arguments.
 
 use vramplan_tests::vramplan;
 
@@ -183,4 +185,64 @@ fn a_map_for_another_program_gets_no_transformers_loading_call() {
         assert!(lines.iter().all(|l| l.starts_with("# ")), "{program}: {lines:#?}");
         assert!(lines.iter().any(|l| l.starts_with(&format!("# {program} run: "))), "{program}: {lines:#?}");
     }
+}
+
+/// `plan --json` under another program gives no transformers arguments: `load_kwargs` is `null`
+/// and `loaded_by` names the program and why, where the HF Trainer's plan of the same map gives
+/// `load_kwargs` (an object) and no `loaded_by`. A plan with no map (FSDP) gives neither.
+#[test]
+fn plan_json_under_another_program_names_it_and_gives_no_load_kwargs() {
+    let cases = [
+        (
+            "torchtune",
+            "plan llama-3.2-1b --hardware 2xt4 --mode train --lora-rank 8 --seq 512 --trainer torchtune",
+        ),
+        (
+            "unsloth",
+            "plan llama-3.2-1b --hardware t4 --mode train --quant nf4 --lora-rank 8 --seq 512 --trainer unsloth",
+        ),
+        (
+            "litgpt",
+            "plan llama-3.2-1b --hardware t4 --mode train --quant nf4 --lora-rank 8 --seq 512 --trainer litgpt \
+             --optimizer paged-adamw",
+        ),
+        (
+            "fsdp-qlora",
+            "plan llama-3.2-1b --hardware t4 --mode train --quant nf4 --lora-rank 8 --seq 512 --trainer fsdp-qlora",
+        ),
+        (
+            "AutoAWQ",
+            "plan mistral-7b --hardware t4 --mode inference --seq 512 --dtype fp16 --quant awq --awq-fused 512",
+        ),
+    ];
+    for (program, args) in cases {
+        let mut argv: Vec<&str> = args.split_whitespace().collect();
+        argv.push("--json");
+        let out = vramplan(&argv);
+        assert_eq!(out.code, 0, "{program}: {}{}", out.stdout, out.stderr);
+        let json = out.json();
+        assert!(json.get("load_kwargs").is_some_and(|v| v.is_null()), "{program}: {json:#}");
+        assert_eq!(json["loaded_by"]["program"], program, "{program}");
+        let reason = json["loaded_by"]["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("loads the model itself"), "{program}: {reason}");
+    }
+    // The HF Trainer's plan of the same map: transformers' arguments, no other program.
+    let argv: Vec<&str> =
+        "plan llama-3.2-1b --hardware t4 --mode train --quant nf4 --lora-rank 8 --seq 512 --json"
+            .split_whitespace()
+            .collect();
+    let out = vramplan(&argv);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let json = out.json();
+    assert_eq!(json["load_kwargs"]["quantization_config"]["class"], "BitsAndBytesConfig", "{json:#}");
+    assert!(json.get("loaded_by").is_none(), "{json:#}");
+    // No map to load (FSDP shards as it loads): neither field.
+    let argv: Vec<&str> =
+        "plan llama-2-7b --hardware 2xrtx3090 --mode train --quant nf4 --lora-rank 8 --trainer fsdp-qlora --parallel fsdp --json"
+            .split_whitespace()
+            .collect();
+    let out = vramplan(&argv);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let json = out.json();
+    assert!(json.get("load_kwargs").is_none() && json.get("loaded_by").is_none(), "{json:#}");
 }

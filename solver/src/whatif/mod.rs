@@ -17,19 +17,21 @@
 //! ([`run_flags`]).
 
 mod grid;
+mod loading;
 mod queries;
 mod run_flags;
 pub(crate) mod search;
 
 pub use grid::{Axis, AxisValue, Frontier, FrontierPoint, Grid, GridPoint, frontier, grid};
+pub use loading::{
+    CHECKPOINT, LoadKwargs, QuantizationConfig, loaded_by_reason, loading_program, map_loading, prequantized,
+    quantization_config,
+};
 pub use queries::{
     Cap, Cheapest, Concurrency, EngineKind, Fewest, Largest, PricedProfile, QuantChoice, Quantity,
     best_quant, cheapest, max_batch, max_concurrency, max_seq, min_gpus,
 };
-pub use run_flags::{
-    LoadKwargs, QuantizationConfig, RunFlags, accumulation, keeps_effective_batch, map_loading,
-    pretrained_source, quantization_config, run_flags,
-};
+pub use run_flags::{RunFlags, accumulation, keeps_effective_batch, pretrained_source, run_flags};
 
 use crate::build::Request;
 use crate::explain::LORA_RANK;

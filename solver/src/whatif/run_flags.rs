@@ -13,8 +13,13 @@
 //!   runtime under `--awq-fused`): comments only, naming the settings in that program's own
 //!   terms. Their command lines and calls were never run against the programs themselves, so
 //!   none is printed as code (`tests/tests/run_snippets_trainers.rs`).
+//! - a pre-quantized method (`--quant awq`, `gptq`): the loading call (`from_pretrained`,
+//!   `vllm serve`, SGLang's `launch_server`) as a comment with `CHECKPOINT` in place of the
+//!   model's repository, whose weights are not quantized, after a `# checkpoint:` comment saying
+//!   what to give there (`tests/tests/run_snippets_prequantized.rs`).
 
 use super::Fit;
+use super::loading::{checkpoint_note, prequantized, prequantized_command, quantization_config};
 use serde::Serialize;
 use vramplan_profiles::DType;
 use vramplan_profiles::hardware::HardwareProfile;
@@ -51,10 +56,14 @@ pub struct RunFlags {
     /// The device map of the answer, for `from_pretrained(device_map=...)`.
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "super::optional_map")]
     pub device_map: Option<Vec<(String, vramplan_sim::placement::Target)>>,
+    /// The command is printed as a comment, not as code: it runs only once the user gives what
+    /// it names (`CHECKPOINT`, a pre-quantized checkpoint), which a comment before it says.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub commented: bool,
 }
 
 impl RunFlags {
-    fn new(call: impl Into<String>) -> RunFlags {
+    pub(super) fn new(call: impl Into<String>) -> RunFlags {
         RunFlags {
             call: call.into(),
             command_line: false,
@@ -63,26 +72,31 @@ impl RunFlags {
             args: Vec::new(),
             imports: Vec::new(),
             device_map: None,
+            commented: false,
         }
     }
 
-    fn command(program: &'static str) -> RunFlags {
+    pub(super) fn command(program: &'static str) -> RunFlags {
         RunFlags { command_line: true, ..RunFlags::new(program) }
     }
 
-    fn arg(&mut self, name: &str, value: impl ToString) {
+    pub(super) fn arg(&mut self, name: &str, value: impl ToString) {
         self.args.push((name.to_string(), value.to_string()));
     }
 
-    fn import(&mut self, module: &str, name: &str) {
+    pub(super) fn import(&mut self, module: &str, name: &str) {
         let import = (module.to_string(), name.to_string());
         if !self.imports.contains(&import) {
             self.imports.push(import);
         }
     }
 
-    /// Sets `name` to `value`, in place where it is already there, else at the end.
+    /// Sets `name` to `value`, in place where it is already there, else at the end; a comment
+    /// (`#`) takes no arguments.
     pub fn set(&mut self, name: &str, value: String) {
+        if self.call == "#" {
+            return;
+        }
         match self.args.iter_mut().find(|(n, _)| n == name) {
             Some(arg) => arg.1 = value,
             None => self.args.push((name.to_string(), value)),
@@ -150,8 +164,10 @@ pub fn run_flags(
             Some(note) => vec![note],
             None => transformers(model, hardware, question, answer, fit),
         },
-        Engine::Vllm { gpu_memory_utilization, .. } => vec![vllm(model, answer, gpu_memory_utilization)],
-        Engine::Sglang { .. } => vec![sglang(model, answer)],
+        Engine::Vllm { gpu_memory_utilization, .. } => {
+            prequantized_command(model, answer, vllm(model, answer, gpu_memory_utilization))
+        }
+        Engine::Sglang { .. } => prequantized_command(model, answer, sglang(model, answer)),
         Engine::LlamaCpp { n_ctx, n_ubatch } => vec![llamacpp(model, hardware, answer, n_ctx, n_ubatch)],
     }
 }
@@ -287,7 +303,23 @@ fn transformers(
             } else {
                 load.arg("device_map", "\"cuda:0\"");
             }
-            out.push(load);
+            // AWQ and GPTQ weights come from a checkpoint quantized that way: the model's own
+            // repository would load unquantized weights, so the call is a comment naming it.
+            match prequantized(&answer.quant) {
+                Some(method) => {
+                    let map_note = load.device_map.is_some();
+                    out.push(checkpoint_note(load, &source, &method));
+                    if map_note {
+                        let mut note = RunFlags::new("#");
+                        note.arg(
+                            "device_map.json",
+                            "write it with `vramplan plan` and the same flags, `-o device_map.json`",
+                        );
+                        out.push(note);
+                    }
+                }
+                None => out.push(load),
+            }
         }
         None => {
             let mut note = RunFlags::new("#");
@@ -442,193 +474,6 @@ pub fn keeps_effective_batch(question: &Workload, answer: &Workload) -> bool {
     per_device.saturating_mul(steps) == question.batch.saturating_mul(question.grad_accum.max(1)).max(1)
 }
 
-/// The calls that load an accelerate map saved as `file` into `model` as it is (`plan -o`): the
-/// model's own class and repository (or folder) with the map, its dtype, bitsandbytes'
-/// `quantization_config` (with `llm_int8_enable_fp32_cpu_offload` once a module is on `cpu` or
-/// `disk`, which bitsandbytes otherwise refuses) and `offload_folder` once one is on `disk`; for
-/// a custom model, which no transformers class loads, accelerate's `dispatch_model` on the
-/// user's own instance; for a workload another program runs (`--trainer` other than
-/// `transformers`, `--awq-fused`), a comment only.
-pub fn map_loading(
-    file: &str,
-    model: &ModelDescription,
-    device_map: &[(String, vramplan_sim::placement::Target)],
-    workload: &Workload,
-) -> Vec<RunFlags> {
-    // Another program loads the model its own way: no transformers call for it (as `run_flags`).
-    let program = match (workload.awq_fused, workload.trainer, workload.mode) {
-        (Some(_), _, Mode::Inference) => Some("AutoAWQ".to_string()),
-        (_, Trainer::Transformers, _) => None,
-        (_, trainer, _) => Some(vramplan_sim::input::trainer_word(trainer).to_string()),
-    };
-    if let Some(program) = program {
-        let mut note = RunFlags::new("#");
-        note.arg(
-            &format!("{program} run"),
-            format!(
-                "{program} loads the model itself; the map names transformers' modules, for a loader that takes an \
-                 accelerate device map"
-            ),
-        );
-        note.arg(
-            "not printed as code",
-            "vramplan prints runnable code for transformers/TRL, vLLM, SGLang and llama.cpp only",
-        );
-        return vec![note];
-    }
-    let map = format!("json.load(open({file:?}))");
-    let Some(source) = pretrained_source(model) else {
-        let mut note = RunFlags::new("#");
-        note.arg("model", "your own model's instance (no transformers class loads a custom model)");
-        let mut dispatch = RunFlags::new("dispatch_model");
-        dispatch.assign = Some("model");
-        dispatch.import("json", "");
-        dispatch.import("accelerate", "dispatch_model");
-        dispatch.positional.push("model".into());
-        dispatch.arg("device_map", map);
-        return vec![note, dispatch];
-    };
-    let mut load = RunFlags::new(format!("{}.from_pretrained", model.architecture));
-    load.assign = Some("model");
-    load.import("json", "");
-    load.import("transformers", &model.architecture);
-    load.positional.push(format!("{source:?}"));
-    load.arg("device_map", map);
-    // bitsandbytes quantizes at load; pre-quantized checkpoints carry their own config.
-    let kwargs = LoadKwargs::of(device_map, workload);
-    if let Some(dtype) = &kwargs.dtype {
-        load.import("torch", "");
-        load.arg("dtype", format!("torch.{dtype}"));
-    }
-    if let Some(config) = &kwargs.quantization_config {
-        load.import("transformers", config.class);
-        load.arg("quantization_config", config.python());
-    }
-    if let Some(folder) = &kwargs.offload_folder {
-        load.arg("offload_folder", format!("{folder:?}"));
-    }
-    vec![load]
-}
-
-/// transformers' `quantization_config` for `quant` as a Python literal (`BitsAndBytesConfig`,
-/// or `FineGrainedFP8Config` for fp8); `cpu_offload` adds bitsandbytes' switch for modules kept
-/// on the CPU (`llm_int8_enable_fp32_cpu_offload`). `None` for weights loaded as stored.
-pub fn quantization_config(quant: &Quant, cpu_offload: bool) -> Option<String> {
-    QuantizationConfig::of(quant, cpu_offload).map(|config| config.python())
-}
-
-/// A transformers quantization config as data: its class and keyword arguments in order
-/// ([`quantization_config`] writes it as Python; `plan --json` carries it in `load_kwargs`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct QuantizationConfig {
-    /// `BitsAndBytesConfig`, `FineGrainedFP8Config`.
-    pub class: &'static str,
-    /// Each keyword argument and its value (booleans, strings, integer tuples as lists).
-    pub kwargs: Vec<(&'static str, serde_json::Value)>,
-}
-
-impl QuantizationConfig {
-    /// The config transformers loads `quant` with (see [`quantization_config`]).
-    pub fn of(quant: &Quant, cpu_offload: bool) -> Option<QuantizationConfig> {
-        use serde_json::Value;
-        let mut kwargs = Vec::new();
-        let class = match quant {
-            Quant::Int8 => {
-                kwargs.push(("load_in_8bit", Value::Bool(true)));
-                "BitsAndBytesConfig"
-            }
-            Quant::Nf4 { double_quant } | Quant::Fp4 { double_quant } => {
-                let kind = if matches!(quant, Quant::Nf4 { .. }) { "nf4" } else { "fp4" };
-                kwargs.push(("load_in_4bit", Value::Bool(true)));
-                kwargs.push(("bnb_4bit_quant_type", Value::from(kind)));
-                if *double_quant {
-                    kwargs.push(("bnb_4bit_use_double_quant", Value::Bool(true)));
-                }
-                "BitsAndBytesConfig"
-            }
-            Quant::Fp8 { block } => {
-                return Some(QuantizationConfig {
-                    class: "FineGrainedFP8Config",
-                    kwargs: vec![("weight_block_size", Value::from(vec![*block, *block]))],
-                });
-            }
-            _ => return None,
-        };
-        if cpu_offload {
-            kwargs.push(("llm_int8_enable_fp32_cpu_offload", Value::Bool(true)));
-        }
-        Some(QuantizationConfig { class, kwargs })
-    }
-
-    /// The config as a Python expression: `BitsAndBytesConfig(load_in_4bit=True, …)`.
-    pub fn python(&self) -> String {
-        fn literal(value: &serde_json::Value) -> String {
-            match value {
-                serde_json::Value::Bool(true) => "True".into(),
-                serde_json::Value::Bool(false) => "False".into(),
-                serde_json::Value::String(s) => format!("{s:?}"),
-                serde_json::Value::Array(items) => {
-                    format!("({})", items.iter().map(literal).collect::<Vec<_>>().join(", "))
-                }
-                other => other.to_string(),
-            }
-        }
-        let args: Vec<String> = self.kwargs.iter().map(|(k, v)| format!("{k}={}", literal(v))).collect();
-        format!("{}({})", self.class, args.join(", "))
-    }
-}
-
-impl serde::Serialize for QuantizationConfig {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        struct Kwargs<'a>(&'a [(&'static str, serde_json::Value)]);
-        impl serde::Serialize for Kwargs<'_> {
-            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                let mut map = serializer.serialize_map(Some(self.0.len()))?;
-                for (k, v) in self.0 {
-                    map.serialize_entry(k, v)?;
-                }
-                map.end()
-            }
-        }
-        let mut map = serializer.serialize_map(Some(2))?;
-        map.serialize_entry("class", self.class)?;
-        map.serialize_entry("kwargs", &Kwargs(&self.kwargs))?;
-        map.end()
-    }
-}
-
-/// `from_pretrained`'s other keyword arguments that load an accelerate map as it is, as data
-/// (what [`map_loading`] writes as Python): the load dtype, bitsandbytes' or fp8's
-/// quantization config, and `offload_folder` once a module is on `disk`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct LoadKwargs {
-    /// torch's name of the load dtype (`bfloat16`), for `dtype=torch.bfloat16`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub dtype: Option<String>,
-    /// The quantization config transformers quantizes with while loading.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub quantization_config: Option<QuantizationConfig>,
-    /// The folder for the modules on `disk`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub offload_folder: Option<String>,
-}
-
-impl LoadKwargs {
-    /// The arguments that load `device_map` for `workload` (see [`map_loading`]).
-    pub fn of(device_map: &[(String, vramplan_sim::placement::Target)], workload: &Workload) -> LoadKwargs {
-        use vramplan_sim::placement::Target;
-        let on = |tier: Target| device_map.iter().any(|(_, t)| *t == tier);
-        let bitsandbytes = matches!(workload.quant, Quant::Int8 | Quant::Nf4 { .. } | Quant::Fp4 { .. });
-        let host = on(Target::Cpu) || on(Target::Disk);
-        LoadKwargs {
-            dtype: workload.weight_dtype.filter(|d| d.is_float()).map(|d| d.torch_name().to_string()),
-            quantization_config: QuantizationConfig::of(&workload.quant, host).filter(|_| bitsandbytes),
-            offload_folder: on(Target::Disk).then(|| "offload".to_string()),
-        }
-    }
-}
-
 /// The Trainer's `optim` name for the optimizer.
 fn optim(optimizer: Optimizer) -> &'static str {
     match optimizer {
@@ -693,6 +538,12 @@ fn sglang(model: &ModelDescription, answer: &Workload) -> RunFlags {
     }
     if let Some(dtype) = answer.weight_dtype {
         serve.arg("--dtype", dtype.torch_name());
+    }
+    // As for vLLM: fp8 and bitsandbytes quantize a plain checkpoint as SGLang loads it.
+    if let Some(method) = crate::export::launch::quantization_flag(&answer.quant)
+        .filter(|_| matches!(answer.quant, Quant::Fp8 { .. } | Quant::Nf4 { .. } | Quant::Int8))
+    {
+        serve.arg("--quantization", method);
     }
     serve
 }
