@@ -161,7 +161,10 @@ fn mlp_with_adamw_peaks_at_its_closed_form() {
     let params: u64 = (1024 * 4096 + 4096 + 4096 * 1024 + 1024) * 4;
     let batch: u64 = 64 * 1024 * 4;
     let closed = 5 * params + batch;
-    let peak = out.json()["per_device"][0]["peak_allocated_bytes"].as_u64().unwrap();
+    // One GPU: its peak is the rank's total, whose cuBLAS workspaces the closed form leaves out.
+    let json = out.json();
+    let peak = json["per_device"][0]["peak_allocated_bytes"].as_u64().unwrap()
+        - json["ranks"][0]["peak_total_workspace_bytes"].as_u64().unwrap();
     let error = (peak as f64 - closed as f64) / closed as f64;
     assert!(error.abs() < 0.02, "peak {peak} against the closed form {closed}: {:+.2} %", error * 100.0);
 }
@@ -254,7 +257,10 @@ fn hugging_face_training_peaks_match_the_reference_tracer() {
         let out = run(&python, &script, hardware, &[], &script_args);
         assert_completed(&out);
         let json = out.json();
-        let measured = json["ranks"][0]["peak_total_bytes"].as_u64().unwrap();
+        // The tracer runs CPU kernels: no cuBLAS workspace, which the fake run holds as PyTorch
+        // does (`script_workspace.py`); compared without it.
+        let measured = json["ranks"][0]["peak_total_bytes"].as_u64().unwrap()
+            - json["ranks"][0]["peak_total_workspace_bytes"].as_u64().unwrap();
         let error = (measured as f64 - traced as f64) / traced as f64;
         println!("{name}: {measured} against the tracer's {traced}: {:+.2} %", error * 100.0);
         assert!(

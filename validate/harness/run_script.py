@@ -178,7 +178,8 @@ def main():
         "outcome": outcome, "message": message[:2000], "location": location, "module": error_module,
         "mismatch": RUN.mismatch, "oom": RUN.oom, "steps": RUN.steps, "forwards": MODULES.forwards,
         "optimizers": RUN.optimizers, "cuda_ops": RUN.cuda_ops, "cpu_ops": RUN.cpu_ops,
-        "per_device": per_device, "peak_total_bytes": MEMORY.peak_total, "events": MEMORY.events,
+        "per_device": per_device, "peak_total_bytes": MEMORY.peak_total,
+        "peak_total_workspace_bytes": MEMORY.peak_total_workspaces, "events": MEMORY.events,
         "phases": RUN.phase_marks, "activations": RUN.activations, "notes": RUN.notes, "versions": versions(),
         "seconds": round(time.monotonic() - RUN.started, 3),
     }

@@ -12,6 +12,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from script_state import GPUS, HARNESS_DIR, MEMORY, MODULES, RUN, user_frame
+from script_workspace import charge as blas_workspaces
 
 # --- fake CUDA ------------------------------------------------------------------------------------
 
@@ -336,6 +337,7 @@ class Router(TorchDispatchMode):
         for t in outs:
             if isinstance(t, torch.Tensor):
                 MEMORY.track(t)
+        blas_workspaces(func, args, kwargs, outs)
         return out
 
     def selected_all(self, func, args, kwargs):

@@ -238,6 +238,8 @@ class Memory:
         self.creators = None   # while measuring activations: live storage -> (module path, bytes)
         self.total = 0         # live bytes over all devices
         self.peak_total = 0
+        self.workspaces = 0    # of `total`, the BLAS workspaces (`script_workspace.py`)
+        self.peak_total_workspaces = 0   # of `peak_total`, the BLAS workspaces then
 
     def track(self, tensor):
         if not isinstance(tensor, FakeTensor) or tensor.device.type != "cuda":
@@ -251,9 +253,17 @@ class Memory:
                                f"GPU{'' if len(GPUS) == 1 else 's'})")
         size = storage.nbytes()
         size = max(ROUND, -(-size // ROUND) * ROUND) if size else 0
+        ident = self.allocate(device, size, creator=True)
+        self.seen[storage] = ident
+        weakref.finalize(storage, self.freed, device, ident, size)
+
+    def allocate(self, device, size, creator=False, workspace=False):
+        """Counts `size` bytes (a multiple of 512) allocated on `device` and returns the
+        allocation's id, or raises PyTorch's out-of-memory error where they do not fit (the
+        allocation then never exists). `creator`: a tensor's storage, which the activation
+        measurement attributes to the module running; `workspace`: a BLAS library's workspace."""
         ident = self.next_id
         self.next_id += 1
-        self.seen[storage] = ident
         if self.live[device] + size > self.limit[device]:
             # The allocation PyTorch refuses: it never exists, so it is neither counted nor
             # replayed, and the script may catch the error and go on (a batch-size finder does).
@@ -267,25 +277,29 @@ class Memory:
                 f"CUDA out of memory. Tried to allocate {size / 2**20:.2f} MiB. GPU {device} (vramplan's fake "
                 f"{GPUS[device]['name']}) has {self.limit[device] / 2**30:.2f} GiB usable by PyTorch, of which "
                 f"{self.live[device] / 2**30:.2f} GiB is allocated.")
-        if self.creators is not None:
+        if creator and self.creators is not None:
             path = MODULES.current_path()
             if path is not None:
                 self.creators[ident] = (path, size)
         self.live[device] += size
         self.total += size
-        self.peak_total = max(self.peak_total, self.total)
+        self.workspaces += size if workspace else 0
+        if self.total > self.peak_total:
+            self.peak_total = self.total
+            self.peak_total_workspaces = self.workspaces
         self.events.append([device, ident, size])
-        weakref.finalize(storage, self.freed, device, ident, size)
         if self.live[device] > self.peak[device]:
             self.peak[device] = self.live[device]
             self.peak_at[device] = user_frame()
             self.peak_module[device] = MODULES.current()
+        return ident
 
-    def freed(self, device, ident, size):
+    def freed(self, device, ident, size, workspace=False):
         if self.creators is not None:
             self.creators.pop(ident, None)
         self.live[device] -= size
         self.total -= size
+        self.workspaces -= size if workspace else 0
         self.events.append([device, ident, 0])
 
 

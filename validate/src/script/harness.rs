@@ -31,6 +31,8 @@ pub(super) struct HarnessResult {
     cpu_ops: u64,
     per_device: Vec<HarnessDevice>,
     peak_total_bytes: u64,
+    #[serde(default)]
+    peak_total_workspace_bytes: u64,
     events: Vec<(u32, u64, u64)>,
     phases: Vec<(usize, String, u8)>,
     activations: Option<MeasuredActivations>,
@@ -161,6 +163,7 @@ pub(super) fn rank_run(
         }),
         per_device,
         peak_total_bytes: parsed.peak_total_bytes,
+        peak_total_workspace_bytes: parsed.peak_total_workspace_bytes,
         notes: parsed.notes,
         seconds: parsed.seconds,
         activations: parsed.activations,

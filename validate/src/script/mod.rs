@@ -37,6 +37,7 @@ const HARNESS: &[(&str, &str)] = &[
     ("run_script.py", include_str!("../../harness/run_script.py")),
     ("script_state.py", include_str!("../../harness/script_state.py")),
     ("script_fake.py", include_str!("../../harness/script_fake.py")),
+    ("script_workspace.py", include_str!("../../harness/script_workspace.py")),
     ("script_backward.py", include_str!("../../harness/script_backward.py")),
     ("script_runtime.py", include_str!("../../harness/script_runtime.py")),
     ("run_plan.py", include_str!("../../harness/run_plan.py")),
@@ -199,6 +200,9 @@ pub struct RankRun {
     /// The peak of live bytes over all GPUs together (a model split over GPUs holds, at each
     /// moment, the bytes one GPU would hold, less nothing and plus the copies between them).
     pub peak_total_bytes: u64,
+    /// Of `peak_total_bytes`, the cuBLAS and cuBLASLt workspaces live then, which PyTorch
+    /// allocates for matmuls beside the tensors (`harness/script_workspace.py`).
+    pub peak_total_workspace_bytes: u64,
     /// Values the script read from tensors that have none (they read 0).
     pub notes: Vec<String>,
     /// Seconds the rank ran.
@@ -453,6 +457,7 @@ fn run_rank(
         forwards: 0,
         per_device: Vec::new(),
         peak_total_bytes: 0,
+        peak_total_workspace_bytes: 0,
         notes: Vec::new(),
         seconds: finished.seconds,
         activations: None,

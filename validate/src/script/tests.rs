@@ -43,6 +43,7 @@ fn result(outcome: &str, gpus: u32, devices: &[&str], events: Vec<(u32, u64, u64
             })
             .collect(),
         peak_total_bytes: 2048,
+        peak_total_workspace_bytes: 0,
         events,
         phases: vec![(0, "load".into(), 0)],
         activations: None,
