@@ -323,8 +323,9 @@ fn steady_holdings(ops: &[Op], units: usize) -> Vec<Steady> {
     out
 }
 
-/// Bytes of library workspace each used GPU of compute capability `major` holds (cuBLAS and
-/// cuBLASLt), allocated through PyTorch at the first matmul (the program's own figure).
+/// Bytes of library workspace a used GPU of compute capability `major` holds at most (cuBLAS and
+/// cuBLASLt), allocated through PyTorch at the first matmul: a training step's two cuBLAS
+/// workspaces and cuBLASLt's ([`crate::program::blas_workspaces`] gives a model's and mode's).
 pub fn workspace_bytes(major: u32) -> u64 {
-    crate::program::cublas_workspace(major)
+    2 * crate::program::cublas_workspace(major) + crate::program::CUBLASLT_WORKSPACE
 }

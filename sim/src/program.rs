@@ -23,7 +23,7 @@
 
 mod loss;
 
-use crate::fsdp::Fsdp1;
+use crate::fsdp::{self, Fsdp1};
 use crate::model::activations::{ActivationModel, BlockActivations};
 use crate::model::declared::{self, Declarations, Declared};
 use crate::model::precision::Precision;
@@ -139,6 +139,9 @@ pub struct Alloc {
     pub component: Component,
     /// Bytes requested (before the allocator rounds them).
     pub bytes: u64,
+    /// The CUDA stream it is allocated on, whose pools alone serve it: 0, the compute stream,
+    /// but for FSDP1's own streams (`fsdp.rs`; the allocator's `alloc_on`).
+    pub stream: u8,
 }
 
 /// What kind of placement unit a program unit is.
@@ -213,12 +216,40 @@ fn describe(units: &[ProgramUnit], event: Event) -> String {
     }
 }
 
-/// cuBLAS workspace per handle and stream with the default `CUBLAS_WORKSPACE_CONFIG`
-/// (`:4096:2:16:8` = 4096 KiB × 2 + 16 KiB × 8 = 8,519,680 B; PyTorch PR #83461), allocated
-/// through the caching allocator at the first matmul; plus the cuBLASLt workspace (1 MiB, 32 MiB
-/// on Hopper; PyTorch PR #120925).
+/// One cuBLAS handle's workspace, as torch 2.11 sizes it (`parseChosenWorkspaceSize` in
+/// aten/src/ATen/cuda/CublasHandlePool.cpp) with `CUBLAS_WORKSPACE_CONFIG` unset: 32 MiB
+/// (`4096 * 8 * 1024`) on compute capability 9 (Hopper), else `:4096:2:16:8` = 4096 KiB × 2 +
+/// 16 KiB × 8 = 8,519,680 B. PyTorch PR #175344 (in 2.12) gives 32 MiB to 10 and 12 as well, and
+/// 2.15's source to 9 to 12. `setWorkspaceForHandle` allocates it through the caching allocator
+/// once per (handle, stream) at the handle's first matmul and keeps it.
 pub fn cublas_workspace(compute_major: u32) -> u64 {
-    8_519_680 + if compute_major >= 9 { 32 << 20 } else { 1 << 20 }
+    if compute_major == 9 { 32 << 20 } else { 8_519_680 }
+}
+
+/// cuBLASLt's own workspace (`CUBLASLT_WORKSPACE_SIZE` unset: 1024 KiB, PyTorch PR #73439), kept
+/// per (handle, stream) beside the cuBLAS one up to torch 2.11 (PR #156495; unified with it by
+/// default only from PR #175879, after 2.11's branch cut). ATen runs cuBLASLt for `addmm` with a
+/// 1-D bias, i.e. a `Linear` (or GPT-2's `Conv1D`) with a bias.
+pub const CUBLASLT_WORKSPACE: u64 = 1 << 20;
+
+/// The BLAS workspaces (each its own allocation) a GPU of compute capability `compute_major`
+/// holds for `model` under `mode`: a cuBLAS workspace per thread that runs matmuls there (handles
+/// are per thread and device, `DeviceThreadHandlePool`): the script's forward, and in training
+/// the autograd engine's worker thread of the device, which runs its backward; plus cuBLASLt's on
+/// the forward thread where a linear layer has a bias. Torch 2.15 allocates both per operation
+/// instead (`TORCH_CUBLAS_WORKSPACE_CACHE` unset, PR #194311): not modelled here
+/// (docs/memory-model.md).
+pub fn blas_workspaces(model: &ModelDescription, compute_major: u32, mode: Mode) -> Vec<u64> {
+    let handles = if mode == Mode::Train { 2 } else { 1 };
+    let mut biased = false;
+    model.root.visit(&mut |m| {
+        biased |= m.kind == ModuleKind::Linear && m.tensors.iter().any(|t| t.name == "bias");
+    });
+    let mut sizes = vec![cublas_workspace(compute_major); handles];
+    if biased {
+        sizes.push(CUBLASLT_WORKSPACE);
+    }
+    sizes
 }
 
 /// The step program of `workload` for `model` placed on `hardware` by `placement`.
@@ -542,12 +573,24 @@ impl<'r, 'a> Builder<'r, 'a> {
         component: Component,
         bytes: u64,
     ) -> Option<AllocId> {
+        self.alloc_on(device, unit, component, bytes, 0)
+    }
+
+    /// [`Builder::alloc`] on CUDA stream `stream` (FSDP1's, `fsdp.rs`).
+    fn alloc_on(
+        &mut self,
+        device: u32,
+        unit: Option<usize>,
+        component: Component,
+        bytes: u64,
+        stream: u8,
+    ) -> Option<AllocId> {
         if bytes == 0 {
             return None;
         }
         let id = self.live.len();
         self.live.push(Some((device, component)));
-        self.ops.push(Op::Alloc(Alloc { id, device, unit, component, bytes }));
+        self.ops.push(Op::Alloc(Alloc { id, device, unit, component, bytes, stream }));
         Some(id)
     }
 
@@ -641,10 +684,19 @@ impl<'r, 'a> Builder<'r, 'a> {
         let mut used: Vec<u32> = self.r.devices.iter().flatten().copied().collect();
         used.sort_unstable();
         used.dedup();
+        // Once per compute capability: `blas_workspaces` walks the whole module tree.
+        let mut workspaces: Vec<(u32, Vec<u64>)> = Vec::new();
         for g in used {
             let major =
                 self.r.hardware.devices.get(g as usize).map(|d| d.compute_capability.major).unwrap_or(8);
-            self.alloc(g, None, Component::Workspace, cublas_workspace(major));
+            if !workspaces.iter().any(|(m, _)| *m == major) {
+                workspaces.push((major, blas_workspaces(self.r.model, major, self.workload.mode)));
+            }
+            let sizes =
+                workspaces.iter().find(|(m, _)| *m == major).map(|(_, s)| s.clone()).unwrap_or_default();
+            for bytes in sizes {
+                self.alloc(g, None, Component::Workspace, bytes);
+            }
         }
     }
 
@@ -714,13 +766,18 @@ impl<'r, 'a> Builder<'r, 'a> {
     /// Allocates `bytes` on `device` for no unit and for the whole run: no free of the step
     /// ends it (the step frees every live gradient at `zero_grad`; DDP's buckets stay).
     fn alloc_held(&mut self, device: u32, component: Component, bytes: u64) {
+        self.alloc_held_on(device, component, bytes, 0);
+    }
+
+    /// [`Builder::alloc_held`] on CUDA stream `stream` (FSDP1's, `fsdp.rs`).
+    fn alloc_held_on(&mut self, device: u32, component: Component, bytes: u64, stream: u8) {
         if bytes == 0 {
             return;
         }
         let id = self.live.len();
         // Not tracked as live, so that the step's frees by component pass it over.
         self.live.push(None);
-        self.ops.push(Op::Alloc(Alloc { id, device, unit: None, component, bytes }));
+        self.ops.push(Op::Alloc(Alloc { id, device, unit: None, component, bytes, stream }));
     }
 
     /// Bytes of one weight tensor this rank holds: all of it, its ZeRO-3 shard, or none when
@@ -919,6 +976,21 @@ impl<'r, 'a> Builder<'r, 'a> {
         self.free(sent);
     }
 
+    /// Allocates the `gathered` weights of unit `unit`'s forward or `backward`: under FSDP1 on
+    /// its unshard stream, after the host-to-device copy of the shard when offloaded, freed once
+    /// gathered (`fsdp.rs`).
+    fn gather(&mut self, device: u32, unit: usize, gathered: u64, backward: bool) -> Option<AllocId> {
+        let Some(fsdp) = self.r.fsdp else {
+            return self.alloc(device, Some(unit), Component::Weights, gathered);
+        };
+        let copy_bytes = fsdp.shard_copy(Fsdp1::gathered_layer(&self.r.units, unit, backward));
+        let copy =
+            self.alloc_on(device, Some(unit), Component::Weights, copy_bytes, fsdp::PRE_UNSHARD_STREAM);
+        let gather = self.alloc_on(device, Some(unit), Component::Weights, gathered, fsdp::UNSHARD_STREAM);
+        self.free(copy);
+        gather
+    }
+
     /// ZeRO-3: bytes all-gathered on each rank around unit `unit`'s compute — the parts of its
     /// weights other ranks hold (all of them when parameters are offloaded), and the next unit's
     /// too, which DeepSpeed prefetches while this one runs.
@@ -1025,8 +1097,12 @@ impl<'r, 'a> Builder<'r, 'a> {
             (0..self.r.units.len()).find(|&k| matches!(self.r.units[k].kind, UnitKind::Block(_)));
         // FSDP1: the root's unsharded parameter, held from the first forward on (`fsdp.rs`).
         let fsdp_device = self.r.devices.iter().flatten().next().copied();
-        if let (Some(_), Some(device), true) = (self.r.fsdp, fsdp_device, first) {
-            self.alloc_held(device, Component::Weights, Fsdp1::root(&self.r.units));
+        if let (Some(fsdp), Some(device), true) = (self.r.fsdp, fsdp_device, first) {
+            let root = Fsdp1::root(&self.r.units);
+            let copy_bytes = fsdp.shard_copy(root);
+            let copy = self.alloc_on(device, None, Component::Weights, copy_bytes, fsdp::PRE_UNSHARD_STREAM);
+            self.alloc_held_on(device, Component::Weights, root, fsdp::UNSHARD_STREAM);
+            self.free(copy);
         }
         // Forward.
         for i in 0..self.r.units.len() {
@@ -1059,7 +1135,7 @@ impl<'r, 'a> Builder<'r, 'a> {
             let unit = Some(i);
             self.cross_within(i, device, Event::ActivationsTo(i, step));
             self.compute(unit, Some(device), Event::Forward(i, step));
-            let gather = self.alloc(device, unit, Component::Weights, gathered);
+            let gather = self.gather(device, i, gathered, false);
             let first_kept = kept.len();
             // `UnslothCheckpointFunction` offloads a layer's input over `MINIMUM_SIZE` (2 MiB),
             // and from the second step not the last layer's (`CURRENT_GC_INDEX ==
@@ -1113,8 +1189,8 @@ impl<'r, 'a> Builder<'r, 'a> {
         // (`fsdp.rs`).
         let mut fsdp_prefetch = None;
         if let (Some(_), Some(device)) = (self.r.fsdp, fsdp_device) {
-            fsdp_prefetch =
-                self.alloc(device, None, Component::Weights, Fsdp1::prefetched_at_loss(&self.r.units));
+            let bytes = Fsdp1::prefetched_at_loss(&self.r.units);
+            fsdp_prefetch = self.alloc_on(device, None, Component::Weights, bytes, fsdp::UNSHARD_STREAM);
         }
         // Loss, on the head's device, as part of the head's run: a task head's (`model/head.rs`)
         // on the last unit, which runs last and backward first; vocabulary logits otherwise.
@@ -1169,7 +1245,7 @@ impl<'r, 'a> Builder<'r, 'a> {
             let unit = Some(i);
             self.cross_within(i, device, Event::GradientsTo(i, step));
             self.compute(unit, Some(device), Event::Backward(i, step));
-            let gather = self.alloc(device, unit, Component::Weights, gathered);
+            let gather = self.gather(device, i, gathered, true);
             let mut recomputed = None;
             if (is_block && checkpoint) || offload {
                 // Recomputed (or reloaded) together and freed together: one block.
@@ -1240,7 +1316,9 @@ impl<'r, 'a> Builder<'r, 'a> {
                 for ((d, id), (_, bytes)) in grad.into_iter().zip(&grads) {
                     self.free(id);
                     if !host {
-                        self.alloc(d, unit, Component::Gradients, bytes.div_ceil(self.r.shards));
+                        let shard = bytes.div_ceil(self.r.shards);
+                        let stream = if self.r.fsdp.is_some() { fsdp::POST_BACKWARD_STREAM } else { 0 };
+                        self.alloc_on(d, unit, Component::Gradients, shard, stream);
                     }
                 }
             }

@@ -100,7 +100,8 @@ fn most_live_large_allocations(ops: &[vramplan_sim::program::Op], device: u32) -
 /// moments (printed).
 #[test]
 fn charges_bound_the_replay_on_one_gpu_for_every_built_in() {
-    use vramplan_sim::charges::{unit_charges, workspace_bytes};
+    use vramplan_sim::charges::unit_charges;
+    use vramplan_sim::program::blas_workspaces;
     let hardware = hardware::load("h100-80gb").expect("profile");
     let major = hardware.devices[0].compute_capability.major;
     let mut failures = Vec::new();
@@ -122,10 +123,10 @@ fn charges_bound_the_replay_on_one_gpu_for_every_built_in() {
         for (label, workload) in &cases {
             let Ok(replayed) = estimate(&model, &hardware, workload, &Placement::single(0)) else { continue };
             let charges = unit_charges(&model, &hardware, workload);
-            let bound = charged(charges.units.iter()) + workspace_bytes(major);
+            let workspace: u64 = blas_workspaces(&model, major, workload.mode).iter().sum();
+            let bound = charged(charges.units.iter()) + workspace;
             let allocated = replayed.devices[0].peak_allocated_bytes;
-            let floor: u64 =
-                charges.units.iter().map(|u| u.floor_bytes).sum::<u64>() + workspace_bytes(major);
+            let floor: u64 = charges.units.iter().map(|u| u.floor_bytes).sum::<u64>() + workspace;
             checked += 1;
             if allocated > bound {
                 failures.push(format!("{name} {label}: replay {allocated} B above the charges' {bound} B"));
@@ -142,7 +143,7 @@ fn charges_bound_the_replay_on_one_gpu_for_every_built_in() {
                 .map(|u| throughout - u.steady.throughout_bytes + u.steady.running_bytes)
                 .max()
                 .unwrap_or(0)
-                + workspace_bytes(major);
+                + workspace;
             if steady > allocated {
                 failures.push(format!(
                     "{name} {label}: the steady holdings' {steady} B above the replay's {allocated} B"
@@ -173,8 +174,8 @@ fn charges_bound_the_replay_on_one_gpu_for_every_built_in() {
 /// over 2, 3 and 4 GPUs.
 #[test]
 fn charges_bound_each_gpu_of_an_even_split_within_what_they_miss() {
-    use vramplan_sim::charges::{unit_charges, workspace_bytes};
-    use vramplan_sim::program::step_program;
+    use vramplan_sim::charges::unit_charges;
+    use vramplan_sim::program::{blas_workspaces, step_program};
     let hardware = hardware::load("h100-80gb-x8").expect("profile");
     let major = hardware.devices[0].compute_capability.major;
     let mut failures = Vec::new();
@@ -195,7 +196,7 @@ fn charges_bound_each_gpu_of_an_even_split_within_what_they_miss() {
                         .filter(|(_, u)| u.device == Some(d.id))
                         .map(|(c, _)| c);
                     let bound = charged(held)
-                        + workspace_bytes(major)
+                        + blas_workspaces(&model, major, workload.mode).iter().sum::<u64>()
                         + charges.handoff_bytes
                         + most_live_large_allocations(&program.ops, d.id) * (1 << 20);
                     checked += 1;

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use support::gib;
 use vramplan_profiles::hardware;
 use vramplan_profiles::model::{self, ImportOptions};
-use vramplan_sim::program::cublas_workspace;
+use vramplan_sim::program::blas_workspaces;
 use vramplan_sim::workload::{Finetune, GradCheckpointing, Mode, Parallelism, Quant, Trainer, Workload};
 use vramplan_sim::{Placement, estimate};
 
@@ -102,8 +102,11 @@ fn fsdp_qlora_estimates_follow_the_traced_runtime() {
         let traced = r.peak_bytes.expect("a traced peak");
         let hw = hardware::load(&format!("{}xh100-80gb", r.world_size)).expect("profile");
         let model = model::load(&r.model, ImportOptions::default()).expect("built-in model");
-        let e = estimate(&model, &hw, &r.workload(), &Placement::single(0)).expect("estimate");
-        let ours = e.devices[0].peak_allocated_bytes - cublas_workspace(9);
+        let workload = r.workload();
+        let e = estimate(&model, &hw, &workload, &Placement::single(0)).expect("estimate");
+        let major = hw.devices[0].compute_capability.major;
+        let workspace: u64 = blas_workspaces(&model, major, workload.mode).iter().sum();
+        let ours = e.devices[0].peak_allocated_bytes - workspace;
         let error = (ours as f64 - traced as f64) / traced as f64;
         let at = r.peak_where.as_ref().and_then(|w| w.get("op")).map(|op| op.to_string()).unwrap_or_default();
         println!(

@@ -14,7 +14,7 @@
 use vramplan_profiles::DType;
 use vramplan_profiles::hardware;
 use vramplan_profiles::model::{self, ImportOptions};
-use vramplan_sim::program::cublas_workspace;
+use vramplan_sim::program::blas_workspaces;
 use vramplan_sim::workload::{Finetune, GradCheckpointing, Mode, Optimizer, Quant, Trainer, Workload};
 use vramplan_sim::{Placement, estimate};
 
@@ -68,7 +68,7 @@ fn label(record: &serde_json::Value) -> String {
 fn unsloth_estimates_follow_its_traced_step() {
     let fixture = fixture();
     let hw = hardware::load("a100-80gb").expect("profile");
-    let workspace = cublas_workspace(hw.devices[0].compute_capability.major);
+    let major = hw.devices[0].compute_capability.major;
     println!("tracer: {}", fixture["versions"]);
     println!(
         "{:<36} {:>10} {:>10} {:>8}  tracer's peak at / ours",
@@ -89,7 +89,7 @@ fn unsloth_estimates_follow_its_traced_step() {
         let e = estimate(&model, &hw, &w, &Placement::single(0))
             .unwrap_or_else(|e| panic!("{}: {e}", label(record)));
         let device = &e.devices[0];
-        let ours = device.peak_allocated_bytes - workspace;
+        let ours = device.peak_allocated_bytes - blas_workspaces(&model, major, w.mode).iter().sum::<u64>();
         let traced = number(record, "peak_bytes");
         let error = (ours as f64 - traced as f64) / traced as f64;
         println!(

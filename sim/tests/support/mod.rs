@@ -15,7 +15,7 @@ use serde::Deserialize;
 use vramplan_profiles::DType;
 use vramplan_profiles::hardware::HardwareProfile;
 use vramplan_profiles::model::{self, ImportOptions, ModelDescription, catalog};
-use vramplan_sim::program::cublas_workspace;
+use vramplan_sim::program::blas_workspaces;
 use vramplan_sim::workload::{
     AttentionImpl, Finetune, GradCheckpointing, Images, Mode, Optimizer, Quant, Workload,
 };
@@ -203,7 +203,8 @@ pub fn compare(
     let e = estimate(model, hardware, workload, &Placement::even_layers(model, 1))
         .unwrap_or_else(|e| panic!("{what}: {e}"));
     let device = &e.devices[0];
-    let ours = device.peak_allocated_bytes - cublas_workspace(9);
+    let major = hardware.devices[0].compute_capability.major;
+    let ours = device.peak_allocated_bytes - blas_workspaces(model, major, workload.mode).iter().sum::<u64>();
     let error = (ours as f64 - traced as f64) / traced as f64;
     Compared { ours, error, peak_at: device.peak_at.clone() }
 }

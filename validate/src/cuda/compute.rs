@@ -133,14 +133,17 @@ impl<'a> Runner<'a> {
         Ok(())
     }
 
-    /// An allocation made, at `pointer` where its device is part of the run; the workspace
-    /// becomes cuBLAS's.
+    /// An allocation made, at `pointer` where its device is part of the run; a GPU's first
+    /// workspace becomes cuBLAS's (the run's one handle; the program's others, the backward
+    /// thread's and cuBLASLt's, are held as PyTorch holds them).
     pub(crate) fn alloc(&mut self, alloc: &Alloc, pointer: Option<u64>) -> Result<(), Stop> {
+        let bound =
+            self.live.values().any(|l| l.device == alloc.device && l.component == Component::Workspace);
         let live =
             Live { device: alloc.device, unit: alloc.unit, component: alloc.component, bytes: alloc.bytes };
         self.live.insert(alloc.id, live);
         self.next_id = self.next_id.max(alloc.id + 1);
-        if let (Component::Workspace, Some(pointer)) = (alloc.component, pointer) {
+        if let (Component::Workspace, Some(pointer), false) = (alloc.component, pointer, bound) {
             let failed = |message| Stop::Failed { module: String::new(), message };
             self.engine.set_workspace(alloc.device, pointer, alloc.bytes).map_err(failed)?;
         }
