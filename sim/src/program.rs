@@ -28,7 +28,9 @@ mod train_step;
 mod workspaces;
 
 use ops::describe;
-pub use ops::{Alloc, AllocId, Component, Compute, Event, Op, ProgramUnit, StepProgram, UnitRole};
+pub use ops::{
+    Alloc, AllocId, Component, Compute, Event, Op, ProgramUnit, Step, StepProgram, UnitIndex, UnitRole,
+};
 pub use workspaces::{CUBLASLT_WORKSPACE, blas_workspaces, cublas_workspace};
 
 use crate::fsdp::{self, Fsdp1};
