@@ -200,8 +200,9 @@ impl PlanResult {
     /// model ([`PlanResult::loaded_by`]).
     pub fn load_kwargs(&self) -> Option<vramplan_solver::whatif::LoadKwargs> {
         let workload = &self.loaded.workload;
-        (self.loads_with_transformers() && vramplan_solver::whatif::loading_program(workload).is_none())
-            .then(|| vramplan_solver::whatif::LoadKwargs::of(&self.result.device_map, workload))
+        (self.loads_with_transformers() && vramplan_solver::whatif::loading_program(workload).is_none()).then(
+            || vramplan_solver::whatif::LoadKwargs::of(&self.loaded.model, &self.result.device_map, workload),
+        )
     }
 
     /// The program other than transformers that loads the model where the plan's map would
@@ -257,6 +258,10 @@ impl PlanResult {
             file: name,
             launch: Launch {
                 source: vramplan_solver::whatif::pretrained_source(&self.loaded.model),
+                prequantized: vramplan_solver::whatif::prequantized(
+                    &self.loaded.model,
+                    &self.loaded.workload.quant,
+                ),
                 gpus_per_node: hardware
                     .nodes
                     .iter()

@@ -53,6 +53,7 @@ import common  # noqa: E402
 VRAMPLAN = os.environ.get("VRAMPLAN", str(common.REPO / "target" / "debug" / "vramplan"))
 OUT = common.FIXTURES / "exports" / f"{common.TAG}.json"
 ADDR = "10.0.0.1"  # what the user puts in MASTER_ADDR, for the parsers
+CHECKPOINT = "an-org/a-checkpoint-quantized-AWQ-or-GPTQ"  # what the user puts in CHECKPOINT
 
 INF = ["--mode", "inference", "--engine", "vllm"]
 TRAIN = ["--mode", "train", "--dtype", "bf16", "--grad-ckpt", "full"]
@@ -74,7 +75,7 @@ PLANS = [
     ("vllm-7b-awq-fp8kv", "serve.sh",
      ["mistral-7b", "--hardware", "l40s", *INF, "--gpu-memory-utilization", "0.85", "--quant", "awq", "--kv-dtype",
       "fp8", "--seq", "8192", "--batch", "4"],
-     {"vllm": {"quantization": "awq", "kv_cache_dtype": "fp8_e4m3", "max_model_len": 8192}}),
+     {"vllm": {"model_tag": CHECKPOINT, "quantization": "awq", "kv_cache_dtype": "fp8_e4m3", "max_model_len": 8192}}),
     ("vllm-70b-2-nodes", "serve.sh",
      ["llama-3.1-70b", *H8N2, *INF, "--parallel", "tp=8,pp=2", "--seq", "32768", "--batch", "16"],
      {"vllm": {"tensor_parallel_size": 8, "pipeline_parallel_size": 2, "max_model_len": 32768, "nnodes": 2,
@@ -95,7 +96,7 @@ PLANS = [
     ("sglang-8b-gptq-tp2-dp2", "sglang.sh",
      ["llama-3.1-8b", "--hardware", "a100-80gb-x4", *INF, "--parallel", "tp=2", "--quant", "gptq", "--format",
       "sglang"],
-     {"sglang": {"tp_size": 2, "dp_size": 2, "quantization": "gptq"}}),
+     {"sglang": {"model_path": CHECKPOINT, "tp_size": 2, "dp_size": 2, "quantization": "gptq"}}),
     ("sglang-70b-4-nodes-fp8kv", "sglang.sh",
      ["llama-3.1-70b", *H8N4, *INF, "--parallel", "tp=8", "--kv-dtype", "fp8", "--format", "sglang"],
      {"sglang": {"tp_size": 8, "dp_size": 4, "nnodes": 4, "kv_cache_dtype": "fp8_e4m3"}}),
@@ -162,8 +163,14 @@ def command_lines(script):
 
 
 def words(line):
-    """The line's words as the shell passes them, MASTER_ADDR filled in."""
-    return [w.replace("$MASTER_ADDR", ADDR) for w in shlex.split(line)]
+    """The line's words as the shell passes them, MASTER_ADDR and CHECKPOINT filled in (the
+    pre-quantized checkpoint a user names for `--quant awq|gptq`, as `${CHECKPOINT:?...}`)."""
+    out = []
+    for w in shlex.split(line):
+        if w.startswith("${CHECKPOINT:?") and w.endswith("}"):
+            w = CHECKPOINT
+        out.append(w.replace("$MASTER_ADDR", ADDR))
+    return out
 
 
 def parse_vllm(argv):

@@ -316,3 +316,67 @@ fn a_two_node_plan_prints_each_nodes_command_as_recorded() {
     }
     assert!(!run.stdout.contains("node 2:"), "{}", run.stdout);
 }
+
+/// Under `--quant awq|gptq` the engine reads the method from a pre-quantized checkpoint, so the
+/// script serves `${CHECKPOINT:?…}`, never the model's own repository (unquantized weights):
+/// run by bash with a stand-in `vllm` on the PATH, it stops with the message while CHECKPOINT
+/// is unset and serves the named checkpoint once it is set.
+#[test]
+fn a_prequantized_export_serves_the_checkpoint_the_user_names() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let script = dir.path().join("serve.sh");
+    let run = vramplan(&[
+        "plan",
+        "mistral-7b",
+        "--hardware",
+        "a100-80gb",
+        "--mode",
+        "inference",
+        "--engine",
+        "vllm",
+        "--quant",
+        "awq",
+        "--batch",
+        "1",
+        "--seq",
+        "2048",
+        "-o",
+        script.to_str().expect("path"),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        !run.stdout.contains("vllm serve mistralai/"),
+        "the printed line serves the base repository:\n{}",
+        run.stdout
+    );
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("bin dir");
+    let stub = bin.join("vllm");
+    std::fs::write(&stub, "#!/bin/sh\nprintf '%s\\n' \"$@\"\n").expect("stub");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let unset = std::process::Command::new("bash")
+        .arg(&script)
+        .env("PATH", &path)
+        .env_remove("CHECKPOINT")
+        .output()
+        .expect("bash");
+    let stderr = String::from_utf8_lossy(&unset.stderr);
+    assert!(!unset.status.success(), "ran without a checkpoint");
+    assert!(
+        stderr.contains("set CHECKPOINT to") && stderr.contains("already quantized with AWQ"),
+        "{stderr}"
+    );
+    let set = std::process::Command::new("bash")
+        .arg(&script)
+        .env("PATH", &path)
+        .env("CHECKPOINT", "TheBloke/Mistral-7B-v0.1-AWQ")
+        .output()
+        .expect("bash");
+    assert!(set.status.success(), "{}", String::from_utf8_lossy(&set.stderr));
+    let argv: Vec<String> = String::from_utf8_lossy(&set.stdout).lines().map(str::to_string).collect();
+    assert_eq!(argv.first().map(String::as_str), Some("serve"));
+    assert_eq!(argv.get(1).map(String::as_str), Some("TheBloke/Mistral-7B-v0.1-AWQ"));
+    assert!(argv.windows(2).any(|w| w == ["--quantization", "awq"]), "{argv:?}");
+}

@@ -228,3 +228,40 @@ fn serving_lines_of_a_prequantized_method_are_commented_and_parse() {
         }
     }
 }
+
+/// A model whose own checkpoint is already AWQ (its config.json's `quantization_config`, here
+/// the built-in Qwen2.5-7B's config with AutoAWQ's GEMM layout) is loaded and served as it is:
+/// no `CHECKPOINT` stands in for it, and `plan --json` names no other checkpoint to find.
+#[test]
+fn a_checkpoint_already_quantized_is_loaded_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("Qwen2.5-7B-Instruct-AWQ");
+    std::fs::create_dir(&folder).unwrap();
+    let catalog =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles/catalog/models/qwen2.5-7b.json");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(catalog).unwrap()).unwrap();
+    config["torch_dtype"] = "float16".into();
+    config["quantization_config"] = serde_json::json!({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm", "zero_point": true});
+    std::fs::write(folder.join("config.json"), config.to_string()).unwrap();
+    let model = folder.to_str().unwrap();
+    let common = ["--hardware", "a100-80gb", "--mode", "inference", "--quant", "awq", "--seq", "2048"];
+    let mut whatif = vec!["whatif", "max-batch", model];
+    whatif.extend(common);
+    let out = vramplan(&whatif);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains(&format!("from_pretrained({model:?}")), "{}", out.stdout);
+    assert!(!out.stdout.contains("CHECKPOINT"), "{}", out.stdout);
+    let mut plan = vec!["plan", model, "--engine", "vllm", "--batch", "1"];
+    plan.extend(common);
+    let out = vramplan(&plan);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains(&format!("vllm serve {model} ")), "{}", out.stdout);
+    assert!(!out.stdout.contains("CHECKPOINT"), "{}", out.stdout);
+    let mut json = vec!["plan", model, "--batch", "1", "--json"];
+    json.extend(common);
+    let out = vramplan(&json);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let kwargs = &out.json()["load_kwargs"];
+    assert!(kwargs.is_object() && kwargs.get("prequantized").is_none(), "{kwargs}");
+}

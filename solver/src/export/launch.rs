@@ -43,6 +43,10 @@ pub struct Launch<'a> {
     /// The model as `vllm serve` / `from_pretrained` takes it (a Hub repository or a folder);
     /// `None` for a custom model, written as the placeholder `MODEL`.
     pub source: Option<String>,
+    /// The method of a checkpoint already quantized (`AWQ (4-bit, group size 128)`) that the
+    /// engine must serve in place of `source`, whose weights are not quantized
+    /// (`whatif::prequantized`); `None` where `source` is served as it is.
+    pub prequantized: Option<String>,
     /// The GPUs of each node of the profile, in node order.
     pub gpus_per_node: Vec<u32>,
     /// The workload the plan was made for.
@@ -210,14 +214,30 @@ fn serving_quantization(workload: &Workload, format: &str) -> Result<Option<&'st
     })
 }
 
+/// The model word of a serving command: the model's own source, or under a pre-quantized method
+/// `${CHECKPOINT:?…}`, which the shell expands to the checkpoint the user names in `CHECKPOINT`
+/// and stops at, with the message, while it is unset (POSIX parameter expansion).
+fn serving_model(launch: &Launch) -> String {
+    let Some(method) = &launch.prequantized else {
+        return launch.model();
+    };
+    // The message is inside the expansion: no `}` (its end), `$`, backquote, quote or backslash.
+    let of = match &launch.source {
+        Some(source) if !source.contains(['}', '$', '`', '"', '\\']) => format!(" of {source}"),
+        _ => String::new(),
+    };
+    format!(
+        "${{CHECKPOINT:?set CHECKPOINT to the Hub repository or folder of a checkpoint{of} already quantized with {method}}}"
+    )
+}
+
 /// What the model must be for a quantization the engine reads from the checkpoint.
-fn checkpoint_note(workload: &Workload) -> Option<String> {
-    match workload.quant {
-        Quant::Awq { .. } | Quant::Gptq { .. } => Some(
-            "The model must be a checkpoint already quantized that way (its config.json's quantization_config); fp8 and bitsandbytes quantize a plain checkpoint as it loads.".into(),
-        ),
-        _ => None,
-    }
+fn checkpoint_note(launch: &Launch) -> Option<String> {
+    launch.prequantized.as_ref().map(|method| {
+        format!(
+            "The model must be a checkpoint already quantized with {method} (its config.json's quantization_config), not the model's own repository: set CHECKPOINT to it (the command stops, saying so, while CHECKPOINT is unset); fp8 and bitsandbytes quantize a plain checkpoint as it loads."
+        )
+    })
 }
 
 /// The `--kv-cache-dtype` both serving engines read.
@@ -315,7 +335,7 @@ pub fn vllm(launch: &Launch, plan_gpus: usize) -> Result<Export, InputError> {
         ));
     }
     let mut line = Line::new("vllm serve");
-    line.word(&launch.model());
+    line.word(&serving_model(launch));
     line.arg("--tensor-parallel-size", tp).arg("--pipeline-parallel-size", pp);
     if dp > 1 {
         line.arg("--data-parallel-size", dp);
@@ -367,7 +387,7 @@ pub fn vllm(launch: &Launch, plan_gpus: usize) -> Result<Export, InputError> {
         ),
         format!("Sized by vramplan for {} concurrent sequences of {} tokens.", w.batch.max(1), w.seq),
     ];
-    if let Some(note) = checkpoint_note(w) {
+    if let Some(note) = checkpoint_note(launch) {
         assumes.push(note);
     }
     if let Some(spec) =
@@ -434,7 +454,7 @@ pub fn sglang(launch: &Launch, plan_gpus: usize) -> Result<Export, InputError> {
     let mut lines = Vec::new();
     for rank in 0..nodes {
         let mut line = Line::new("python -m sglang.launch_server");
-        line.arg("--model-path", launch.model())
+        line.arg("--model-path", serving_model(launch))
             .arg("--tp-size", tp)
             .arg("--dp-size", dp)
             .arg("--dtype", serving_dtype(w, "sglang")?)
@@ -470,7 +490,7 @@ pub fn sglang(launch: &Launch, plan_gpus: usize) -> Result<Export, InputError> {
             w.seq
         ),
     ];
-    if let Some(note) = checkpoint_note(w) {
+    if let Some(note) = checkpoint_note(launch) {
         assumes.push(note);
     }
     if kind == "sglang" && fraction.is_none() {
@@ -703,7 +723,7 @@ mod tests {
     #[test]
     fn a_training_workload_has_no_vllm_line() {
         let w = Workload { mode: Mode::Train, engine: Engine::VLLM_DEFAULT, ..Workload::default() };
-        let launch = Launch { source: None, gpus_per_node: vec![1], workload: &w };
+        let launch = Launch { source: None, prequantized: None, gpus_per_node: vec![1], workload: &w };
         let err = vllm(&launch, 1).unwrap_err();
         assert!(err.to_string().contains("trains"), "{err}");
     }

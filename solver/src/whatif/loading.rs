@@ -52,7 +52,7 @@ pub fn map_loading(
     load.positional.push(format!("{source:?}"));
     load.arg("device_map", map);
     // bitsandbytes quantizes at load; pre-quantized checkpoints carry their own config.
-    let kwargs = LoadKwargs::of(device_map, workload);
+    let kwargs = LoadKwargs::of(model, device_map, workload);
     if let Some(dtype) = &kwargs.dtype {
         load.import("torch", "");
         load.arg("dtype", format!("torch.{dtype}"));
@@ -64,7 +64,7 @@ pub fn map_loading(
     if let Some(folder) = &kwargs.offload_folder {
         load.arg("offload_folder", format!("{folder:?}"));
     }
-    match prequantized(&workload.quant) {
+    match prequantized(model, &workload.quant) {
         Some(method) => vec![checkpoint_note(load, &source, &method)],
         None => vec![load],
     }
@@ -95,8 +95,12 @@ pub fn loaded_by_reason(program: &str) -> String {
 /// `quant` is one that transformers, vLLM and SGLang read from a checkpoint quantized that way
 /// (its config.json's `quantization_config`: AWQ, GPTQ): the model's own repository holds the
 /// unquantized weights, which `from_pretrained` would load as they are. `None` for weights
-/// quantized while loading (bitsandbytes, fp8) or loaded as stored.
-pub fn prequantized(quant: &Quant) -> Option<String> {
+/// quantized while loading (bitsandbytes, fp8) or loaded as stored, and for a `model` whose own
+/// checkpoint is already quantized (its config's `quantization_config`), which loads as it is.
+pub fn prequantized(model: &ModelDescription, quant: &Quant) -> Option<String> {
+    if model.quantization.is_some() {
+        return None;
+    }
     let (method, bits, group_size) = match quant {
         Quant::Awq { bits, group_size } => ("AWQ", bits, group_size),
         Quant::Gptq { bits, group_size } => ("GPTQ", bits, group_size),
@@ -126,7 +130,7 @@ pub(super) fn prequantized_command(
     answer: &Workload,
     mut serve: RunFlags,
 ) -> Vec<RunFlags> {
-    let (Some(method), Some(source)) = (prequantized(&answer.quant), pretrained_source(model)) else {
+    let (Some(method), Some(source)) = (prequantized(model, &answer.quant), pretrained_source(model)) else {
         return vec![serve];
     };
     for (name, value) in &mut serve.args {
@@ -282,8 +286,12 @@ pub struct LoadKwargs {
 }
 
 impl LoadKwargs {
-    /// The arguments that load `device_map` for `workload` (see [`map_loading`]).
-    pub fn of(device_map: &[(String, vramplan_sim::placement::Target)], workload: &Workload) -> LoadKwargs {
+    /// The arguments that load `device_map` of `model` for `workload` (see [`map_loading`]).
+    pub fn of(
+        model: &ModelDescription,
+        device_map: &[(String, vramplan_sim::placement::Target)],
+        workload: &Workload,
+    ) -> LoadKwargs {
         use vramplan_sim::placement::Target;
         let on = |tier: Target| device_map.iter().any(|(_, t)| *t == tier);
         let bitsandbytes = matches!(workload.quant, Quant::Int8 | Quant::Nf4 { .. } | Quant::Fp4 { .. });
@@ -292,7 +300,7 @@ impl LoadKwargs {
             dtype: workload.weight_dtype.filter(|d| d.is_float()).map(|d| d.torch_name().to_string()),
             quantization_config: QuantizationConfig::of(&workload.quant, host).filter(|_| bitsandbytes),
             offload_folder: on(Target::Disk).then(|| "offload".to_string()),
-            prequantized: prequantized(&workload.quant),
+            prequantized: prequantized(model, &workload.quant),
         }
     }
 }

@@ -305,7 +305,7 @@ fn transformers(
             }
             // AWQ and GPTQ weights come from a checkpoint quantized that way: the model's own
             // repository would load unquantized weights, so the call is a comment naming it.
-            match prequantized(&answer.quant) {
+            match prequantized(model, &answer.quant) {
                 Some(method) => {
                     let map_note = load.device_map.is_some();
                     out.push(checkpoint_note(load, &source, &method));
