@@ -129,8 +129,7 @@ pub fn run_lines(run: &[RunFlags]) -> String {
             .iter()
             .map(|(n, v)| if v.is_empty() { n.clone() } else { format!("{n} {v}") })
             .collect();
-        let comment = if flags.commented { "# " } else { "" };
-        text += &format!("  {comment}{} {}\n", flags.call, args.join(" "));
+        text += &format!("  {} {}\n", flags.call, args.join(" "));
     }
     let python: Vec<&RunFlags> = run.iter().filter(|f| !f.command_line).collect();
     if python.is_empty() {

@@ -2,8 +2,9 @@
 //! of time, read from a checkpoint quantized that way (its config.json's `quantization_config`);
 //! the model's own repository holds unquantized weights, which `from_pretrained` would load as
 //! they are. So no printed line loads the model's repository: `whatif`'s lines to run and
-//! `plan -o`'s loading lines give the call as a comment (`# load it:`) with `CHECKPOINT` in
-//! place of the repository, after a `# checkpoint:` line saying what to put there, and
+//! `plan -o`'s loading lines give the Python call as a comment (`# load it:`) with `CHECKPOINT`
+//! in place of the repository, after a `# checkpoint:` line saying what to put there; the
+//! serving commands take `"${CHECKPOINT:?…}"`, the checkpoint the user names in the shell; and
 //! `plan --json`'s `load_kwargs` carries `prequantized`. Every line printed as code still runs
 //! as printed: with `VRAMPLAN_PYTHON` (a Python with torch, transformers, PEFT and TRL, such as
 //! `scripts/reference/.venv5/bin/python`) the lines run as one script, and the commented call
@@ -152,14 +153,15 @@ fn the_printed_lines_run_with_the_real_library() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
-/// vLLM and SGLang read AWQ and GPTQ from the checkpoint's config too: their lines name
-/// [`CHECKPOINT`] and are commented, after the `# checkpoint:` line; fp8 is quantized as the
-/// engine loads the model's own repository, by `--quantization fp8` on both. With
-/// `VRAMPLAN_PYTHON` and the engines' argument code (`scripts/reference/.venv5-engines`, as
-/// `scripts/reference/exports.py` parses the exports), each line, uncommented and given a
-/// checkpoint, goes through the engine's own parser.
+/// vLLM and SGLang read AWQ and GPTQ from the checkpoint's config too: their lines serve
+/// `"${CHECKPOINT:?…}"`, which the shell expands to the checkpoint the user names and stops at
+/// while it is unset; fp8 is quantized as the engine loads the model's own repository, by
+/// `--quantization fp8` on both. With `VRAMPLAN_PYTHON` and the engines' argument code
+/// (`scripts/reference/.venv5-engines`, as `scripts/reference/exports.py` parses the exports),
+/// each line, with CHECKPOINT set as `exports.words` sets it, goes through the engine's own
+/// parser.
 #[test]
-fn serving_lines_of_a_prequantized_method_are_commented_and_parse() {
+fn serving_lines_of_a_prequantized_method_name_the_users_checkpoint_and_parse() {
     let served = |quant: &str| -> Vec<String> {
         let args = format!("whatif max-concurrency mistral-7b --hardware a100-80gb --quant {quant}");
         let argv: Vec<&str> = args.split_whitespace().collect();
@@ -171,17 +173,20 @@ fn serving_lines_of_a_prequantized_method_are_commented_and_parse() {
     for quant in ["awq", "gptq"] {
         let lines = served(quant);
         for engine in ["vllm serve ", "python -m sglang.launch_server "] {
-            assert!(!lines.iter().any(|l| l.starts_with(engine)), "{quant}: {engine} as code: {lines:#?}");
             let line = lines
                 .iter()
-                .find_map(|l| {
-                    l.strip_prefix("# ").filter(|l| l.starts_with(engine) && l.contains(" CHECKPOINT "))
-                })
-                .unwrap_or_else(|| panic!("{quant}: no commented {engine}line with CHECKPOINT: {lines:#?}"));
-            commands.push(line.replace("CHECKPOINT", "org/quantized-checkpoint"));
+                .find(|l| l.starts_with(engine) && l.contains(" \"${CHECKPOINT:?set CHECKPOINT to "))
+                .unwrap_or_else(|| {
+                    panic!("{quant}: no {engine}line serving ${{CHECKPOINT:?...}}: {lines:#?}")
+                });
+            assert!(
+                !line.contains("serve mistralai/") && !line.contains("--model-path mistralai/"),
+                "{quant}: serves the base repository: {line}"
+            );
+            commands.push(line.clone());
         }
         let notes = lines.iter().filter(|l| l.starts_with("# checkpoint: ")).count();
-        assert_eq!(notes, 3, "{quant}: a checkpoint line for transformers, vLLM and SGLang: {lines:#?}");
+        assert_eq!(notes, 1, "{quant}: a checkpoint line for transformers' commented call: {lines:#?}");
     }
     let lines = served("fp8");
     for engine in ["vllm serve mistralai/Mistral-7B-v0.1 ", "python -m sglang.launch_server "] {
@@ -200,8 +205,8 @@ fn serving_lines_of_a_prequantized_method_are_commented_and_parse() {
         return;
     }
     let script = format!(
-        "import json, shlex, sys\nsys.path.insert(0, {dir:?})\nimport exports\n\
-         for line in json.loads(sys.argv[1]):\n    argv = shlex.split(line)\n    \
+        "import json, sys\nsys.path.insert(0, {dir:?})\nimport exports\n\
+         for line in json.loads(sys.argv[1]):\n    argv = exports.words(line)\n    \
          parsed = exports.parse_vllm(argv) if argv[0] == 'vllm' else exports.parse_sglang(argv)\n    \
          print(json.dumps(parsed, default=str))\n",
         dir = reference.display().to_string()
@@ -217,10 +222,11 @@ fn serving_lines_of_a_prequantized_method_are_commented_and_parse() {
     assert_eq!(parsed.len(), commands.len(), "{stdout}");
     for (line, parsed) in commands.iter().zip(&parsed) {
         let model = parsed.get("model_tag").or_else(|| parsed.get("model_path")).expect("the model");
-        let expected = if line.contains("Mistral-7B") {
-            "mistralai/Mistral-7B-v0.1"
+        // exports.CHECKPOINT, what `exports.words` puts for the user's checkpoint.
+        let expected = if line.contains("${CHECKPOINT:?") {
+            "an-org/a-checkpoint-quantized-AWQ-or-GPTQ"
         } else {
-            "org/quantized-checkpoint"
+            "mistralai/Mistral-7B-v0.1"
         };
         assert_eq!(model, expected, "{line}: {parsed}");
         if line.contains("--quantization fp8") {

@@ -215,20 +215,12 @@ fn serving_quantization(workload: &Workload, format: &str) -> Result<Option<&'st
 }
 
 /// The model word of a serving command: the model's own source, or under a pre-quantized method
-/// `${CHECKPOINT:?…}`, which the shell expands to the checkpoint the user names in `CHECKPOINT`
-/// and stops at, with the message, while it is unset (POSIX parameter expansion).
+/// the checkpoint the user names (`whatif::checkpoint_word`).
 fn serving_model(launch: &Launch) -> String {
-    let Some(method) = &launch.prequantized else {
-        return launch.model();
-    };
-    // The message is inside the expansion: no `}` (its end), `$`, backquote, quote or backslash.
-    let of = match &launch.source {
-        Some(source) if !source.contains(['}', '$', '`', '"', '\\']) => format!(" of {source}"),
-        _ => String::new(),
-    };
-    format!(
-        "${{CHECKPOINT:?set CHECKPOINT to the Hub repository or folder of a checkpoint{of} already quantized with {method}}}"
-    )
+    match &launch.prequantized {
+        Some(method) => crate::whatif::checkpoint_word(launch.source.as_deref(), method),
+        None => launch.model(),
+    }
 }
 
 /// What the model must be for a quantization the engine reads from the checkpoint.

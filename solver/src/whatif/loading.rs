@@ -122,28 +122,42 @@ fn checkpoint_text(source: &str, method: &str) -> String {
     )
 }
 
+/// The shell word that stands for a checkpoint of `source` already quantized with `method` in
+/// a serving command: `${CHECKPOINT:?…}`, which the shell expands to the checkpoint the user
+/// names in `CHECKPOINT` and stops at, with the message, while it is unset (POSIX parameter
+/// expansion), so the line runs as printed once the variable is set. Unquoted: the caller
+/// quotes it for the shell.
+pub fn checkpoint_word(source: Option<&str>, method: &str) -> String {
+    // The message is inside the expansion: no `}` (its end), `$`, backquote, quote or backslash.
+    let of = match source {
+        Some(source) if !source.contains(['}', '$', '`', '"', '\\']) => format!(" of {source}"),
+        _ => String::new(),
+    };
+    format!(
+        "${{{CHECKPOINT}:?set {CHECKPOINT} to the Hub repository or folder of a checkpoint{of} already quantized with {method}}}"
+    )
+}
+
 /// A serving engine's command `serve` for `answer`: as it is, or for a pre-quantized method
-/// ([`prequantized`]; vLLM and SGLang read AWQ and GPTQ from the checkpoint's config) a
-/// `# checkpoint:` comment, then the command commented out with [`CHECKPOINT`] for the model.
+/// ([`prequantized`]; vLLM and SGLang read AWQ and GPTQ from the checkpoint's config) with
+/// [`checkpoint_word`] in place of the model's own repository.
 pub(super) fn prequantized_command(
     model: &ModelDescription,
     answer: &Workload,
     mut serve: RunFlags,
-) -> Vec<RunFlags> {
+) -> RunFlags {
     let (Some(method), Some(source)) = (prequantized(model, &answer.quant), pretrained_source(model)) else {
-        return vec![serve];
+        return serve;
     };
+    let word = format!("\"{}\"", checkpoint_word(Some(&source), &method));
     for (name, value) in &mut serve.args {
         if *name == source && value.is_empty() {
-            *name = CHECKPOINT.to_string();
+            *name = word.clone();
         } else if *value == source {
-            *value = CHECKPOINT.to_string();
+            *value = word.clone();
         }
     }
-    serve.commented = true;
-    let mut note = RunFlags::command("#");
-    note.arg("checkpoint:", checkpoint_text(&source, &method));
-    vec![note, serve]
+    serve
 }
 
 /// A loading call of a pre-quantized `method` ([`prequantized`]) as comments, not code: which

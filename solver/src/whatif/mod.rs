@@ -24,8 +24,8 @@ pub(crate) mod search;
 
 pub use grid::{Axis, AxisValue, Frontier, FrontierPoint, Grid, GridPoint, frontier, grid};
 pub use loading::{
-    CHECKPOINT, LoadKwargs, QuantizationConfig, loaded_by_reason, loading_program, map_loading, prequantized,
-    quantization_config,
+    CHECKPOINT, LoadKwargs, QuantizationConfig, checkpoint_word, loaded_by_reason, loading_program,
+    map_loading, prequantized, quantization_config,
 };
 pub use queries::{
     Cap, Cheapest, Concurrency, EngineKind, Fewest, Largest, PricedProfile, QuantChoice, Quantity,

@@ -56,10 +56,6 @@ pub struct RunFlags {
     /// The device map of the answer, for `from_pretrained(device_map=...)`.
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "super::optional_map")]
     pub device_map: Option<Vec<(String, vramplan_sim::placement::Target)>>,
-    /// The command is printed as a comment, not as code: it runs only once the user gives what
-    /// it names (`CHECKPOINT`, a pre-quantized checkpoint), which a comment before it says.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub commented: bool,
 }
 
 impl RunFlags {
@@ -72,7 +68,6 @@ impl RunFlags {
             args: Vec::new(),
             imports: Vec::new(),
             device_map: None,
-            commented: false,
         }
     }
 
@@ -165,9 +160,9 @@ pub fn run_flags(
             None => transformers(model, hardware, question, answer, fit),
         },
         Engine::Vllm { gpu_memory_utilization, .. } => {
-            prequantized_command(model, answer, vllm(model, answer, gpu_memory_utilization))
+            vec![prequantized_command(model, answer, vllm(model, answer, gpu_memory_utilization))]
         }
-        Engine::Sglang { .. } => prequantized_command(model, answer, sglang(model, answer)),
+        Engine::Sglang { .. } => vec![prequantized_command(model, answer, sglang(model, answer))],
         Engine::LlamaCpp { n_ctx, n_ubatch } => vec![llamacpp(model, hardware, answer, n_ctx, n_ubatch)],
     }
 }
