@@ -261,6 +261,7 @@ impl PlanResult {
                 prequantized: vramplan_solver::whatif::prequantized(
                     &self.loaded.model,
                     &self.loaded.workload.quant,
+                    false,
                 ),
                 gpus_per_node: hardware
                     .nodes

@@ -271,3 +271,40 @@ fn a_checkpoint_already_quantized_is_loaded_as_it_is() {
     let kwargs = &out.json()["load_kwargs"];
     assert!(kwargs.is_object() && kwargs.get("prequantized").is_none(), "{kwargs}");
 }
+
+/// fp8 is quantized while loading onto GPUs (`FineGrainedFP8Config` in the loading line and in
+/// `load_kwargs`), but transformers refuses to quantize it on the fly into a map with `cpu` or
+/// `disk` entries (`FineGrainedFP8HfQuantizer.validate_environment`, transformers 5.24): such a
+/// map takes a checkpoint already in fp8, as AWQ does.
+#[test]
+fn fp8_maps_quantize_at_load_onto_gpus_and_need_an_fp8_checkpoint_beside_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = |model: &str, hardware: &str, file: &str| {
+        let path = dir.path().join(file);
+        let args = format!(
+            "plan {model} --hardware {hardware} --mode inference --quant fp8 --batch 1 --seq 1024 -o {}",
+            path.display()
+        );
+        let argv: Vec<&str> = args.split_whitespace().collect();
+        let out = vramplan(&argv);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        let mut json: Vec<&str> = argv[..argv.len() - 2].to_vec();
+        json.push("--json");
+        let kwargs = vramplan(&json).json()["load_kwargs"].clone();
+        let map: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        (out.stdout, kwargs, map)
+    };
+    let (stdout, kwargs, map) = plan("llama-3-8b", "h100-80gb", "gpu.json");
+    assert!(map.as_object().unwrap().values().all(|t| t.is_number()), "{map}");
+    assert!(
+        stdout.contains("quantization_config=FineGrainedFP8Config(weight_block_size=(128, 128))"),
+        "{stdout}"
+    );
+    assert_eq!(kwargs["quantization_config"]["class"], "FineGrainedFP8Config", "{kwargs}");
+    let (stdout, kwargs, map) = plan("llama-3.1-70b", "l40s", "host.json");
+    assert!(map.as_object().unwrap().values().any(|t| t == "cpu" || t == "disk"), "{map}");
+    assert!(!stdout.contains("\n  model = "), "loads the unquantized repository as code: {stdout}");
+    assert!(stdout.contains("# checkpoint: ") && stdout.contains("already quantized with FP8"), "{stdout}");
+    assert!(kwargs.get("quantization_config").is_none(), "{kwargs}");
+    assert!(kwargs["prequantized"].as_str().is_some_and(|p| p.starts_with("FP8")), "{kwargs}");
+}

@@ -64,7 +64,10 @@ pub fn map_loading(
     if let Some(folder) = &kwargs.offload_folder {
         load.arg("offload_folder", format!("{folder:?}"));
     }
-    match prequantized(model, &workload.quant) {
+    let host = device_map.iter().any(|(_, t)| {
+        matches!(t, vramplan_sim::placement::Target::Cpu | vramplan_sim::placement::Target::Disk)
+    });
+    match prequantized(model, &workload.quant, host) {
         Some(method) => vec![checkpoint_note(load, &source, &method)],
         None => vec![load],
     }
@@ -94,16 +97,20 @@ pub fn loaded_by_reason(program: &str) -> String {
 /// The method and layout of a pre-quantized checkpoint (`AWQ (4-bit, group size 128)`) where
 /// `quant` is one that transformers, vLLM and SGLang read from a checkpoint quantized that way
 /// (its config.json's `quantization_config`: AWQ, GPTQ): the model's own repository holds the
-/// unquantized weights, which `from_pretrained` would load as they are. `None` for weights
-/// quantized while loading (bitsandbytes, fp8) or loaded as stored, and for a `model` whose own
-/// checkpoint is already quantized (its config's `quantization_config`), which loads as it is.
-pub fn prequantized(model: &ModelDescription, quant: &Quant) -> Option<String> {
+/// unquantized weights, which `from_pretrained` would load as they are. fp8 too where the map
+/// puts modules on `cpu` or `disk` (`host`): transformers quantizes fp8 while loading only onto
+/// accelerators (`FineGrainedFP8HfQuantizer.validate_environment` refuses a map with cpu/disk
+/// entries unless the checkpoint is pre-quantized). `None` for weights quantized while loading
+/// (bitsandbytes, fp8 onto GPUs) or loaded as stored, and for a `model` whose own checkpoint is
+/// already quantized (its config's `quantization_config`), which loads as it is.
+pub fn prequantized(model: &ModelDescription, quant: &Quant, host: bool) -> Option<String> {
     if model.quantization.is_some() {
         return None;
     }
     let (method, bits, group_size) = match quant {
         Quant::Awq { bits, group_size } => ("AWQ", bits, group_size),
         Quant::Gptq { bits, group_size } => ("GPTQ", bits, group_size),
+        Quant::Fp8 { block } if host => return Some(format!("FP8 (blocks of {block} × {block})")),
         _ => return None,
     };
     Some(format!("{method} ({bits}-bit, group size {group_size})"))
@@ -146,7 +153,8 @@ pub(super) fn prequantized_command(
     answer: &Workload,
     mut serve: RunFlags,
 ) -> RunFlags {
-    let (Some(method), Some(source)) = (prequantized(model, &answer.quant), pretrained_source(model)) else {
+    let (Some(method), Some(source)) = (prequantized(model, &answer.quant, false), pretrained_source(model))
+    else {
         return serve;
     };
     let word = format!("\"{}\"", checkpoint_word(Some(&source), &method));
@@ -310,11 +318,14 @@ impl LoadKwargs {
         let on = |tier: Target| device_map.iter().any(|(_, t)| *t == tier);
         let bitsandbytes = matches!(workload.quant, Quant::Int8 | Quant::Nf4 { .. } | Quant::Fp4 { .. });
         let host = on(Target::Cpu) || on(Target::Disk);
+        // Quantized while loading: bitsandbytes anywhere, fp8 onto accelerators only
+        // ([`prequantized`] otherwise).
+        let at_load = bitsandbytes || (matches!(workload.quant, Quant::Fp8 { .. }) && !host);
         LoadKwargs {
             dtype: workload.weight_dtype.filter(|d| d.is_float()).map(|d| d.torch_name().to_string()),
-            quantization_config: QuantizationConfig::of(&workload.quant, host).filter(|_| bitsandbytes),
+            quantization_config: QuantizationConfig::of(&workload.quant, host).filter(|_| at_load),
             offload_folder: on(Target::Disk).then(|| "offload".to_string()),
-            prequantized: prequantized(model, &workload.quant),
+            prequantized: prequantized(model, &workload.quant, host),
         }
     }
 }

@@ -300,7 +300,10 @@ fn transformers(
             }
             // AWQ and GPTQ weights come from a checkpoint quantized that way: the model's own
             // repository would load unquantized weights, so the call is a comment naming it.
-            match prequantized(model, &answer.quant) {
+            let host = fit.device_map.iter().flatten().any(|(_, t)| {
+                matches!(t, vramplan_sim::placement::Target::Cpu | vramplan_sim::placement::Target::Disk)
+            });
+            match prequantized(model, &answer.quant, host) {
                 Some(method) => {
                     let map_note = load.device_map.is_some();
                     out.push(checkpoint_note(load, &source, &method));
