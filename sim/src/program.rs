@@ -484,7 +484,7 @@ impl<'r, 'a> Builder<'r, 'a> {
             let major =
                 self.r.hardware.devices.get(g as usize).map(|d| d.compute_capability.major).unwrap_or(8);
             if !workspaces.iter().any(|(m, _)| *m == major) {
-                workspaces.push((major, blas_workspaces(self.r.model, major, self.workload.mode)));
+                workspaces.push((major, blas_workspaces(self.r.model, major, self.workload)));
             }
             let sizes =
                 workspaces.iter().find(|(m, _)| *m == major).map(|(_, s)| s.clone()).unwrap_or_default();

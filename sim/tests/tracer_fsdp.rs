@@ -105,7 +105,7 @@ fn fsdp_qlora_estimates_follow_the_traced_runtime() {
         let workload = r.workload();
         let e = estimate(&model, &hw, &workload, &Placement::single(0)).expect("estimate");
         let major = hw.devices[0].compute_capability.major;
-        let workspace: u64 = blas_workspaces(&model, major, workload.mode).iter().sum();
+        let workspace: u64 = blas_workspaces(&model, major, &workload).iter().sum();
         let ours = e.devices[0].peak_allocated_bytes - workspace;
         let error = (ours as f64 - traced as f64) / traced as f64;
         let at = r.peak_where.as_ref().and_then(|w| w.get("op")).map(|op| op.to_string()).unwrap_or_default();

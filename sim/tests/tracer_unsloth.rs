@@ -89,7 +89,7 @@ fn unsloth_estimates_follow_its_traced_step() {
         let e = estimate(&model, &hw, &w, &Placement::single(0))
             .unwrap_or_else(|e| panic!("{}: {e}", label(record)));
         let device = &e.devices[0];
-        let ours = device.peak_allocated_bytes - blas_workspaces(&model, major, w.mode).iter().sum::<u64>();
+        let ours = device.peak_allocated_bytes - blas_workspaces(&model, major, &w).iter().sum::<u64>();
         let traced = number(record, "peak_bytes");
         let error = (ours as f64 - traced as f64) / traced as f64;
         println!(

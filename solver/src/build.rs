@@ -122,16 +122,32 @@ pub(crate) fn build(
     Ok(built)
 }
 
-/// The GPUs of the profile: capacity after headroom and the cuBLAS workspaces (plus `fixed`),
-/// interchangeable devices sharing a class.
-fn gpu_devices(hardware: &HardwareProfile, headroom: f64, fixed: u64) -> Vec<Device> {
+/// The GPUs of the profile: capacity after headroom and the BLAS workspaces `model` under
+/// `workload` holds there (plus `fixed`), interchangeable devices sharing a class.
+fn gpu_devices(
+    model: &ModelDescription,
+    workload: &Workload,
+    hardware: &HardwareProfile,
+    headroom: f64,
+    fixed: u64,
+) -> Vec<Device> {
     let mut classes: Vec<(String, u64, u64)> = Vec::new();
+    // Once per compute capability: the workspaces walk the whole module tree.
+    let mut workspaces: Vec<(u32, u64)> = Vec::new();
     hardware
         .devices
         .iter()
         .enumerate()
         .map(|(i, d)| {
-            let workspace = charges::workspace_bytes(d.compute_capability.major);
+            let major = d.compute_capability.major;
+            let workspace = match workspaces.iter().find(|(m, _)| *m == major) {
+                Some(&(_, bytes)) => bytes,
+                None => {
+                    let bytes = charges::workspace_bytes(model, major, workload);
+                    workspaces.push((major, bytes));
+                    bytes
+                }
+            };
             let fixed_bytes = workspace + fixed;
             let limit = vramplan_sim::estimate::limit_bytes(d.usable_bytes(), headroom);
             let key = (d.name.clone(), d.memory_bytes, u64::from(d.node));
@@ -222,7 +238,7 @@ fn module_units(
         });
         sources.push(UnitSource::Module(c.keys.clone()));
     }
-    let mut devices = gpu_devices(hardware, request.headroom, 0);
+    let mut devices = gpu_devices(model, workload, hardware, request.headroom, 0);
     let offload = request.offload && request.runtime != Runtime::Pipeline && workload.mode == Mode::Inference;
     // accelerate runs offloaded modules on its main device, the first GPU of the map: with
     // devices in order, GPU 0 whenever anything is on a GPU.
@@ -348,7 +364,7 @@ fn llamacpp_units(
     units.push(Unit { order: Some(2 * layers as u32), gpu_only: true, ..Unit::weights("output", output) });
     sources.push(UnitSource::LlamaOutput);
     // Every GPU holding layers allocates a compute buffer of the graph's size.
-    let gpus = gpu_devices(hardware, request.headroom, budget.compute_bytes);
+    let gpus = gpu_devices(model, workload, hardware, request.headroom, budget.compute_bytes);
     let mut devices = Vec::new();
     if request.offload {
         let next = gpus.iter().map(|d| d.class).max().unwrap_or(0) + 1;
@@ -432,7 +448,7 @@ fn expert_units(
         }
     }
     let fixed = replicated + transient;
-    let devices = gpu_devices(hardware, request.headroom, fixed);
+    let devices = gpu_devices(model, workload, hardware, request.headroom, fixed);
     Ok(Built {
         problem: Problem {
             units,

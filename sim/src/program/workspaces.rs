@@ -1,7 +1,7 @@
 //! The BLAS library workspaces PyTorch allocates through its caching allocator on each GPU that
 //! runs matmuls (cuBLAS per handle, cuBLASLt beside it), as torch 2.11 keeps them.
 
-use crate::workload::Mode;
+use crate::workload::{GradCheckpointing, Mode, Workload};
 use vramplan_profiles::model::{ModelDescription, ModuleKind};
 
 /// One cuBLAS handle's workspace, as torch 2.11 sizes it (`parseChosenWorkspaceSize` in
@@ -21,21 +21,25 @@ pub fn cublas_workspace(compute_major: u32) -> u64 {
 pub const CUBLASLT_WORKSPACE: u64 = 1 << 20;
 
 /// The BLAS workspaces (each its own allocation) a GPU of compute capability `compute_major`
-/// holds for `model` under `mode`: a cuBLAS workspace per thread that runs matmuls there (handles
-/// are per thread and device, `DeviceThreadHandlePool`): the script's forward, and in training
-/// the autograd engine's worker thread of the device, which runs its backward; plus cuBLASLt's on
-/// the forward thread where a linear layer has a bias. Torch 2.15 allocates both per operation
-/// instead (`TORCH_CUBLAS_WORKSPACE_CACHE` unset, PR #194311): not modelled here
+/// holds for `model` under `workload`: a cuBLAS workspace per thread that runs matmuls there
+/// (handles are per thread and device, `DeviceThreadHandlePool`): the script's forward, and in
+/// training the autograd engine's worker thread of the device, which runs its backward; plus
+/// cuBLASLt's where a linear layer has a bias, on each thread that runs a biased forward: the
+/// forward thread, and in training with recomputation (checkpointing, Unsloth's offloaded
+/// checkpoints) the autograd thread too, which reruns the forward. Torch 2.15 allocates both per
+/// operation instead (`TORCH_CUBLAS_WORKSPACE_CACHE` unset, PR #194311): not modelled here
 /// (docs/memory-model.md).
-pub fn blas_workspaces(model: &ModelDescription, compute_major: u32, mode: Mode) -> Vec<u64> {
-    let handles = if mode == Mode::Train { 2 } else { 1 };
+pub fn blas_workspaces(model: &ModelDescription, compute_major: u32, workload: &Workload) -> Vec<u64> {
+    let train = workload.mode == Mode::Train;
+    let handles = if train { 2 } else { 1 };
     let mut biased = false;
     model.root.visit(&mut |m| {
         biased |= m.kind == ModuleKind::Linear && m.tensors.iter().any(|t| t.name == "bias");
     });
     let mut sizes = vec![cublas_workspace(compute_major); handles];
     if biased {
-        sizes.push(CUBLASLT_WORKSPACE);
+        let recompute = train && workload.grad_checkpointing != GradCheckpointing::Off;
+        sizes.extend(std::iter::repeat_n(CUBLASLT_WORKSPACE, if recompute { 2 } else { 1 }));
     }
     sizes
 }
