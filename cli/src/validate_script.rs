@@ -25,6 +25,21 @@ pub(crate) fn run(
         )
         .with_fix("leave them out: the script's own batch, sequence and precision are what runs"));
     }
+    // The harness follows this torch's workspace rule (validate/harness/script_workspace.py).
+    if let Ok(torch) = std::env::var("VRAMPLAN_SCRIPT_TORCH") {
+        let mut parts = torch.trim().split(['.', '+']);
+        let number =
+            |p: Option<&str>| p.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+        if !(number(parts.next()) && number(parts.next())) {
+            return Err(InputError::new(
+                "VRAMPLAN_SCRIPT_TORCH",
+                format!("{torch:?} is not a torch version: expected MAJOR.MINOR, e.g. 2.11 or 2.11.0+cu130"),
+            )
+            .with_fix(
+                "set it to the torch version whose cuBLAS workspace rule the run follows, or unset it",
+            ));
+        }
+    }
     let request = ValidateScriptRequest {
         script: script.to_path_buf(),
         args: args.script_args.clone(),

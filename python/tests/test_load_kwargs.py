@@ -10,6 +10,7 @@ import json
 import pytest
 
 from conftest import run_binary
+from vramplan._errors import BadInput, VramplanError
 from vramplan._results import Plan
 
 ARGS = ["plan", "llama-3.2-1b", "--hardware", "2xt4", "--mode", "train", "--lora-rank", "8", "--seq", "512", "--dtype", "fp16", "--json"]
@@ -24,8 +25,10 @@ def test_another_trainer_gives_no_load_kwargs():
     plan = plan_of([*ARGS, "--trainer", "torchtune"])
     assert plan.data["load_kwargs"] is None
     assert plan.loaded_by["program"] == "torchtune"
-    with pytest.raises(ValueError, match="torchtune loads this model"):
+    with pytest.raises(BadInput, match="torchtune loads this model") as raised:
         plan.load_kwargs
+    assert isinstance(raised.value, VramplanError) and isinstance(raised.value, ValueError)
+    assert raised.value.origin == "--trainer" and raised.value.fix
 
 
 def test_the_hf_trainer_gives_load_kwargs():

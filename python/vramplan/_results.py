@@ -9,6 +9,8 @@ import html
 import json
 from typing import Any, Dict, List, Optional, Sequence
 
+from ._errors import BadInput
+
 __all__ = ["Result", "Plan", "Estimate", "Check", "WhatIf", "Validation", "Inspection", "Svg"]
 
 
@@ -147,15 +149,22 @@ class Plan(Result):
     @property
     def load_kwargs(self) -> Dict[str, Any]:
         """The other `from_pretrained` arguments that load the map as it is: `dtype`, a
-        `quantization_config` (bitsandbytes), `offload_folder` where a module is on disk. For
+        `quantization_config` (bitsandbytes; fp8 onto GPUs), `offload_folder` where a module is
+        on disk. For
         AWQ and GPTQ they load a checkpoint quantized that way, not the model's own repository
         (`.data["load_kwargs"]["prequantized"]` names the method). Raises `ValueError` where
-        another program loads the model (`.loaded_by`). torch and transformers are imported only
-        when this is read."""
+        another program loads the model (`.loaded_by`): `BadInput` (a `VramplanError` and a
+        `ValueError`) with `origin` `--trainer` or `--awq-fused`. torch and transformers are
+        imported only when this is read."""
         loaded_by = self.loaded_by
         if loaded_by:
-            raise ValueError(
-                f"{loaded_by['program']} loads this model, not transformers' from_pretrained: {loaded_by['reason']}"
+            program = loaded_by["program"]
+            flag = "--awq-fused" if program == "AutoAWQ" else "--trainer"
+            raise BadInput(
+                problem=f"{program} loads this model, not transformers' from_pretrained: {loaded_by['reason']}",
+                origin=flag,
+                key=flag.lstrip("-").replace("-", "_"),
+                fix=f"load it with {program}'s own loader (see .loaded_by), or plan for transformers without {flag}",
             )
         spec = self.data.get("load_kwargs") or {}
         out: Dict[str, Any] = {}

@@ -6,12 +6,11 @@
 //!   10 MiB, else the request rounded up to 2 MiB;
 //! - a request takes the best-fitting free block of its pool (smallest that fits) and splits
 //!   off the rest when at least 512 bytes (small pool) or more than 1 MiB (large pool) remain;
+//! - each stream has its pools (`BlockPool` orders blocks by stream, size and address, and
+//!   `get_free_block` takes only a block of the request's stream), so a block freed on one
+//!   stream never serves another's request. Most programs run on one stream; FSDP1 all-gathers
+//!   and reduce-scatters on streams of its own ([`CachingAllocator::alloc_on`]);
 //! - a freed block merges with free neighbours in its segment; segments are kept for reuse
-//!   by the stream that allocated them: each stream has its pools (`BlockPool` orders blocks by
-//!   stream, size and address, and `get_free_block` takes only a block of the request's
-//!   stream), so a block freed on one stream never serves another's request. Most programs run
-//!   on one stream; FSDP1 all-gathers and reduce-scatters on streams of its own
-//!   ([`CachingAllocator::alloc_on`]);
 //!   (no `empty_cache`), except under pressure: when a new segment would take the device past
 //!   its memory, the allocator first returns every wholly free segment to the driver and
 //!   retries (`release_cached_blocks` in `DeviceCachingAllocator::malloc`), so fragmentation

@@ -120,7 +120,8 @@ fn fake_runs_hold_the_real_gpus_peaks_with_their_blas_workspaces() {
             );
             continue;
         }
-        compared += 1;
+        // A program that never reached the GPU (0 against 0) is checked, not counted.
+        compared += usize::from(measured > 0);
         if diff.abs() > gate {
             failures.push(format!(
                 "{name}: fake {ours} B, real {measured} B ({:+.2} MiB)",
@@ -128,6 +129,6 @@ fn fake_runs_hold_the_real_gpus_peaks_with_their_blas_workspaces() {
             ));
         }
     }
-    assert!(compared >= 7, "only {compared} programs compared");
+    assert!(compared >= 6, "only {compared} programs with GPU peaks compared");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

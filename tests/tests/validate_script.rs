@@ -540,3 +540,18 @@ fn the_launcher_is_python_unless_nproc_says_torchrun() {
     let wrong = run(&python, &script, "t4x2", &[], &["torchrun"]);
     assert_eq!(wrong.json()["outcome"], "error", "the variables were set without --nproc: {}", wrong.stdout);
 }
+
+/// `VRAMPLAN_SCRIPT_TORCH` names the torch whose cuBLAS workspace rule a fake run follows; a
+/// value that is no version is bad input (exit 2, naming the variable), never a silent default.
+#[test]
+fn a_torch_version_that_is_no_version_is_bad_input() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramplan-under-test"))
+        .args(["validate", "--script", &repo("docs/incidents/memory_bank.py"), "--hardware", "t4"])
+        .args(["--python", "/nonexistent/python"])
+        .env("VRAMPLAN_SCRIPT_TORCH", "latest")
+        .output()
+        .expect("vramplan runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("VRAMPLAN_SCRIPT_TORCH") && stderr.contains("MAJOR.MINOR"), "{stderr}");
+}

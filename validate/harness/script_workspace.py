@@ -57,8 +57,12 @@ LT_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 
 def torch_version():
     """(major, minor) of the torch whose rule applies."""
-    text = os.environ.get("VRAMPLAN_SCRIPT_TORCH") or torch.__version__
-    found = re.match(r"(\d+)\.(\d+)", text)
+    named = os.environ.get("VRAMPLAN_SCRIPT_TORCH")
+    text = named or torch.__version__
+    found = re.match(r"(\d+)\.(\d+)", text.strip())
+    if found is None and named:
+        # The command line refuses it first (exit 2); a harness run another way stops here.
+        raise SystemExit(f"VRAMPLAN_SCRIPT_TORCH={named!r} is not a torch version (MAJOR.MINOR)")
     return (int(found.group(1)), int(found.group(2))) if found else (2, 15)
 
 
