@@ -204,7 +204,7 @@ pub fn compare(
         .unwrap_or_else(|e| panic!("{what}: {e}"));
     let device = &e.devices[0];
     let major = hardware.devices[0].compute_capability.major;
-    let ours = device.peak_allocated_bytes - blas_workspaces(model, major, &workload).iter().sum::<u64>();
+    let ours = device.peak_allocated_bytes - blas_workspaces(model, major, workload).iter().sum::<u64>();
     let error = (ours as f64 - traced as f64) / traced as f64;
     Compared { ours, error, peak_at: device.peak_at.clone() }
 }
