@@ -123,7 +123,7 @@ fn charges_bound_the_replay_on_one_gpu_for_every_built_in() {
         for (label, workload) in &cases {
             let Ok(replayed) = estimate(&model, &hardware, workload, &Placement::single(0)) else { continue };
             let charges = unit_charges(&model, &hardware, workload);
-            let workspace: u64 = blas_workspaces(&model, major, &workload).iter().sum();
+            let workspace: u64 = blas_workspaces(&model, major, workload).iter().sum();
             let bound = charged(charges.units.iter()) + workspace;
             let allocated = replayed.devices[0].peak_allocated_bytes;
             let floor: u64 = charges.units.iter().map(|u| u.floor_bytes).sum::<u64>() + workspace;
