@@ -120,9 +120,12 @@ impl Inputs {
         let mut workload = self.flags.apply(base)?;
         let seq_given = self.flags.seq.is_some() || self.workload.is_some();
         let note = input::fit_default_seq(&mut workload, seq_given, &model);
+        let mut loading = Vec::new();
+        fp8_while_loading(&model, &hardware, &mut workload, &mut loading)?;
         let mut warnings = input::validate(&workload, &model, &hardware)
             .map_err(|e| self.place_error(e, fallback.as_ref().map(|(w, p)| (w, *p))))?;
         warnings.extend(note);
+        warnings.extend(loading);
         let model = held_by_runtime(model, &hardware, &workload, &mut warnings)?;
         Ok(Loaded { model, hardware, workload, warnings })
     }
@@ -185,6 +188,57 @@ pub(crate) fn device_map_needs_one_copy(key: &str, fix: &str) -> InputError {
          FSDP and tensor parallelism place the model themselves",
     )
     .with_fix(fix)
+}
+
+/// `--quant fp8` under transformers, which quantizes while loading with `FineGrainedFP8Config`:
+/// its `validate_environment` is the one a pre-quantized fp8 checkpoint meets
+/// ([`method_handling`](vramplan_profiles::model::quantization::held::method_handling)), so on a
+/// GPU below compute capability 8.9 transformers 5.x sets `dequantize` and
+/// `replace_with_fp8_linear` converts no layer: the weights load unquantized, in the load dtype,
+/// and the workload is sized so (with a warning); 4.x refuses. The oldest GPU decides, as in
+/// [`held_by_runtime`]. vLLM and SGLang keep fp8 storage from 7.5 (FP8 Marlin) and are
+/// [`held_by_runtime`]'s.
+pub(crate) fn fp8_while_loading(
+    model: &ModelDescription,
+    hardware: &HardwareProfile,
+    workload: &mut Workload,
+    warnings: &mut Vec<String>,
+) -> Result<(), InputError> {
+    use vramplan_profiles::model::quantization::Method;
+    use vramplan_profiles::model::quantization::held::{Handling, Loader, method_handling};
+    use vramplan_sim::workload::Quant;
+    let Quant::Fp8 { block } = workload.quant else { return Ok(()) };
+    if workload.engine != Engine::Transformers || model.quantization.is_some() {
+        return Ok(());
+    }
+    let Some(capability) = hardware.devices.iter().map(|d| d.compute_capability).min() else {
+        return Ok(());
+    };
+    let method = Method::Fp8 {
+        block: Some([u64::from(block); 2]),
+        weight_dtype: vramplan_profiles::DType::F8E4M3,
+        e8m0_scales: false,
+        static_activations: false,
+    };
+    let load_dtype = workload.weight_dtype.unwrap_or(model.dtype);
+    match method_handling(&method, model.naming, Loader::Transformers, capability, load_dtype) {
+        Handling::Kept => Ok(()),
+        Handling::Dequantized { to, .. } => {
+            workload.quant = Quant::None;
+            warnings.push(format!(
+                "transformers quantizes `--quant fp8` while loading only on GPUs of compute capability 8.9 or later; on this one ({capability}) `FineGrainedFP8Config` leaves every layer unquantized (its `validate_environment` sets `dequantize`), so the weights are sized in {}: serve with vLLM (`--engine vllm`, fp8 weight-only from 7.5) to keep them in fp8",
+                to.name()
+            ));
+            Ok(())
+        }
+        Handling::Refused { needs } => Err(InputError::new(
+            "--quant",
+            format!(
+                "transformers 4.x does not quantize fp8 while loading on a GPU of compute capability {capability}: it needs {needs} or later"
+            ),
+        )
+        .with_fix("use transformers 5.x (`--naming v5`), which loads the weights unquantized there, or `--engine vllm`")),
+    }
 }
 
 /// What the runtime holds of a pre-quantized checkpoint on these GPUs (the oldest one

@@ -272,7 +272,7 @@ pub fn validate(request: &ValidateRequest) -> Result<ValidateResult, InputError>
             hardware::load(&plan.hardware).map_err(|e| e.inside(&origin, "hardware"))?,
         ),
     };
-    let workload = plan.workload.clone();
+    let mut workload = plan.workload.clone();
     if is_data_parallel(&workload) {
         return Err(InputError::new(
             format!("{origin}: workload.parallelism"),
@@ -280,6 +280,8 @@ pub fn validate(request: &ValidateRequest) -> Result<ValidateResult, InputError>
         )
         .with_fix("estimate each rank with `vramplan estimate` and the same workload"));
     }
+    let mut loading = Vec::new();
+    crate::inputs::fp8_while_loading(&model, &hardware, &mut workload, &mut loading)?;
     let mut warnings = input::validate(&workload, &model, &hardware).map_err(|e| match &request.plan {
         PlanSource::File(path) => {
             input::place_check_error(e, &workload, &WorkloadFlags::default(), WorkloadSource::Plan(path))
@@ -292,6 +294,7 @@ pub fn validate(request: &ValidateRequest) -> Result<ValidateResult, InputError>
             None => e,
         },
     })?;
+    warnings.extend(loading);
     let model = held_by_runtime(model, &hardware, &workload, &mut warnings)?;
     let gpus = u32::try_from(hardware.devices.len()).unwrap_or(u32::MAX);
     let entries = plan.entries(&origin, gpus)?;

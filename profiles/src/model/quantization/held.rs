@@ -79,13 +79,31 @@ pub fn handling(
     capability: ComputeCapability,
     load_dtype: DType,
 ) -> Handling {
-    let Some(quantization) = &model.quantization else { return Handling::Kept };
+    match &model.quantization {
+        Some(quantization) => {
+            method_handling(&quantization.method, model.naming, loader, capability, load_dtype)
+        }
+        None => Handling::Kept,
+    }
+}
+
+/// What `loader` does with weights quantized by `method` on a GPU of `capability`, transformers'
+/// version being the one `naming` follows: the rule of [`handling`], for a checkpoint's
+/// quantization or one the runtime applies while loading (transformers' `FineGrainedFP8Config`
+/// goes through the same `validate_environment`).
+pub fn method_handling(
+    method: &Method,
+    naming: Naming,
+    loader: Loader,
+    capability: ComputeCapability,
+    load_dtype: DType,
+) -> Handling {
     let below = |needs: ComputeCapability| capability < needs;
     let refused_below = |needs: ComputeCapability| {
         if below(needs) { Handling::Refused { needs } } else { Handling::Kept }
     };
-    match (&quantization.method, loader) {
-        (Method::Fp8 { .. }, Loader::Transformers) => match (below(cc(8, 9)), model.naming) {
+    match (method, loader) {
+        (Method::Fp8 { .. }, Loader::Transformers) => match (below(cc(8, 9)), naming) {
             (false, _) => Handling::Kept,
             (true, Naming::V5) => Handling::Dequantized { to: load_dtype, needs: Some(cc(8, 9)) },
             (true, Naming::V4) => Handling::Refused { needs: cc(8, 9) },
