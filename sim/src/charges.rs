@@ -322,10 +322,3 @@ fn steady_holdings(ops: &[Op], units: usize) -> Vec<Steady> {
     }
     out
 }
-
-/// Bytes of library workspace a used GPU of compute capability `major` holds for `model` under
-/// `workload` (cuBLAS and cuBLASLt), allocated through PyTorch at the first matmul: the sum of
-/// [`crate::program::blas_workspaces`], which the step program allocates.
-pub fn workspace_bytes(model: &ModelDescription, major: u32, workload: &Workload) -> u64 {
-    crate::program::blas_workspaces(model, major, workload).iter().sum()
-}

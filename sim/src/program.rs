@@ -31,7 +31,7 @@ use ops::describe;
 pub use ops::{
     Alloc, AllocId, Component, Compute, Event, Op, ProgramUnit, Step, StepProgram, UnitIndex, UnitRole,
 };
-pub use workspaces::{CUBLASLT_WORKSPACE, blas_workspaces, cublas_workspace};
+pub use workspaces::{BlasWorkspaces, CUBLASLT_WORKSPACE, blas_workspaces, cublas_workspace};
 
 use crate::fsdp::{self, Fsdp1};
 use crate::model::activations::{ActivationModel, BlockActivations};
@@ -478,17 +478,11 @@ impl<'r, 'a> Builder<'r, 'a> {
         let mut used: Vec<u32> = self.r.devices.iter().flatten().copied().collect();
         used.sort_unstable();
         used.dedup();
-        // Once per compute capability: `blas_workspaces` walks the whole module tree.
-        let mut workspaces: Vec<(u32, Vec<u64>)> = Vec::new();
+        let workspaces = BlasWorkspaces::of(self.r.model, self.workload);
         for g in used {
             let major =
                 self.r.hardware.devices.get(g as usize).map(|d| d.compute_capability.major).unwrap_or(8);
-            if !workspaces.iter().any(|(m, _)| *m == major) {
-                workspaces.push((major, blas_workspaces(self.r.model, major, self.workload)));
-            }
-            let sizes =
-                workspaces.iter().find(|(m, _)| *m == major).map(|(_, s)| s.clone()).unwrap_or_default();
-            for bytes in sizes {
+            for bytes in workspaces.on(major) {
                 self.alloc(g, None, Component::Workspace, bytes);
             }
         }

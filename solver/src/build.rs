@@ -132,22 +132,13 @@ fn gpu_devices(
     fixed: u64,
 ) -> Vec<Device> {
     let mut classes: Vec<(String, u64, u64)> = Vec::new();
-    // Once per compute capability: the workspaces walk the whole module tree.
-    let mut workspaces: Vec<(u32, u64)> = Vec::new();
+    let workspaces = vramplan_sim::program::BlasWorkspaces::of(model, workload);
     hardware
         .devices
         .iter()
         .enumerate()
         .map(|(i, d)| {
-            let major = d.compute_capability.major;
-            let workspace = match workspaces.iter().find(|(m, _)| *m == major) {
-                Some(&(_, bytes)) => bytes,
-                None => {
-                    let bytes = charges::workspace_bytes(model, major, workload);
-                    workspaces.push((major, bytes));
-                    bytes
-                }
-            };
+            let workspace = workspaces.bytes_on(d.compute_capability.major);
             let fixed_bytes = workspace + fixed;
             let limit = vramplan_sim::estimate::limit_bytes(d.usable_bytes(), headroom);
             let key = (d.name.clone(), d.memory_bytes, u64::from(d.node));

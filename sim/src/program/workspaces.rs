@@ -30,16 +30,47 @@ pub const CUBLASLT_WORKSPACE: u64 = 1 << 20;
 /// operation instead (`TORCH_CUBLAS_WORKSPACE_CACHE` unset, PR #194311): not modelled here
 /// (docs/memory-model.md).
 pub fn blas_workspaces(model: &ModelDescription, compute_major: u32, workload: &Workload) -> Vec<u64> {
-    let train = workload.mode == Mode::Train;
-    let handles = if train { 2 } else { 1 };
-    let mut biased = false;
-    model.root.visit(&mut |m| {
-        biased |= m.kind == ModuleKind::Linear && m.tensors.iter().any(|t| t.name == "bias");
-    });
-    let mut sizes = vec![cublas_workspace(compute_major); handles];
-    if biased {
+    BlasWorkspaces::of(model, workload).on(compute_major)
+}
+
+/// What [`blas_workspaces`] reads of the model and the workload, read once (the model's whole
+/// module tree is walked for a biased linear layer), for GPUs of any compute capability.
+#[derive(Debug, Clone, Copy)]
+pub struct BlasWorkspaces {
+    /// cuBLAS handles: the forward's thread, and autograd's in training.
+    handles: usize,
+    /// cuBLASLt workspaces: one per thread that runs a biased linear forward.
+    lt: usize,
+}
+
+impl BlasWorkspaces {
+    /// The handles and cuBLASLt workspaces of `model` under `workload`.
+    pub fn of(model: &ModelDescription, workload: &Workload) -> BlasWorkspaces {
+        let train = workload.mode == Mode::Train;
+        let mut biased = false;
+        model.root.visit(&mut |m| {
+            biased |= m.kind == ModuleKind::Linear && m.tensors.iter().any(|t| t.name == "bias");
+        });
         let recompute = train && workload.grad_checkpointing != GradCheckpointing::Off;
-        sizes.extend(std::iter::repeat_n(CUBLASLT_WORKSPACE, if recompute { 2 } else { 1 }));
+        BlasWorkspaces {
+            handles: if train { 2 } else { 1 },
+            lt: match (biased, recompute) {
+                (false, _) => 0,
+                (true, false) => 1,
+                (true, true) => 2,
+            },
+        }
     }
-    sizes
+
+    /// Each workspace's bytes on a GPU of compute capability `compute_major`.
+    pub fn on(self, compute_major: u32) -> Vec<u64> {
+        let mut sizes = vec![cublas_workspace(compute_major); self.handles];
+        sizes.extend(std::iter::repeat_n(CUBLASLT_WORKSPACE, self.lt));
+        sizes
+    }
+
+    /// Their sum on a GPU of compute capability `compute_major`.
+    pub fn bytes_on(self, compute_major: u32) -> u64 {
+        self.on(compute_major).iter().sum()
+    }
 }

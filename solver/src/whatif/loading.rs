@@ -2,9 +2,10 @@
 //! `from_pretrained` call `plan -o` prints for an accelerate map ([`map_loading`]) and its
 //! arguments as data (`plan --json`'s `load_kwargs`, [`LoadKwargs`]); the program that loads
 //! it instead under another trainer or AutoAWQ's fused runtime ([`loading_program`]); and for a
-//! pre-quantized method (AWQ, GPTQ), whose weights come from a checkpoint quantized that way and
-//! never from the model's own repository, the call as a comment with [`CHECKPOINT`] in that
-//! repository's place ([`prequantized`]).
+//! pre-quantized method (AWQ, GPTQ; fp8 into a map with host entries), whose weights come from a
+//! checkpoint quantized that way and never from the model's own repository, the call as a
+//! comment with [`CHECKPOINT`] in that repository's place ([`prequantized`]), and the serving
+//! commands' [`checkpoint_word`].
 
 use super::run_flags::{RunFlags, pretrained_source};
 use vramplan_profiles::model::ModelDescription;
@@ -64,13 +65,16 @@ pub fn map_loading(
     if let Some(folder) = &kwargs.offload_folder {
         load.arg("offload_folder", format!("{folder:?}"));
     }
-    let host = device_map.iter().any(|(_, t)| {
-        matches!(t, vramplan_sim::placement::Target::Cpu | vramplan_sim::placement::Target::Disk)
-    });
-    match prequantized(model, &workload.quant, host) {
-        Some(method) => vec![checkpoint_note(load, &source, &method)],
+    match &kwargs.prequantized {
+        Some(method) => vec![checkpoint_note(load, &source, method)],
         None => vec![load],
     }
+}
+
+/// Whether `device_map` puts a module on the host (`cpu` or `disk`).
+pub(super) fn on_host(device_map: &[(String, vramplan_sim::placement::Target)]) -> bool {
+    use vramplan_sim::placement::Target;
+    device_map.iter().any(|(_, t)| matches!(t, Target::Cpu | Target::Disk))
 }
 
 /// The program other than transformers that loads the model for `workload`, by its name:
@@ -315,16 +319,15 @@ impl LoadKwargs {
         workload: &Workload,
     ) -> LoadKwargs {
         use vramplan_sim::placement::Target;
-        let on = |tier: Target| device_map.iter().any(|(_, t)| *t == tier);
         let bitsandbytes = matches!(workload.quant, Quant::Int8 | Quant::Nf4 { .. } | Quant::Fp4 { .. });
-        let host = on(Target::Cpu) || on(Target::Disk);
+        let host = on_host(device_map);
         // Quantized while loading: bitsandbytes anywhere, fp8 onto accelerators only
         // ([`prequantized`] otherwise).
         let at_load = bitsandbytes || (matches!(workload.quant, Quant::Fp8 { .. }) && !host);
         LoadKwargs {
             dtype: workload.weight_dtype.filter(|d| d.is_float()).map(|d| d.torch_name().to_string()),
             quantization_config: QuantizationConfig::of(&workload.quant, host).filter(|_| at_load),
-            offload_folder: on(Target::Disk).then(|| "offload".to_string()),
+            offload_folder: device_map.iter().any(|(_, t)| *t == Target::Disk).then(|| "offload".to_string()),
             prequantized: prequantized(model, &workload.quant, host),
         }
     }

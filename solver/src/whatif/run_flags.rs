@@ -13,13 +13,14 @@
 //!   runtime under `--awq-fused`): comments only, naming the settings in that program's own
 //!   terms. Their command lines and calls were never run against the programs themselves, so
 //!   none is printed as code (`tests/tests/run_snippets_trainers.rs`).
-//! - a pre-quantized method (`--quant awq`, `gptq`): the loading call (`from_pretrained`,
-//!   `vllm serve`, SGLang's `launch_server`) as a comment with `CHECKPOINT` in place of the
-//!   model's repository, whose weights are not quantized, after a `# checkpoint:` comment saying
-//!   what to give there (`tests/tests/run_snippets_prequantized.rs`).
+//! - a pre-quantized method (`--quant awq`, `gptq`; fp8 into a map with host entries): the
+//!   `from_pretrained` call as a comment with `CHECKPOINT` in place of the model's repository,
+//!   whose weights are not quantized, after a `# checkpoint:` comment saying what to give there;
+//!   `vllm serve` and SGLang's `launch_server` with `"${CHECKPOINT:?…}"`, the checkpoint the
+//!   user names in the shell (`tests/tests/run_snippets_prequantized.rs`).
 
 use super::Fit;
-use super::loading::{checkpoint_note, prequantized, prequantized_command, quantization_config};
+use super::loading::{checkpoint_note, on_host, prequantized, prequantized_command, quantization_config};
 use serde::Serialize;
 use vramplan_profiles::DType;
 use vramplan_profiles::hardware::HardwareProfile;
@@ -300,9 +301,7 @@ fn transformers(
             }
             // AWQ and GPTQ weights come from a checkpoint quantized that way: the model's own
             // repository would load unquantized weights, so the call is a comment naming it.
-            let host = fit.device_map.iter().flatten().any(|(_, t)| {
-                matches!(t, vramplan_sim::placement::Target::Cpu | vramplan_sim::placement::Target::Disk)
-            });
+            let host = fit.device_map.as_deref().is_some_and(on_host);
             match prequantized(model, &answer.quant, host) {
                 Some(method) => {
                     let map_note = load.device_map.is_some();
